@@ -1,0 +1,110 @@
+"""The `longbert` command: thin wrappers that parse arguments and call library functions."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+
+from longbert.errors import LongbertError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Classify long documents with BERT: train, evaluate, predict and compare strategies.")
+
+
+def _run(action: Callable[[], object]) -> object:
+    """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback."""
+    from longbert.train import TrainingInterrupted
+
+    try:
+        return action()
+    except TrainingInterrupted as error:
+        typer.echo(f"stopped: {error}", err=True)
+        raise typer.Exit(130)
+    except LongbertError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130)
+
+
+def _command_line() -> str:
+    return " ".join(["longbert", *sys.argv[1:]])
+
+
+@app.command()
+def train(
+    recipe: Path = typer.Argument(..., help="YAML recipe (see recipes/)"),
+    set_: List[str] = typer.Option([], "--set", help="override a recipe field: key.path=value (repeatable)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its last checkpoint"),
+):
+    """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
+    from longbert.config import load_recipe
+    from longbert.train import train as run_training
+
+    def action():
+        result = run_training(load_recipe(recipe, set_), resume=resume, command=_command_line())
+        test = result.metrics.get("test")
+        summary = f"run folder: {result.run_dir}"
+        if test:
+            summary += f"\ntest accuracy {test['accuracy']:.4f}, macro-F1 {test['macro_f1']:.4f} ({test['documents']} documents)"
+        typer.echo(summary)
+
+    _run(action)
+
+
+@app.command()
+def evaluate(
+    run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
+    split: str = typer.Option("test", help="train, validation or test"),
+    batch_size: Optional[int] = typer.Option(None, help="documents per inference step (default: the recipe's)"),
+):
+    """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
+    from longbert.evaluate import evaluate as run_evaluation
+
+    def action():
+        metrics = run_evaluation(run_dir, split, batch_size)
+        typer.echo(f"{split}: accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
+                   f"({metrics['documents']} documents); details in {run_dir}/metrics-{split}.md")
+
+    _run(action)
+
+
+@app.command()
+def predict(
+    model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder"),
+    input: str = typer.Argument("-", help="a .txt file (one text per line), a .jsonl file (a 'text' field per line), or - for stdin lines"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
+    batch_size: int = typer.Option(16, help="documents per inference step"),
+):
+    """Predict labels for new texts; JSON lines out with the label and the class probabilities."""
+    from longbert.model import LongDocumentClassifier
+    from longbert.predict import read_texts, write_jsonl
+
+    def action():
+        texts = read_texts(input)
+        model = LongDocumentClassifier.from_pretrained(model_dir)
+        write_jsonl(model.predict(texts, batch_size=batch_size), output)
+
+    _run(action)
+
+
+@app.command()
+def strategies():
+    """List the registered strategies and their recipe fields."""
+    from longbert.strategies.base import config_fields, get_entry, strategy_names
+
+    for name in strategy_names():
+        entry = get_entry(name)
+        typer.echo(f"{name:<12} {entry.summary}")
+        for f in config_fields(entry.config_cls):
+            default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
+            typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
+
+
+def main():  # pragma: no cover
+    app()

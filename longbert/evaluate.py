@@ -1,0 +1,195 @@
+"""Metrics for a trained model: accuracy, macro-F1, per-class precision/recall, confusion matrix, accuracy by
+document length, and inference documents/second and peak memory. Written as JSON and Markdown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from longbert.data import LENGTH_BUCKETS, collate, length_bucket
+from longbert.errors import LongbertError
+from longbert.hardware import measure
+from longbert.progress import progress
+
+
+def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],
+                    multi_label: bool) -> dict:
+    """labels (D,) ints or (D, C) multi-hot; probabilities (D, C) -> metrics dict (plain JSON types)."""
+    from sklearn.metrics import confusion_matrix, f1_score, multilabel_confusion_matrix, precision_recall_fscore_support
+
+    classes = list(range(len(label_names)))
+    if multi_label:
+        predicted = (probabilities >= 0.5).astype(int)
+        truth = labels.astype(int)
+        correct = (predicted == truth).all(1)
+        eps = 1e-7
+        loss = float(-np.mean(truth * np.log(probabilities + eps) + (1 - truth) * np.log(1 - probabilities + eps)))
+        matrix = multilabel_confusion_matrix(truth, predicted).tolist()
+    else:
+        predicted = probabilities.argmax(1)
+        truth = labels.astype(int)
+        correct = predicted == truth
+        loss = float(-np.mean(np.log(probabilities[np.arange(len(truth)), truth] + 1e-7)))
+        matrix = confusion_matrix(truth, predicted, labels=classes).tolist()
+    precision, recall, f1, support = precision_recall_fscore_support(
+        truth, predicted, labels=classes, zero_division=0
+    )
+    by_length = {}
+    buckets = np.array([length_bucket(n) for n in n_tokens])
+    for _, _, name in LENGTH_BUCKETS:
+        in_bucket = buckets == name
+        by_length[name] = {
+            "documents": int(in_bucket.sum()),
+            "accuracy": float(correct[in_bucket].mean()) if in_bucket.any() else None,
+        }
+    return {
+        "documents": int(len(truth)),
+        "accuracy": float(correct.mean()),
+        "macro_f1": float(f1_score(truth, predicted, labels=classes, average="macro", zero_division=0)),
+        "loss": loss,
+        "per_class": {
+            name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for name, p, r, f, s in zip(label_names, precision, recall, f1, support)
+        },
+        "confusion_matrix": matrix,
+        "by_length": by_length,
+    }
+
+
+@torch.no_grad()
+def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating") -> dict:
+    """Run `model` over a tokenized split. Returns probabilities (D, C), labels, per-document unit weights, and
+    the inference speed and peak memory of the pass."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset.select_columns(["input_ids", "labels"]), batch_size=batch_size, collate_fn=collate)
+    if accelerator is not None:
+        loader = accelerator.prepare(loader)
+    was_training = model.training
+    model.eval()
+    probabilities, labels, weights = [], [], []
+    device = next(model.parameters()).device
+    tokens = int(np.sum(list(dataset["n_tokens"])))
+    autocast = accelerator.autocast() if accelerator is not None else _autocast(model)
+    with measure(device) as cost, autocast:
+        for batch in progress(loader, description):
+            out = model(batch["documents"])
+            p = out.unit_weights
+            probs = _core(model).probabilities(out.logits)
+            if accelerator is not None:
+                probs, batch_labels = accelerator.gather_for_metrics((probs, batch["labels"]))
+            else:
+                batch_labels = batch["labels"]
+            probabilities.append(probs.float().cpu())
+            labels.append(batch_labels.cpu())
+            if accelerator is None or accelerator.num_processes == 1:
+                for b in range(len(batch["documents"])):
+                    weights.append(None if p is None else p[b][out.unit_mask[b]].float().cpu().tolist())
+    model.train(was_training)
+    seconds = cost["seconds"]
+    return {
+        "probabilities": torch.cat(probabilities).numpy(),
+        "labels": torch.cat(labels).numpy(),
+        "unit_weights": weights,
+        "speed": {
+            "documents_per_second": len(dataset) / seconds if seconds else None,
+            "tokens_per_second": tokens / seconds if seconds else None,
+            "seconds": seconds,
+            "peak_memory_mb": cost["peak_memory_mb"],
+            "memory_kind": cost["memory_kind"],
+        },
+    }
+
+
+def _core(model):
+    return getattr(model, "module", model)
+
+
+def _autocast(model):
+    from longbert.model import _autocast_for
+
+    return _autocast_for(model)
+
+
+def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating") -> tuple[dict, dict]:
+    """(metrics with a `speed` section, raw predictions) for one tokenized split."""
+    raw = predict_dataset(model, dataset, batch_size, accelerator, description)
+    core = _core(model)
+    metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names, core.multi_label)
+    metrics["speed"] = raw["speed"]
+    return metrics, raw
+
+
+def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], multi_label: bool) -> None:
+    """One JSON line per document: label, prediction, probabilities, length, unit weights (for error analysis)."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        for i, (probs, label) in enumerate(zip(raw["probabilities"], raw["labels"])):
+            row = {
+                "index": i,
+                "n_tokens": int(dataset[i]["n_tokens"]),
+                "label": label.tolist(),
+                "probabilities": [round(float(p), 6) for p in probs],
+                "predicted": (probs >= 0.5).astype(int).tolist() if multi_label else int(probs.argmax()),
+                "unit_weights": raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None,
+            }
+            f.write(json.dumps(row) + "\n")
+    tmp.replace(path)
+
+
+def metrics_markdown(metrics: dict, label_names: list[str], title: str) -> str:
+    """A short human-readable page for one split's metrics."""
+    lines = [f"# {title}", "", f"- documents: {metrics['documents']}",
+             f"- accuracy: {metrics['accuracy']:.4f}", f"- macro-F1: {metrics['macro_f1']:.4f}"]
+    speed = metrics.get("speed")
+    if speed:
+        lines.append(f"- inference: {speed['documents_per_second']:.2f} documents/s, "
+                     f"{speed['tokens_per_second']:.0f} tokens/s, peak memory {speed['peak_memory_mb']} MB "
+                     f"({speed['memory_kind']})")
+    lines += ["", "## Accuracy by document length (WordPiece tokens with [CLS]/[SEP])", "",
+              "| length | documents | accuracy |", "|---|---|---|"]
+    for name, row in metrics["by_length"].items():
+        acc = "n/a" if row["accuracy"] is None else f"{row['accuracy']:.4f}"
+        lines.append(f"| {name} | {row['documents']} | {acc} |")
+    lines += ["", "## Per class", "", "| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
+    for name, row in metrics["per_class"].items():
+        lines.append(f"| {name} | {row['precision']:.4f} | {row['recall']:.4f} | {row['f1']:.4f} | {row['support']} |")
+    if not isinstance(metrics["confusion_matrix"][0][0], list):
+        lines += ["", "## Confusion matrix (rows: true, columns: predicted)", "",
+                  "| | " + " | ".join(label_names) + " |", "|---" * (len(label_names) + 1) + "|"]
+        for name, row in zip(label_names, metrics["confusion_matrix"]):
+            lines.append(f"| {name} | " + " | ".join(str(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None) -> dict:
+    """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes).
+    Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder; returns the metrics."""
+    from longbert.config import load_recipe
+    from longbert.data import load_corpus
+    from longbert.model import LongDocumentClassifier
+
+    run_dir = Path(run_dir)
+    recipe_file = run_dir / "recipe.yaml"
+    if not recipe_file.is_file():
+        raise LongbertError(f"{run_dir} is not a longbert run folder (no recipe.yaml)")
+    recipe = load_recipe(recipe_file)
+    model = LongDocumentClassifier.from_pretrained(run_dir)
+    corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label)
+    if split not in corpus.splits:
+        raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
+    dataset = corpus.splits[split]
+    metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size, description=f"evaluating {split}")
+    write_json(run_dir / f"metrics-{split}.json", metrics)
+    (run_dir / f"metrics-{split}.md").write_text(metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}"))
+    write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label)
+    return metrics
+
+
+def write_json(path: Path, data) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)

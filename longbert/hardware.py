@@ -1,0 +1,99 @@
+"""What the machine is and what it does fast: bf16 support, peak-memory measurement, a one-line description."""
+
+from __future__ import annotations
+
+import platform
+import time
+from contextlib import contextmanager
+
+import torch
+
+
+def fast_bf16(device: torch.device | str) -> bool:
+    """True where bf16 autocast is the faster choice: GPUs with bf16 support, CPUs with AVX512-BF16 or AMX
+    (measured on this project's 2-core AVX512-BF16 CPU: about 2x faster than fp32 for MiniLM)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+        amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+        return bool((check and check()) or (amx and amx()))
+    return False
+
+
+def resolve_precision(requested: str, device: torch.device | str) -> str:
+    """`auto` -> bf16 where it is fast, else no; explicit choices pass through."""
+    if requested != "auto":
+        return requested
+    return "bf16" if fast_bf16(device) else "no"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def describe_machine() -> dict:
+    info = {
+        "cpu": cpu_name(),
+        "cpu_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_bf16_fast": fast_bf16("cpu"),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpus"] = torch.cuda.device_count()
+    return info
+
+
+def _rss_peak_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_rss_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # Linux: reset the peak resident set size (VmHWM) to the current one
+        return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def measure(device: torch.device | str):
+    """Time a block and its peak memory. Yields a dict filled on exit with seconds and peak_memory_mb:
+    CUDA -> peak allocated by torch; CPU (Linux) -> peak resident set size of the process during the block."""
+    device = torch.device(device)
+    result: dict = {}
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result["memory_kind"] = "cuda_max_allocated"
+    else:
+        result["memory_kind"] = "process_peak_rss" if _reset_rss_peak() else "process_peak_rss_since_start"
+    start = time.perf_counter()
+    try:
+        yield result
+    finally:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+        else:
+            peak = _rss_peak_bytes()
+        result["seconds"] = time.perf_counter() - start
+        result["peak_memory_mb"] = None if peak is None else round(peak / 2**20, 1)

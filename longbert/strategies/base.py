@@ -1,0 +1,143 @@
+"""The Strategy contract and the registry every strategy is listed in.
+
+A strategy decides how a whole tokenized document (never truncated at tokenization time) reaches the backbone
+and how the backbone's outputs become one vector per document. It works in two stages so that a frozen
+backbone can be run once and cached:
+
+    encode(backbone, documents) -> Units    # runs the backbone: one or more vectors per document
+    pool(units)                 -> Pooled   # no backbone: the document vector (and, where it exists, how
+                                            # much each unit weighed in it)
+
+`adapt_backbone(backbone)` is called once when the model is built, before any weights are loaded into the
+strategy: a strategy that changes how the backbone attends (block-sparse attention) or how far its positions
+reach does it there; one that runs the backbone segment after segment with state (recurrence) keeps that state
+inside `encode`. The model and the training loop only ever call these three methods.
+
+Tensor dimension letters used in shape comments across the package:
+    B  documents in a batch            T  tokens of one document (content tokens, no [CLS]/[SEP])
+    W  windows (chunks) in one backbone pass, across documents
+    N  units per document (chunks, windows, segments; 1 for a single-vector strategy)
+    L  tokens in one window, with its [CLS]/[SEP] (padded to the longest window in the pass)
+    H  hidden size of the backbone     C  number of classes
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from longbert.errors import LongbertError
+
+
+def option(default: Any, help: str, **kwargs) -> Any:
+    """A dataclass field with a one-line help text (shown by `longbert strategies` and in recipe errors)."""
+    if "default_factory" in kwargs:
+        return field(metadata={"help": help}, **kwargs)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
+@dataclass
+class SpecialTokens:
+    """Ids taken from the tokenizer; no strategy hard-codes them."""
+
+    cls_id: int
+    sep_id: int
+    pad_id: int
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "SpecialTokens":
+        missing = [n for n in ("cls_token_id", "sep_token_id", "pad_token_id") if getattr(tokenizer, n) is None]
+        if missing:
+            raise LongbertError(f"the tokenizer has no {', '.join(missing)}; longbert needs a BERT-style tokenizer")
+        return cls(tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+
+
+@dataclass
+class PassBudget:
+    """How much goes through the backbone in one forward pass, so memory stays bounded."""
+
+    max_windows: int = 64
+    max_tokens: int = 16384
+
+
+@dataclass
+class Units:
+    """What `encode` returns: a padded set of vectors per document."""
+
+    vectors: torch.Tensor  # (B, N, H)
+    mask: torch.Tensor  # (B, N) bool, True where a unit exists
+
+
+@dataclass
+class Pooled:
+    """What `pool` returns."""
+
+    vector: torch.Tensor  # (B, H)
+    weights: torch.Tensor | None = None  # (B, N): how much each unit weighed, when the pooler knows
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """What every strategy module (an `nn.Module`) provides. See the module docstring."""
+
+    config: Any
+
+    def adapt_backbone(self, backbone: nn.Module) -> None: ...
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units: ...
+
+    def pool(self, units: Units) -> Pooled: ...
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    name: str
+    config_cls: type
+    module_cls: Callable[..., nn.Module]
+    summary: str
+
+
+REGISTRY: dict[str, StrategyEntry] = {}
+
+
+def register(name: str, config_cls: type, summary: str):
+    """Class decorator: list a strategy module under `name` with its config dataclass."""
+
+    def wrap(module_cls):
+        if name in REGISTRY:
+            raise RuntimeError(f"strategy {name!r} registered twice")
+        REGISTRY[name] = StrategyEntry(name, config_cls, module_cls, summary)
+        return module_cls
+
+    return wrap
+
+
+def get_entry(name: str) -> StrategyEntry:
+    """The registry entry for `name`, or a LongbertError listing the valid names."""
+    from longbert import strategies  # noqa: F401  (importing the package registers every strategy)
+
+    if name not in REGISTRY:
+        raise LongbertError(f"unknown strategy {name!r}; valid strategies: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def strategy_names() -> list[str]:
+    from longbert import strategies  # noqa: F401
+
+    return sorted(REGISTRY)
+
+
+def build_strategy(config, hidden_size: int, special: SpecialTokens, budget: PassBudget) -> nn.Module:
+    """Instantiate the module registered for `config.name`."""
+    entry = get_entry(config.name)
+    return entry.module_cls(config, hidden_size=hidden_size, special=special, budget=budget)
+
+
+def config_fields(config_cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(config_cls) if f.name != "name"]

@@ -1,0 +1,49 @@
+"""`chunk`: cut the document into consecutive windows, encode each with its own [CLS]/[SEP], pool the chunk
+vectors into one document vector (mean, max, learned attention, or a small transformer as in ToBERT)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.pooling import POOLERS, build_pooler
+from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split
+
+
+@dataclass
+class ChunkConfig:
+    name: str = "chunk"
+    window: int = option(510, "content tokens per chunk ([CLS]/[SEP] come on top)")
+    pooling: str = option("mean", "how chunk vectors become the document vector: mean, max, attention or transformer")
+    token_pooling: str = option("cls", "chunk vector: cls ([CLS] state) or mean (mean of token states)")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.window < 1:
+            out.append(f"{path}.window must be >= 1, got {self.window}")
+        if self.pooling not in POOLERS:
+            out.append(f"{path}.pooling must be one of {', '.join(POOLERS)}, got {self.pooling!r}")
+        if self.token_pooling not in TOKEN_POOLINGS:
+            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        return out
+
+
+@register("chunk", ChunkConfig, "consecutive chunks of the whole document, chunk vectors pooled (mean/max/attention/transformer)")
+class ChunkStrategy(nn.Module):
+    def __init__(self, config: ChunkConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
+        super().__init__()
+        self.config, self.special, self.budget = config, special, budget
+        self.pooler = build_pooler(config.pooling, hidden_size)
+
+    def adapt_backbone(self, backbone: nn.Module) -> None:
+        check_fits(backbone, self.config.window, "strategy.window")
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        w = self.config.window
+        return encode_split(backbone, documents, w, w, self.special, self.budget, self.config.token_pooling)
+
+    def pool(self, units: Units) -> Pooled:
+        return self.pooler(units)

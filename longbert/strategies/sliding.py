@@ -1,0 +1,56 @@
+"""`sliding`: overlapping windows (width `window`, a new one every `stride` tokens), pooled like `chunk`.
+
+Overlap gives every token some context on both sides, at the cost of window/stride times the backbone work
+of `chunk`; with stride == window it is exactly `chunk`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.pooling import POOLERS, build_pooler
+from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split
+
+
+@dataclass
+class SlidingConfig:
+    name: str = "sliding"
+    window: int = option(510, "content tokens per window ([CLS]/[SEP] come on top)")
+    stride: int = option(255, "tokens between the starts of consecutive windows (window - stride = overlap)")
+    pooling: str = option("mean", "how window vectors become the document vector: mean, max, attention or transformer")
+    token_pooling: str = option("cls", "window vector: cls ([CLS] state) or mean (mean of token states)")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.window < 1:
+            out.append(f"{path}.window must be >= 1, got {self.window}")
+        if self.stride < 1:
+            out.append(f"{path}.stride must be >= 1, got {self.stride}")
+        elif self.stride > self.window:
+            out.append(f"{path}.stride must be <= {path}.window, got {self.stride} > {self.window}")
+        if self.pooling not in POOLERS:
+            out.append(f"{path}.pooling must be one of {', '.join(POOLERS)}, got {self.pooling!r}")
+        if self.token_pooling not in TOKEN_POOLINGS:
+            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        return out
+
+
+@register("sliding", SlidingConfig, "overlapping windows (window, stride) over the whole document, pooled like chunk")
+class SlidingStrategy(nn.Module):
+    def __init__(self, config: SlidingConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
+        super().__init__()
+        self.config, self.special, self.budget = config, special, budget
+        self.pooler = build_pooler(config.pooling, hidden_size)
+
+    def adapt_backbone(self, backbone: nn.Module) -> None:
+        check_fits(backbone, self.config.window, "strategy.window")
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        c = self.config
+        return encode_split(backbone, documents, c.window, c.stride, self.special, self.budget, c.token_pooling)
+
+    def pool(self, units: Units) -> Pooled:
+        return self.pooler(units)

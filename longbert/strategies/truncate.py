@@ -1,0 +1,68 @@
+"""`truncate`: keep one window of the document (the baseline every long-document method is measured against).
+
+Sun et al. (2019, "How to Fine-Tune BERT for Text Classification?") found that keeping the first 128 and the
+last 382 tokens beat keeping the head or the tail alone on IMDb; all three are here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_windows, gather_units
+
+MODES = ("head", "tail", "head_tail")
+
+
+@dataclass
+class TruncateConfig:
+    name: str = "truncate"
+    mode: str = option("head_tail", "which tokens to keep: head, tail or head_tail")
+    max_tokens: int = option(510, "content tokens kept per document ([CLS]/[SEP] come on top)")
+    head_tokens: int = option(128, "with head_tail: tokens from the start; the rest of max_tokens come from the end")
+    token_pooling: str = option("cls", "document vector from the window: cls ([CLS] state) or mean (token mean)")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.mode not in MODES:
+            out.append(f"{path}.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.max_tokens < 1:
+            out.append(f"{path}.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.mode == "head_tail" and not 0 <= self.head_tokens <= self.max_tokens:
+            out.append(f"{path}.head_tokens must be between 0 and max_tokens, got {self.head_tokens} > {self.max_tokens}")
+        if self.token_pooling not in TOKEN_POOLINGS:
+            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        return out
+
+
+def keep(ids: torch.Tensor, config: TruncateConfig) -> torch.Tensor:
+    """The content ids (T,) that survive truncation."""
+    if ids.shape[0] <= config.max_tokens:
+        return ids
+    if config.mode == "head":
+        return ids[: config.max_tokens]
+    if config.mode == "tail":
+        return ids[-config.max_tokens :]
+    tail = config.max_tokens - config.head_tokens
+    return torch.cat([ids[: config.head_tokens], ids[ids.shape[0] - tail :]])
+
+
+@register("truncate", TruncateConfig, "one window: the head, the tail, or head+tail (Sun et al. 2019) of each document")
+class TruncateStrategy(nn.Module):
+    def __init__(self, config: TruncateConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
+        super().__init__()
+        self.config, self.special, self.budget = config, special, budget
+
+    def adapt_backbone(self, backbone: nn.Module) -> None:
+        check_fits(backbone, self.config.max_tokens, "strategy.max_tokens")
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        windows = [keep(ids, self.config) for ids in documents]
+        vectors = encode_windows(backbone, windows, self.special, self.budget, self.config.token_pooling)  # (B, H)
+        return gather_units(vectors, [1] * len(documents))  # (B, 1, H)
+
+    def pool(self, units: Units) -> Pooled:
+        return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)

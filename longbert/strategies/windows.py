@@ -1,0 +1,121 @@
+"""Helpers shared by the window-based strategies (truncate, chunk, sliding): cut documents into windows and
+run many windows through the backbone in bounded, dynamically padded passes."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from longbert.strategies.base import PassBudget, SpecialTokens, Units
+
+TOKEN_POOLINGS = ("cls", "mean")
+
+
+def split_windows(ids: torch.Tensor, window: int, stride: int) -> list[torch.Tensor]:
+    """Cut one document's content ids (T,) into windows of at most `window` tokens starting every `stride`
+    tokens; the last window ends at the document's end. An empty document gives one empty window."""
+    length = ids.shape[0]
+    windows = []
+    start = 0
+    while True:
+        windows.append(ids[start : start + window])
+        if start + window >= length:
+            return windows
+        start += stride
+
+
+def _plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
+    """Group window indices, longest first, into passes of at most `budget.max_windows` windows and
+    `budget.max_tokens` padded tokens (a single window longer than the token budget gets a pass of its own)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    passes: list[list[int]] = []
+    for index in order:
+        if passes:
+            current = passes[-1]
+            longest = lengths[current[0]]  # sorted, so the first is the longest of the pass
+            if len(current) < budget.max_windows and (len(current) + 1) * longest <= budget.max_tokens:
+                current.append(index)
+                continue
+        passes.append([index])
+    return passes
+
+
+def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str) -> torch.Tensor:
+    """One vector per sequence from token states: (W, L, H), (W, L) -> (W, H)."""
+    if how == "cls":
+        return hidden[:, 0]
+    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (W, L, 1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def encode_windows(
+    backbone: nn.Module,
+    windows: list[torch.Tensor],
+    special: SpecialTokens,
+    budget: PassBudget,
+    token_pooling: str = "cls",
+) -> torch.Tensor:
+    """Run content windows through the backbone, each wrapped as [CLS] window [SEP]; returns (W, H).
+
+    Windows are sorted by length and packed into passes bounded by `budget`; each pass is padded only to its
+    own longest window, so a batch of short reviews never pays for 512 positions."""
+    device = next(backbone.parameters()).device
+    lengths = [w.shape[0] + 2 for w in windows]
+    out: list[torch.Tensor | None] = [None] * len(windows)
+    for indices in _plan_passes(lengths, budget):
+        width = lengths[indices[0]]
+        input_ids = torch.full((len(indices), width), special.pad_id, dtype=torch.long, device=device)  # (W, L)
+        attention_mask = torch.zeros((len(indices), width), dtype=torch.long, device=device)  # (W, L)
+        for row, i in enumerate(indices):
+            n = lengths[i]
+            input_ids[row, 0] = special.cls_id
+            input_ids[row, 1 : n - 1] = windows[i].to(device)
+            input_ids[row, n - 1] = special.sep_id
+            attention_mask[row, :n] = 1
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (W, L, H)
+        vectors = pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
+        for row, i in enumerate(indices):
+            out[i] = vectors[row]
+    return torch.stack(out)  # (W, H)
+
+
+def gather_units(vectors: torch.Tensor, counts: list[int]) -> Units:
+    """Regroup flat window vectors (W, H) into padded per-document units (B, N, H) with a mask (B, N)."""
+    n_max = max(counts)
+    batch = len(counts)
+    padded = vectors.new_zeros((batch, n_max, vectors.shape[-1]))  # (B, N, H)
+    mask = torch.zeros((batch, n_max), dtype=torch.bool, device=vectors.device)  # (B, N)
+    start = 0
+    for b, count in enumerate(counts):
+        padded[b, :count] = vectors[start : start + count]
+        mask[b, :count] = True
+        start += count
+    return Units(padded, mask)
+
+
+def encode_split(
+    backbone: nn.Module,
+    documents: list[torch.Tensor],
+    window: int,
+    stride: int,
+    special: SpecialTokens,
+    budget: PassBudget,
+    token_pooling: str,
+) -> Units:
+    """Cut every document into windows, run all windows of the batch together, regroup per document."""
+    per_document = [split_windows(ids, window, stride) for ids in documents]
+    flat = [w for windows in per_document for w in windows]
+    vectors = encode_windows(backbone, flat, special, budget, token_pooling)  # (W, H)
+    return gather_units(vectors, [len(windows) for windows in per_document])  # (B, N, H)
+
+
+def check_fits(backbone: nn.Module, tokens: int, what: str) -> None:
+    """Fail clearly when `tokens` content tokens plus [CLS]/[SEP] exceed the backbone's positions."""
+    from longbert.errors import LongbertError
+
+    positions = backbone.config.max_position_embeddings
+    if tokens + 2 > positions:
+        raise LongbertError(
+            f"{what} must leave room for [CLS] and [SEP] in the backbone's {positions} positions "
+            f"(at most {positions - 2}), got {tokens}"
+        )
