@@ -19,9 +19,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_recipe": ("longbert.config", "load_recipe"),
     "Recipe": ("longbert.config", "Recipe"),
-    "train": ("longbert.train", "train"),
-    "TrainResult": ("longbert.train", "TrainResult"),
-    "evaluate": ("longbert.evaluate", "evaluate"),
+    "train": ("longbert.training", "train"),
+    "TrainResult": ("longbert.training", "TrainResult"),
+    "evaluate": ("longbert.evaluation", "evaluate"),
+    "compare": ("longbert.comparison", "compare"),
     "LongDocumentClassifier": ("longbert.model", "LongDocumentClassifier"),
     "strategy_names": ("longbert.strategies.base", "strategy_names"),
     "LongbertError": ("longbert.errors", "LongbertError"),

@@ -67,3 +67,4 @@ def quiet_transformers() -> None:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
+    logging.set_verbosity_error()  # e.g. the load report listing the pooler weights that longbert does not use

@@ -17,7 +17,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _run(action: Callable[[], object]) -> object:
     """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback."""
-    from longbert.train import TrainingInterrupted
+    from longbert.training import TrainingInterrupted
 
     try:
         return action()
@@ -44,7 +44,7 @@ def train(
 ):
     """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
     from longbert.config import load_recipe
-    from longbert.train import train as run_training
+    from longbert.training import train as run_training
 
     def action():
         result = run_training(load_recipe(recipe, set_), resume=resume, command=_command_line())
@@ -64,7 +64,7 @@ def evaluate(
     batch_size: Optional[int] = typer.Option(None, help="documents per inference step (default: the recipe's)"),
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
-    from longbert.evaluate import evaluate as run_evaluation
+    from longbert.evaluation import evaluate as run_evaluation
 
     def action():
         metrics = run_evaluation(run_dir, split, batch_size)
@@ -104,6 +104,27 @@ def strategies():
         for f in config_fields(entry.config_cls):
             default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
             typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
+
+
+@app.command()
+def compare(
+    strategies: str = typer.Option(..., "--strategies", help="comma-separated strategy names, e.g. truncate,chunk,sliding (see `longbert strategies`)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe (default: recipes/compare_imdb.yaml: IMDb subset, MiniLM)"),
+    set_: List[str] = typer.Option([], "--set", help="key.path=value for every strategy; strategy.<field>=value for those with that field; <strategy>.<field>=value for one (repeatable)"),
+    name: Optional[str] = typer.Option(None, "--name", help="report name: reports/<name>/ and runs/compare/<name>/ (default: the recipe's name)"),
+    runs_dir: Path = typer.Option(Path("runs/compare"), "--runs-dir", help="where the run folders go (<runs-dir>/<name>/<strategy>/)"),
+    reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes (<reports-dir>/<name>/)"),
+):
+    """Train and evaluate several strategies on the same data and budget; write one report comparing them."""
+    from longbert.comparison import compare as run_compare
+    from longbert.report import print_summary
+
+    def action():
+        results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
+                              command=_command_line())
+        print_summary(results)
+
+    _run(action)
 
 
 def main():  # pragma: no cover

@@ -203,6 +203,11 @@ def _type_problem(value: Any, annotation: Any, path: str) -> tuple[Any, str | No
             return value, f"{path} must be a list of {item.__name__}, got {value!r}"
         return value, None
     if annotation is float:
+        if isinstance(value, str):  # YAML reads 2e-5 (no dot) as a string
+            try:
+                return float(value), None
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return value, f"{path} must be a number, got {value!r}"
         return float(value), None
@@ -215,6 +220,8 @@ def _type_problem(value: Any, annotation: Any, path: str) -> tuple[Any, str | No
             return value, f"{path} must be true or false, got {value!r}"
         return value, None
     if annotation is str:
+        if isinstance(value, bool):  # YAML 1.1 reads a bare `no` as false: `mixed_precision: no` means "no"
+            return ("yes" if value else "no"), None
         if not isinstance(value, str):
             return value, f"{path} must be a string, got {value!r}"
         return value, None

@@ -96,8 +96,17 @@ def _load_aclimdb_folder(folder: Path, wanted: list[str], label_names: list[str]
     return DatasetDict(out)
 
 
+def quiet_datasets() -> None:
+    """longbert reports data loading itself; datasets' own bars would bury a one-line error."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+
+
 def load_raw_splits(config, wanted: list[str]):
     """A DatasetDict holding at least the `wanted` splits, from wherever `config.path` points."""
+    quiet_datasets()
     local = resolve_data_path(config.path)
     if local is None:
         from datasets import load_dataset

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from longbert.data import collate
-from longbert.evaluate import compute_metrics
+from longbert.evaluation import compute_metrics
 from longbert.hardware import measure
 from longbert.progress import progress
 from longbert.strategies.base import Units
@@ -46,7 +46,7 @@ def stack_units(items: list[torch.Tensor], device) -> Units:
 
 
 def train_frozen_head(recipe, model, corpus, accelerator, best_dir: Path):
-    from longbert.train import LoopState
+    from longbert.training import LoopState
 
     cfg = recipe.train
     device = accelerator.device

@@ -23,7 +23,7 @@ import torch
 
 from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.evaluate import evaluate_split, metrics_markdown, write_json, write_predictions
+from longbert.evaluation import evaluate_split, metrics_markdown, write_json, write_predictions
 from longbert.hardware import describe_machine, resolve_precision
 from longbert.progress import progress
 

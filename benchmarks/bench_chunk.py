@@ -1,0 +1,143 @@
+"""Chunk inference throughput on real IMDb test reviews longer than 512 tokens, with the real MiniLM backbone,
+against this CPU's peak matmul throughput (a large torch.matmul), in fp32 and bf16.
+
+    python benchmarks/bench_chunk.py            # writes benchmarks/results/chunk.json
+    python benchmarks/bench_chunk.py --quick    # fewer documents and repeats, for checking the script
+
+FLOPs per forward are counted from the shapes actually run: every Linear layer (2 * in * out per token) plus
+attention scores and the weighted sum (2 * 2 * L * H per token per layer), for each pass's padded windows.
+Target for this CPU (issue 2): chunk inference at >= 70% of peak fp32 matmul FLOP/s, and bf16 used where faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from longbert.config import load_recipe
+from longbert.data import resolve_data_path, tokenize_documents
+from longbert.hardware import describe_machine
+from longbert.model import LongDocumentClassifier
+
+OUT = Path(__file__).resolve().parent / "results" / "chunk.json"
+
+
+def peak_matmul(dtype: torch.dtype, n: int, repeats: int) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.matmul(a, b)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def long_reviews(tokenizer, count: int) -> list[torch.Tensor]:
+    folder = resolve_data_path("imdb")
+    texts = []
+    with gzip.open(folder / "test.jsonl.gz", "rt") as f:
+        for line in f:
+            texts.append(json.loads(line)["text"])
+    ids, lengths = tokenize_documents(tokenizer, texts[::7][:4000], 10**6)
+    chosen = [torch.tensor(d) for d, n in zip(ids, lengths) if n > 512][:count]
+    return chosen
+
+
+def forward_flops(config, window_lengths: list[list[int]]) -> float:
+    """FLOPs of one encoder forward over passes of windows (each pass padded to its longest window)."""
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_token_linear = 2 * (4 * h * h + 2 * h * inter)
+    total = 0.0
+    for lengths in window_lengths:
+        width = max(lengths)
+        tokens = width * len(lengths)
+        total += layers * (tokens * per_token_linear + len(lengths) * 4 * width * width * h)
+    return total
+
+
+def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repeats: int) -> dict:
+    passes: list[list[int]] = []
+    from longbert.strategies import windows as windows_module
+
+    original = windows_module._plan_passes
+
+    def recording(lengths, budget):
+        plan = original(lengths, budget)
+        passes.extend([[lengths[i] for i in p] for p in plan])
+        return plan
+
+    windows_module._plan_passes = recording
+    times = []
+    try:
+        for repeat in range(repeats + 1):
+            passes.clear()
+            start = time.perf_counter()
+            with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+                for s in range(0, len(documents), batch_size):
+                    model(documents[s : s + batch_size])
+            if repeat:  # the first round is a warm-up
+                times.append(time.perf_counter() - start)
+    finally:
+        windows_module._plan_passes = original
+    seconds = min(times)
+    flops = forward_flops(model.backbone.config, passes)
+    tokens = sum(d.shape[0] for d in documents)
+    padded = sum(max(p) * len(p) for p in passes)
+    real = sum(sum(p) for p in passes)
+    return {"seconds": seconds, "documents_per_second": len(documents) / seconds, "tokens_per_second": tokens / seconds,
+            "flop_per_second": flops / seconds, "padding_share": 1 - real / padded, "forward_passes": len(passes)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--documents", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=16)
+    args = parser.parse_args()
+    count, repeats = (16, 1) if args.quick else (args.documents, 3)
+
+    torch.manual_seed(0)
+    recipe = load_recipe(None, ["strategy.name=chunk", "strategy.window=510"])
+    model = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"]).eval()
+    documents = long_reviews(model.tokenizer, count)
+
+    peak = {"fp32": peak_matmul(torch.float32, 2048 if args.quick else 4096, repeats + 1),
+            "bf16": peak_matmul(torch.bfloat16, 2048 if args.quick else 4096, repeats + 1)}
+    results = {"fp32": run_chunk(model, documents, args.batch_size, None, repeats),
+               "bf16": run_chunk(model, documents, args.batch_size, torch.bfloat16, repeats)}
+    for name, row in results.items():
+        row["share_of_peak_fp32_matmul"] = row["flop_per_second"] / peak["fp32"]
+        row["share_of_peak_same_dtype_matmul"] = row["flop_per_second"] / peak[name]
+    report = {
+        "command": "python benchmarks/bench_chunk.py" + (" --quick" if args.quick else ""),
+        "machine": describe_machine(),
+        "documents": len(documents),
+        "document_tokens_mean": sum(d.shape[0] for d in documents) / len(documents),
+        "batch_size": args.batch_size,
+        "peak_matmul_flop_per_second": peak,
+        "chunk_inference": results,
+        "target": "chunk inference >= 70% of peak fp32 matmul FLOP/s",
+        "target_met_fp32": results["fp32"]["share_of_peak_fp32_matmul"] >= 0.7,
+        "target_met_best_precision": max(r["share_of_peak_fp32_matmul"] for r in results.values()) >= 0.7,
+        "bf16_faster": results["bf16"]["seconds"] < results["fp32"]["seconds"],
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(report, indent=2))
+    print(f"peak matmul: fp32 {peak['fp32'] / 1e9:.1f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.1f} GFLOP/s")
+    print(f"{len(documents)} IMDb test reviews > 512 tokens, mean {report['document_tokens_mean']:.0f} tokens")
+    for name, row in results.items():
+        print(f"chunk {name}: {row['tokens_per_second']:.0f} tokens/s, {row['documents_per_second']:.2f} docs/s, "
+              f"{row['flop_per_second'] / 1e9:.1f} GFLOP/s = {100 * row['share_of_peak_fp32_matmul']:.0f}% of peak fp32 "
+              f"matmul ({100 * row['share_of_peak_same_dtype_matmul']:.0f}% of same-dtype peak); "
+              f"padding {100 * row['padding_share']:.1f}%")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
