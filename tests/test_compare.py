@@ -1,0 +1,225 @@
+"""`longbert compare`: end to end with two strategies on a tiny model (files and their fields, reuse, resume,
+early errors, the CLI), and the error-analysis helpers on their own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from longbert.cli import app
+from longbert.comparison import compare, excerpt, select_examples, unit_spans
+from longbert.errors import LongbertError
+from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.sliding import SlidingConfig
+from longbert.strategies.truncate import TruncateConfig, keep
+from longbert.strategies.windows import split_windows
+
+STRATEGIES = ["truncate", "chunk"]
+
+
+def tiny_overrides(backbone_dir, data_dir) -> list[str]:
+    """The tiny_recipe fixture's settings in compare's override forms: shared keys for every strategy, and each
+    strategy's window sized for the tiny backbone's 128 positions."""
+    return [
+        f"backbone.name={backbone_dir}",
+        f"data.path={data_dir}",
+        "data.label_names=[neg, pos]",
+        "data.validation_fraction=0.25",
+        "data.max_document_tokens=400",
+        "train.epochs=1",
+        "train.batch_size=8",
+        "train.learning_rate=0.001",
+        'train.mixed_precision="no"',
+        "eval.batch_size=16",
+        "chunk.window=62",  # one strategy only
+        "strategy.pooling=attention",  # every strategy with a `pooling` field (chunk, not truncate)
+        "truncate.max_tokens=62",
+        "truncate.head_tokens=16",
+    ]
+
+
+@pytest.fixture(scope="module")
+def compared(tiny_backbone_dir, imdb_slice, tmp_path_factory):
+    """One compare run (truncate, chunk) into a temporary runs/ and reports/ folder."""
+    root = tmp_path_factory.mktemp("compare")
+    settings = dict(strategies=STRATEGIES, overrides=tiny_overrides(tiny_backbone_dir, imdb_slice), name="tiny",
+                    runs_dir=root / "runs", reports_dir=root / "reports", speed_documents=8, long_tokens=128)
+    results = compare(**settings)
+    return {"root": root, "settings": settings, "results": results}
+
+
+def _finished_files(compared) -> dict:
+    runs = compared["root"] / "runs" / "tiny"
+    return {s: (runs / s / "metrics.json").stat().st_mtime_ns for s in STRATEGIES}
+
+
+def test_compare_writes_the_report_with_every_field(compared):
+    root, results = compared["root"], compared["results"]
+    report = root / "reports" / "tiny"
+    saved = json.loads((report / "results.json").read_text())
+    assert saved["strategy_order"] == STRATEGIES
+    assert saved["command"].startswith("longbert compare --strategies truncate,chunk")
+    assert saved["machine"]["torch"] == torch.__version__ and saved["machine"]["cpu"]
+    for name in STRATEGIES:
+        row = saved["strategies"][name]
+        assert row["status"] == "trained"
+        assert 0 <= row["accuracy"] <= 1 and 0 <= row["macro_f1"] <= 1
+        assert set(row["by_length"]) == {"<=512", "513-1024", ">1024"}
+        assert sum(b["documents"] for b in row["by_length"].values()) == row["documents"] == 30
+        assert row["train_seconds"] > 0 and row["trainable_parameters"] > 0
+        assert row["speed"]["documents_per_second"] > 0 and row["speed"]["peak_memory_mb"] > 0
+        timed = [b for b in row["speed_by_length"].values() if b["documents"]]
+        assert timed and all(b["documents_per_second"] > 0 and b["documents"] <= 8 for b in timed)
+        assert len(row["confusion_matrix"]) == 2
+        # Each run keeps its own run folder, outside reports/, with a model `predict` can load.
+        run_dir = root / "runs" / "tiny" / name
+        assert row["run_dir"] == str(run_dir)
+        assert (run_dir / "best" / "longbert_config.json").is_file()
+        assert (run_dir / "recipe.yaml").read_text().count(f"name: {name}") == 1
+    # The same data, seed and budget for both: the resolved recipes differ only in the strategy and the run name.
+    a, b = (json.loads(json.dumps(results["strategies"][s]["settings"])) for s in STRATEGIES)
+    assert a["name"] == "truncate" and a["max_tokens"] == 62 and "pooling" not in a
+    assert b["name"] == "chunk" and b["window"] == 62 and b["pooling"] == "attention"
+    assert len(set(saved["budget"]["steps"].values())) == 1
+    assert saved["budget"]["seed"] == 42
+    assert {c["documents"] for c in saved["comparisons"]} == {"all", "long"}
+    for example in saved["error_analysis"]["examples"]:  # long_tokens=128: the tiny models disagree on some
+        assert example["n_tokens"] > 128 and example["right"] and example["wrong"]
+        assert example["strategies"]["truncate"]["decisive"]["method"] == "kept"
+        chunk = example["strategies"]["chunk"]
+        assert chunk["decisive"]["method"] in ("weight", "occlusion")
+        assert any(segment["highlight"] and segment["text"].strip() for segment in chunk["excerpt"])
+    # The pages: markdown with plot files beside it, HTML self-contained with the plots embedded.
+    markdown = (report / "report.md").read_text()
+    for part in ("Verdict", "truncate", "chunk", "Accuracy by document length", "Error analysis",
+                 "Machine and command", torch.__version__):
+        assert part in markdown
+    for png in ("accuracy-by-length.png", "speed-by-length.png", "confusion-matrices.png"):
+        assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png in markdown
+    page = (report / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 3
+    assert "http://" not in page and "https://" not in page
+    assert not list((root / "reports").glob(".*"))  # no staging folder left behind
+
+
+def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(compared):
+    before = _finished_files(compared)
+    again = compare(**compared["settings"])
+    assert {s: again["strategies"][s]["status"] for s in STRATEGIES} == {"truncate": "reused", "chunk": "reused"}
+    assert _finished_files(compared) == before
+    for s in STRATEGIES:
+        assert again["strategies"][s]["accuracy"] == compared["results"]["strategies"][s]["accuracy"]
+
+    # A run that stopped after its last checkpoint but before its test metrics continues; the other is reused.
+    (compared["root"] / "runs" / "tiny" / "chunk" / "metrics.json").unlink()
+    resumed = compare(**compared["settings"])
+    assert resumed["strategies"]["chunk"]["status"] == "resumed"
+    assert resumed["strategies"]["truncate"]["status"] == "reused"
+    assert resumed["strategies"]["chunk"]["accuracy"] == compared["results"]["strategies"]["chunk"]["accuracy"]
+
+
+def test_a_changed_recipe_fails_before_any_training(compared):
+    before = _finished_files(compared)
+    settings = dict(compared["settings"], overrides=compared["settings"]["overrides"] + ["train.learning_rate=0.002"])
+    with pytest.raises(LongbertError, match="different recipe.*train.learning_rate"):
+        compare(**settings)
+    assert _finished_files(compared) == before
+
+
+def test_unknown_strategies_and_bad_settings_fail_before_any_training(tmp_path, tiny_backbone_dir, imdb_slice):
+    with pytest.raises(LongbertError, match="unknown strategy 'chnk'; valid strategies: .*chunk.*truncate"):
+        compare(["truncate", "chnk"], runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports")
+    with pytest.raises(LongbertError, match="none of truncate has a field 'window'"):
+        compare("truncate", overrides=["strategy.window=62"], runs_dir=tmp_path / "runs")
+    # A window the tiny backbone's 128 positions cannot hold fails when the models are built, before training.
+    too_long = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("chunk.window")]
+    with pytest.raises(LongbertError, match="^chunk: strategy.window must leave room"):
+        compare(["truncate", "chunk"], overrides=too_long + ["chunk.window=500"], runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
+
+
+def test_cli_compare_prints_the_summary_and_reports_errors_in_one_line(compared, tmp_path):
+    root, settings = compared["root"], compared["settings"]
+    args = ["compare", "--strategies", "truncate,chunk", "--name", "tiny", "--runs-dir", str(root / "runs"),
+            "--reports-dir", str(tmp_path / "reports")]
+    for text in settings["overrides"]:
+        args += ["--set", text]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "longbert compare: tiny" in result.output and "reused" in result.output
+    assert (tmp_path / "reports" / "tiny" / "report.html").is_file()
+
+    result = CliRunner().invoke(app, ["compare", "--strategies", "truncate,chnk", "--runs-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert "valid strategies" in result.output and not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The error-analysis helpers
+
+
+def _row(n_tokens, label, predicted, confidence=0.9):
+    probabilities = [confidence, 1 - confidence] if predicted == 0 else [1 - confidence, confidence]
+    return {"n_tokens": n_tokens, "label": label, "predicted": predicted, "probabilities": probabilities}
+
+
+def test_examples_are_long_disagreements_most_confident_mistakes_first_pairs_taking_turns():
+    predictions = {
+        "a": [_row(900, 1, 1), _row(900, 1, 1), _row(300, 1, 1), _row(900, 0, 1), _row(900, 0, 0)],
+        "b": [_row(900, 1, 0, 0.6), _row(900, 1, 0, 0.95), _row(300, 1, 0), _row(900, 0, 0), _row(900, 0, 0)],
+    }
+    chosen = select_examples(predictions, long_tokens=512, limit=6)
+    # 2 is short and 4 is right for both: never chosen. b's most confident mistake (1) comes before 0.
+    assert chosen == [{"index": 1, "right": "a", "wrong": "b"}, {"index": 3, "right": "b", "wrong": "a"},
+                      {"index": 0, "right": "a", "wrong": "b"}]
+    assert select_examples(predictions, limit=1) == chosen[:1]
+    assert select_examples({"a": predictions["a"]}) == []
+
+
+def test_unit_spans_are_the_windows_the_strategies_cut():
+    for config, length in ((ChunkConfig(window=50), 173), (SlidingConfig(window=50, stride=20), 173),
+                           (ChunkConfig(window=50), 50)):
+        stride = getattr(config, "stride", config.window)
+        windows = split_windows(torch.arange(length), config.window, stride)
+        assert unit_spans(config, length) == [[(int(w[0]), int(w[-1]) + 1)] for w in windows]
+    truncate = TruncateConfig(max_tokens=100, head_tokens=30)
+    (kept,) = unit_spans(truncate, 400)
+    assert kept == [(0, 30), (330, 400)]
+    assert sum(b - a for a, b in kept) == len(keep(torch.arange(400), truncate))
+
+
+@pytest.mark.parametrize("config", [ChunkConfig(window=30), SlidingConfig(window=30, stride=10),
+                                    TruncateConfig(max_tokens=30, head_tokens=10)], ids=lambda c: c.name)
+def test_unit_spans_match_the_units_the_model_reads(config, tiny_backbone, tokenizer):
+    from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
+
+    strategy = build_strategy(config, tiny_backbone.config.hidden_size, SpecialTokens.from_tokenizer(tokenizer),
+                              PassBudget())
+    for length in (1, 30, 31, 95):
+        units = strategy.encode(tiny_backbone, [torch.arange(1000, 1000 + length)])  # (1, N, H)
+        assert len(unit_spans(config, length)) == int(units.mask.sum())
+
+
+def test_unit_spans_of_segment_strategies_are_consecutive_segments():
+    from types import SimpleNamespace
+
+    for name in ("recurrence", "rmt"):
+        assert unit_spans(SimpleNamespace(name=name, segment=50), 120) == [[(0, 50)], [(50, 100)], [(100, 120)]]
+    assert unit_spans(SimpleNamespace(name="unknown"), 120) is None
+
+
+def test_excerpt_highlights_exactly_the_decisive_tokens(tokenizer):
+    text = " ".join(f"word{i}" for i in range(200))
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = encoded["offset_mapping"]
+    span = (40, 60)
+    segments = excerpt(text, offsets, span, context=5, head=100)
+    marked = "".join(s["text"] for s in segments if s["highlight"])
+    assert marked == tokenizer.decode(encoded["input_ids"][40:60]).replace(" ##", "")
+    assert segments[0]["text"].startswith("… ") and segments[-1]["text"].endswith(" …")
+    long = excerpt(text, offsets, (0, len(offsets)), head=10, tail=5)
+    assert [s["highlight"] for s in long] == [True, False, True]
