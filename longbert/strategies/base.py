@@ -19,6 +19,14 @@ Tensor dimension letters used in shape comments across the package:
     N  units per document (chunks, windows, segments; 1 for a single-vector strategy)
     L  tokens in one window, with its [CLS]/[SEP] (padded to the longest window in the pass)
     H  hidden size of the backbone     C  number of classes
+Block-sparse attention (bigbird) adds:
+    A  attention heads                 D  size of one head (H / A)
+    S  tokens in one attention block   G  blocks in one pass (L / S)
+    Q  query blocks that attend sparsely (G minus the global blocks)
+    K  key blocks each of them reads (global + window + random)   R  random blocks per query block
+Segment recurrence (recurrence, rmt) adds, with A and D as above:
+    M  memory slots carried from one segment to the next (tokens per layer, or memory tokens)
+    E  documents still being read at one step of the recurrence (E <= B)
 """
 
 from __future__ import annotations

@@ -1,0 +1,243 @@
+"""Speed and peak memory of the `recurrence` and `rmt` strategies at inference, side by side with `chunk`, on the
+same real documents (IMDb test reviews laid end to end) and the same MiniLM weights.
+
+    python benchmarks/bench_recurrence.py            # 2,048 / 8,192 / 32,768 / 65,536 tokens, fp32 and bf16
+    python benchmarks/bench_recurrence.py --quick    # 2,048 and 4,096 tokens, bf16, 1 timed forward: checks that it runs
+
+What is measured: one document per forward, inference (eval mode, no_grad), bf16 autocast and fp32.
+  recurrence   510-token segments, a memory of 512 tokens per layer spanning 1 segment, memory bias on (defaults)
+  rmt          500-token segments with 10 memory tokens (defaults)
+  chunk        510-token chunks through plain MiniLM, as many per pass as the default budget allows (64 windows,
+               16,384 tokens)
+The document is the first reviews of IMDb's test split joined with spaces, tokenized without special tokens and
+cut to the length (content tokens; [CLS]/[SEP] come on top). Every configuration runs in a fresh subprocess, so
+each peak is its own: peak_memory_mb is the process's peak resident set size during its first forward
+(longbert.hardware.measure), model_memory_mb the resident size just before it (weights, runtime, the token ids),
+forward_memory_mb the difference. Time is the median of the timed forwards after that first one.
+Targets: forward memory flat in length for `recurrence`; its time per token within 1.5x of chunk's.
+
+Writes benchmarks/results/recurrence.json (or --output) and prints a table. The full run takes roughly 15 to 30
+minutes on a 2-core CPU (64k tokens in fp32 dominate); run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LENGTHS = [2048, 8192, 32768, 65536]
+QUICK_LENGTHS = [2048, 4096]
+SYSTEMS = ["recurrence", "rmt", "chunk"]
+PRECISIONS = ["bf16", "fp32"]
+RESULTS = Path(__file__).resolve().parent / "results" / "recurrence.json"
+
+
+# -- one configuration, in its own process ---------------------------------------------------------------------
+
+
+def _rss_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
+    """The first `tokens` content ids of IMDb test reviews laid end to end (repeated if they run out); returns
+    (ids, reviews used)."""
+    from longbert.data import resolve_data_path
+
+    folder = resolve_data_path("imdb")
+    if folder is None or not (folder / "test.jsonl.gz").is_file():
+        raise SystemExit("IMDb not found: expected ../shared/data/imdb/test.jsonl.gz (or set LONGBERT_DATA_DIR)")
+    ids: list[int] = []
+    reviews = 0
+    while len(ids) < tokens:  # the test split holds about 7M tokens: repeating is only a safeguard
+        with gzip.open(folder / "test.jsonl.gz", "rt") as f:
+            for line in f:
+                ids.extend(tokenizer(json.loads(line)["text"], add_special_tokens=False)["input_ids"])
+                reviews += 1
+                if len(ids) >= tokens:
+                    break
+    return ids[:tokens], reviews
+
+
+def build_strategy(system: str, backbone, special):
+    from longbert.strategies.base import PassBudget
+    from longbert.strategies.base import build_strategy as build
+    from longbert.strategies.chunk import ChunkConfig
+    from longbert.strategies.recurrence import RecurrenceConfig
+    from longbert.strategies.rmt import RmtConfig
+
+    config = {"recurrence": RecurrenceConfig(), "rmt": RmtConfig(), "chunk": ChunkConfig(window=510)}[system]
+    strategy = build(config, backbone.config.hidden_size, special, PassBudget())
+    strategy.adapt_backbone(backbone)
+    return strategy.eval()
+
+
+def run_one(spec: dict) -> dict:
+    """Build one system, run one document `repeats + 1` times; returns the measurements (or the error)."""
+    import torch
+    import transformers
+
+    from longbert.backbone import load_backbone
+    from longbert.hardware import measure
+    from longbert.strategies.base import SpecialTokens
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(spec["threads"])
+    backbone, tokenizer = load_backbone("minilm", attention_dropout=0.0, hidden_dropout=0.0)
+    backbone.eval()
+    special = SpecialTokens.from_tokenizer(tokenizer)
+    strategy = build_strategy(spec["system"], backbone, special)
+    ids, reviews = imdb_document(tokenizer, spec["tokens"])
+    document = torch.tensor(ids, dtype=torch.long)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["precision"] == "bf16")
+    out = dict(spec, reviews=reviews)
+    try:
+        with torch.no_grad(), autocast:
+            before = _rss_mb()
+            with measure("cpu") as first:
+                units = strategy.encode(backbone, [document])
+            times = []
+            for _ in range(spec["repeats"]):
+                start = time.perf_counter()
+                strategy.pool(strategy.encode(backbone, [document]))
+                times.append(time.perf_counter() - start)
+    except Exception as error:  # recorded, not raised: a failing configuration is a result
+        out["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        return out
+    seconds = statistics.median(times) if times else first["seconds"]
+    out.update(
+        units=int(units.mask.sum()),
+        seconds=round(seconds, 4),
+        us_per_token=round(seconds / spec["tokens"] * 1e6, 1),
+        first_forward_seconds=round(first["seconds"], 4),
+        peak_memory_mb=first["peak_memory_mb"],
+        model_memory_mb=before,
+        forward_memory_mb=None if first["peak_memory_mb"] is None or before is None
+        else round(first["peak_memory_mb"] - before, 1),
+        memory_kind=first["memory_kind"],
+    )
+    return out
+
+
+# -- the driver ------------------------------------------------------------------------------------------------
+
+
+def subprocess_json(args: list[str], timeout: float) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f}s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit code {done.returncode} (killed for memory?): {tail[:300]}"}
+    return json.loads(lines[-1])
+
+
+def summarise(results: list[dict]) -> dict:
+    """Per precision: recurrence's and rmt's time per token over chunk's at each length, and how each system's
+    forward memory grows from the shortest to the longest document."""
+    def find(system, precision, tokens):
+        for r in results:
+            if (r["system"], r["precision"], r["tokens"]) == (system, precision, tokens) and "error" not in r:
+                return r
+        return None
+
+    lengths = sorted({r["tokens"] for r in results})
+    summary = {}
+    for precision in sorted({r["precision"] for r in results}):
+        row: dict = {}
+        for system in ("recurrence", "rmt"):
+            row[f"{system}_time_per_token_over_chunk"] = {
+                str(t): round(find(system, precision, t)["seconds"] / find("chunk", precision, t)["seconds"], 2)
+                for t in lengths if find(system, precision, t) and find("chunk", precision, t)}
+        for system in SYSTEMS:
+            row[f"{system}_forward_memory_mb"] = {
+                str(t): find(system, precision, t)["forward_memory_mb"] for t in lengths if find(system, precision, t)}
+        ratios = row["recurrence_time_per_token_over_chunk"].values()
+        row["recurrence_within_1.5x_of_chunk"] = bool(ratios) and max(ratios) <= 1.5
+        summary[precision] = row
+    return summary
+
+
+def print_table(results: list[dict]) -> None:
+    header = f"{'system':<11} {'prec':<5} {'tokens':>6} {'units':>5} {'seconds':>8} {'us/token':>9} {'peak MB':>8} {'fwd MB':>7}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        if "error" in r:
+            print(f"{r['system']:<11} {r['precision']:<5} {r['tokens']:>6}  fails: {r['error'][:70]}")
+            continue
+        print(f"{r['system']:<11} {r['precision']:<5} {r['tokens']:>6} {r['units']:>5} {r['seconds']:>8.3f} "
+              f"{r['us_per_token']:>9.1f} {r['peak_memory_mb'] or 0:>8.0f} {r['forward_memory_mb'] or 0:>7.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2,048 and 4,096 tokens, bf16 only, 1 timed forward")
+    parser.add_argument("--lengths", type=int, nargs="+", help="document lengths in content tokens")
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="bf16 and/or fp32")
+    parser.add_argument("--repeats", type=int, help="timed forwards per configuration (after the first)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's default for this machine)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds allowed to one configuration")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    import torch
+
+    threads = args.threads or torch.get_num_threads()
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one))))
+        return
+
+    from longbert.hardware import describe_machine
+
+    lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
+    precisions = args.precisions or (["bf16"] if args.quick else PRECISIONS)
+    repeats = args.repeats or (1 if args.quick else 3)
+    results = []
+    for tokens in lengths:
+        for precision in precisions:
+            for system in SYSTEMS:
+                spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads)
+                result = subprocess_json(["--one", json.dumps(spec)], args.timeout)
+                results.append({**spec, **result})
+                r = results[-1]
+                status = r.get("error") or f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB (forward {r['forward_memory_mb']} MB)"
+                print(f"  {system:<11} {precision:<5} {tokens:>6}: {status}", flush=True)
+    report = {
+        "benchmark": "recurrence / rmt / chunk inference, one real document per forward",
+        "machine": describe_machine(),
+        "settings": {"lengths": lengths, "precisions": precisions, "repeats": repeats, "threads": threads,
+                     "backbone": "minilm (all-MiniLM-L6-v2)", "document": "IMDb test reviews end to end",
+                     "recurrence": "segment 510, memory 512, memory_segments 1, memory_bias", "rmt": "segment 500, 10 memory tokens",
+                     "chunk": "window 510, budget 64 windows / 16384 tokens per pass", "quick": args.quick},
+        "results": results,
+        "summary": summarise(results),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    print_table(results)
+    print()
+    print(json.dumps(report["summary"], indent=2))
+    print(f"\nwrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

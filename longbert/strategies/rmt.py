@@ -1,0 +1,106 @@
+"""`rmt`: the Recurrent Memory Transformer (Bulatov et al. 2022, "Recurrent Memory Transformer"; with BERT-base up
+to millions of tokens in Bulatov et al. 2023): a simpler way to carry state across segments than `recurrence`.
+
+A few memory tokens travel with the document. Each segment is read as
+
+    [CLS] m_1 .. m_k  segment  [SEP]        positions 0, 1 .. k, k+1 .., segment-local as in `recurrence`
+
+where the k memory embeddings are, for the first segment, learned vectors, and for every later segment the
+backbone's output states at the memory positions of the segment before (in an encoder the same tokens are read and
+written, as in RMT's encoder variant). They enter like word embeddings: the backbone adds its position and
+token-type embeddings and normalises them. Nothing in the backbone changes; the memory is the only state, so it
+costs k positions of each segment and nothing else, and at inference peak memory does not depend on the length.
+
+Gradients flow back through the memory across the whole document by default (`backprop_segments: null`, as RMT
+trains); `backprop_segments: k` cuts them as `recurrence` does (every k+1 segments counting back from the last).
+The document vector comes by default from the last segment, which has read the whole document through the memory.
+`memory_tokens: 0` is plain independent segments, exactly `chunk` with `window = segment`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.recurrence import build_segment_pooler, read_segments, segment_problems, wrap_segments
+from longbert.strategies.windows import check_fits, pool_tokens
+
+
+@dataclass
+class TokenMemory:
+    """The memory tokens' states, carried to the next segment."""
+
+    states: torch.Tensor  # (E, M, H)
+
+    def rows(self, start: int, stop: int) -> "TokenMemory":
+        return TokenMemory(self.states[start:stop])
+
+    def cut_gradient(self, cut: torch.Tensor) -> "TokenMemory":
+        if bool(cut.all()):
+            return TokenMemory(self.states.detach())
+        if not bool(cut.any()):
+            return self
+        return TokenMemory(torch.where(cut.to(self.states.device)[:, None, None], self.states.detach(), self.states))
+
+    @staticmethod
+    def join(parts: list["TokenMemory"]) -> "TokenMemory":
+        return TokenMemory(torch.cat([p.states for p in parts]))
+
+
+@dataclass
+class RmtConfig:
+    name: str = "rmt"
+    segment: int = option(500, "content tokens per segment; [CLS], the memory tokens and [SEP] come on top")
+    memory_tokens: int = option(10, "memory tokens read and written by every segment and passed to the next; 0 = independent segments")
+    backprop_segments: int | None = option(None, "segment boundaries gradients cross through the memory: null = the whole document (RMT), 0 stops them")
+    pooling: str = option("last", "document vector from segment vectors: last, mean, max, attention or transformer")
+    token_pooling: str = option("cls", "segment vector: cls ([CLS] state) or mean (mean of the segment's token states, memory tokens left out)")
+
+    def problems(self, path: str) -> list[str]:
+        out = segment_problems(self, path)
+        if self.memory_tokens < 0:
+            out.append(f"{path}.memory_tokens must be >= 0, got {self.memory_tokens}")
+        return out
+
+
+@register("rmt", RmtConfig, "segments read in order, passing a few learned memory tokens from each segment to the next (RMT)")
+class RmtStrategy(nn.Module):
+    def __init__(self, config: RmtConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
+        super().__init__()
+        self.config, self.special, self.budget = config, special, budget
+        self.pooler = build_segment_pooler(config.pooling, hidden_size)
+        # The first segment's memory; BERT's initializer range. (M, H)
+        self.memory = nn.Parameter(torch.randn(config.memory_tokens, hidden_size) * 0.02) if config.memory_tokens else None
+
+    def adapt_backbone(self, backbone: nn.Module) -> None:
+        check_fits(backbone, self.config.segment + self.config.memory_tokens, "strategy.segment + strategy.memory_tokens")
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        cfg = self.config
+        device = next(backbone.parameters()).device
+        k = cfg.memory_tokens
+
+        def run_pass(pieces: list[torch.Tensor], memory: TokenMemory | None):
+            input_ids, attention_mask = wrap_segments(pieces, self.special, device)  # (E, L), (E, L)
+            if k == 0:
+                hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (E, L, H)
+                return pool_tokens(hidden, attention_mask, cfg.token_pooling), None
+            rows = input_ids.shape[0]
+            tokens = backbone.get_input_embeddings()(input_ids)  # (E, L, H)
+            read = self.memory.expand(rows, -1, -1) if memory is None else memory.states  # (E, M, H)
+            embeds = torch.cat([tokens[:, :1], read.to(tokens.dtype), tokens[:, 1:]], 1)  # (E, M + L, H)
+            ones = attention_mask.new_ones((rows, k))
+            mask = torch.cat([attention_mask[:, :1], ones, attention_mask[:, 1:]], 1)  # (E, M + L)
+            hidden = backbone(inputs_embeds=embeds, attention_mask=mask).last_hidden_state  # (E, M + L, H)
+            written = hidden[:, 1 : 1 + k].clone()  # (E, M, H); a copy, so the pass's hidden states can go
+            own = torch.cat([hidden[:, :1], hidden[:, 1 + k :]], 1)  # (E, L, H): the segment without its memory
+            return pool_tokens(own, attention_mask, cfg.token_pooling), TokenMemory(written)
+
+        return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
+                             run_pass, k, device)
+
+    def pool(self, units: Units) -> Pooled:
+        return self.pooler(units)
