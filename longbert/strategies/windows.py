@@ -61,7 +61,7 @@ def encode_windows(
     own longest window, so a batch of short reviews never pays for 512 positions."""
     device = next(backbone.parameters()).device
     lengths = [w.shape[0] + 2 for w in windows]
-    out: list[torch.Tensor | None] = [None] * len(windows)
+    out: torch.Tensor | None = None  # (W, H), filled pass by pass
     for indices in _plan_passes(lengths, budget):
         width = lengths[indices[0]]
         input_ids = torch.full((len(indices), width), special.pad_id, dtype=torch.long, device=device)  # (W, L)
@@ -74,9 +74,11 @@ def encode_windows(
             attention_mask[row, :n] = 1
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (W, L, H)
         vectors = pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
-        for row, i in enumerate(indices):
-            out[i] = vectors[row]
-    return torch.stack(out)  # (W, H)
+        if out is None:
+            out = vectors.new_zeros((len(windows), vectors.shape[-1]))
+        # Copy into `out` rather than keep views: a view of hidden[:, 0] would keep the whole pass alive.
+        out[torch.tensor(indices, device=device)] = vectors
+    return out  # (W, H)
 
 
 def gather_units(vectors: torch.Tensor, counts: list[int]) -> Units:
