@@ -122,6 +122,12 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None) -> 
 
     cfg = recipe.train
     precision = resolve_precision(cfg.mixed_precision, "cuda" if torch.cuda.is_available() else "cpu")
+    # accelerate keeps its settings in a process-wide singleton; a second run in the same process (a notebook, or
+    # `compare`) may ask for another precision, so clear the per-run part (never the process group).
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
     accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.gradient_accumulation)
     set_seed(recipe.seed)
 

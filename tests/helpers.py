@@ -13,6 +13,9 @@ TINY_STRATEGY_SETTINGS = {
     "truncate": ["strategy.max_tokens=100", "strategy.head_tokens=30"],
     "chunk": ["strategy.window=40"],
     "sliding": ["strategy.window=40", "strategy.stride=20"],
+    "bigbird": ["strategy.max_tokens=256", "strategy.block_size=16", "strategy.full_attention_up_to=64"],
+    "recurrence": ["strategy.segment=40", "strategy.memory=42"],
+    "rmt": ["strategy.segment=40", "strategy.memory_tokens=4"],
 }
 
 

@@ -103,3 +103,11 @@ def test_lora_run(tiny_recipe):
     result = longbert.train(recipe)
     assert (result.run_dir / "best" / "adapter" / "adapter_model.safetensors").is_file()
     assert result.metrics["steps"] == 3
+
+
+def test_two_runs_with_different_precision_in_one_process(tiny_recipe, tmp_path):
+    """accelerate's settings are process-wide; a second run (a notebook, `compare`) may change them."""
+    for precision in ("no", "bf16"):
+        recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1", f"train.mixed_precision={precision}",
+                                                          f"output_dir={tmp_path / precision}"])
+        assert longbert.train(recipe).metrics["mixed_precision"] == precision

@@ -1,0 +1,356 @@
+"""`bigbird`: the whole document (up to `max_tokens`) in one pass of the backbone, with the block-sparse attention
+of BigBird (Zaheer et al. 2020, "Big Bird: Transformers for Longer Sequences") put into any BERT-family encoder.
+
+The pass ([CLS] document [SEP], padded to a multiple of `block_size`) is cut into blocks of S tokens:
+  - the first `global_blocks` blocks (they hold [CLS]) are global: their queries read every key of the document,
+    and every query reads them;
+  - every other query block reads its `window_blocks` neighbouring blocks (itself in the middle);
+  - in training, each of those also reads `random_blocks` blocks drawn (from a seeded generator) among the rest of
+    its own document; at evaluation it reads none, so predictions are deterministic.
+A query reads at most (global + window + random) blocks, so time and memory grow linearly with the length: the
+only score tensors are (W·Q, A, S, K·S) for the sparse blocks and (W, A, g·S, L) for the global rows; no (L, L)
+tensor, score or mask, is ever built.
+
+Short documents. A document of at most `full_attention_up_to` tokens (with [CLS]/[SEP]) is read with ordinary
+full attention, exactly as `truncate` reads it; a longer one block-sparse. The rule looks at that document's own
+length, on every call; nothing is remembered between calls, and one batch may mix both (they go through
+separate passes), so a document's vector never depends on what it was batched with.
+
+Positions past 512. `adapt_backbone` extends the learned position table to `max_tokens` by copying it (position
+p gets the learned vector of p mod 512), as the Longformer authors did when converting RoBERTa: the first 512
+positions are unchanged; further ones repeat them, which the model has to learn to tell apart by fine-tuning.
+
+How it reaches the backbone. The backbone's attention implementation is switched to `longbert_block_sparse`, a
+function registered with transformers' AttentionInterface. Called with the keyword argument `block_sparse_plan`
+(built per pass by this strategy and passed through `backbone(...)`), it runs block-sparse; called without one it
+is ordinary full attention with a key-padding mask (the registered mask function keeps the (W, 1, 1, L) padding
+mask as it is instead of expanding it to (W, 1, L, L)). So the mode is an argument of each call, never a state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from longbert.errors import LongbertError
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.windows import TOKEN_POOLINGS, _plan_passes, encode_windows, gather_units, pool_tokens
+
+ATTENTION_NAME = "longbert_block_sparse"
+PLAN_ARGUMENT = "block_sparse_plan"
+
+
+@dataclass
+class BigBirdConfig:
+    name: str = "bigbird"
+    max_tokens: int = option(4096, "tokens read per document, with [CLS]/[SEP] (a multiple of block_size); longer documents keep their head")
+    block_size: int = option(64, "tokens per attention block")
+    window_blocks: int = option(3, "neighbouring blocks each query block reads, itself in the middle (odd)")
+    global_blocks: int = option(2, "leading blocks (holding [CLS]) that read, and are read by, every block")
+    random_blocks: int = option(3, "extra blocks each query block reads in training, drawn at random (seeded); none at evaluation")
+    random_seed: int = option(0, "seed of the generator that draws the random blocks")
+    full_attention_up_to: int = option(512, "documents of at most this many tokens (with [CLS]/[SEP]) use full attention; 0: always block-sparse")
+    token_pooling: str = option("cls", "document vector: cls ([CLS] state) or mean (mean of token states)")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        for name in ("block_size", "window_blocks", "global_blocks"):
+            if getattr(self, name) < 1:
+                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.window_blocks >= 1 and self.window_blocks % 2 == 0:
+            out.append(f"{path}.window_blocks must be odd (the query block sits in the middle), got {self.window_blocks}")
+        if self.random_blocks < 0:
+            out.append(f"{path}.random_blocks must be >= 0, got {self.random_blocks}")
+        if self.block_size >= 1 and self.global_blocks >= 1:
+            smallest = (self.global_blocks + 1) * self.block_size
+            if self.max_tokens < smallest:
+                out.append(f"{path}.max_tokens must hold the global blocks and one more block "
+                           f"(>= {smallest} with block_size {self.block_size}), got {self.max_tokens}")
+            elif self.max_tokens % self.block_size:
+                out.append(f"{path}.max_tokens must be a multiple of {path}.block_size, "
+                           f"got {self.max_tokens} % {self.block_size} = {self.max_tokens % self.block_size}")
+        if not 0 <= self.full_attention_up_to <= self.max_tokens:
+            out.append(f"{path}.full_attention_up_to must be between 0 and {path}.max_tokens, "
+                       f"got {self.full_attention_up_to} (max_tokens {self.max_tokens})")
+        if self.token_pooling not in TOKEN_POOLINGS:
+            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The attention pattern
+
+
+@dataclass
+class BlockSparsePlan:
+    """Which key blocks each query block reads in one pass; built by `plan_pass`, handed to the backbone as the
+    keyword argument `block_sparse_plan` and read by `block_sparse_attention` in every layer."""
+
+    block_size: int
+    global_blocks: int
+    token_mask: torch.Tensor  # (W, L) bool, True at real tokens
+    key_blocks: torch.Tensor  # (layers or 1, W or 1, Q, K) long: the blocks each sparse query block reads
+    key_valid: torch.Tensor  # (layers or 1, W or 1, Q, K) bool: False where a slot is off the sequence or a repeat
+
+
+def fixed_key_blocks(n_blocks: int, global_blocks: int, window_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The key blocks every sparse query block reads in every pass: the global blocks, then its window.
+    Returns blocks and validity, both (Q, g + window_blocks), for the Q = n_blocks - g non-global query blocks."""
+    g, radius = global_blocks, window_blocks // 2
+    query = torch.arange(g, n_blocks)  # (Q,) block index of each sparse query block
+    window = query[:, None] + torch.arange(-radius, radius + 1)[None]  # (Q, window_blocks)
+    glob = torch.arange(g).expand(query.shape[0], g)  # (Q, g)
+    # A window block that is global is already read as global: reading it twice would count it twice in softmax.
+    window_valid = (window >= g) & (window < n_blocks)
+    blocks = torch.cat([glob, window.clamp(0, n_blocks - 1)], dim=1)  # (Q, K)
+    valid = torch.cat([torch.ones_like(glob, dtype=torch.bool), window_valid], dim=1)  # (Q, K)
+    return blocks, valid
+
+
+def draw_random_blocks(
+    generator: torch.Generator, layers: int, real_blocks: torch.Tensor, n_blocks: int, global_blocks: int,
+    window_blocks: int, random_blocks: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`random_blocks` blocks per sparse query block, per layer and per document, each drawn uniformly among its
+    document's non-global blocks outside the query's window (`real_blocks` (W,): blocks holding real tokens per
+    row, so padding is never drawn). A draw that repeats an earlier one of the same query block is marked
+    invalid instead of counted twice. Returns blocks and validity, both (layers, W, Q, random_blocks)."""
+    g, radius = global_blocks, window_blocks // 2
+    query = torch.arange(g, n_blocks)[None]  # (1, Q)
+    n = real_blocks[:, None]  # (W, 1)
+    # Eligible: [g, lo) and [hi, n), where [lo, hi) is the window cut to the document's non-global blocks.
+    lo = torch.minimum((query - radius).clamp(min=g), n)  # (W, Q)
+    hi = torch.minimum((query + radius + 1).clamp(min=g), n)  # (W, Q)
+    before = lo - g  # (W, Q) eligible blocks left of the window
+    eligible = (n - g) - (hi - lo)  # (W, Q)
+    shape = (layers, *eligible.shape, random_blocks)
+    pick = (torch.rand(shape, generator=generator) * eligible.clamp(min=0)[..., None]).long()  # (layers, W, Q, R)
+    before = before[..., None]
+    blocks = torch.where(pick < before, g + pick, hi[..., None] + (pick - before))  # (layers, W, Q, R)
+    valid = (eligible > 0)[..., None].expand(shape).clone()
+    repeats = (blocks[..., :, None] == blocks[..., None, :]).tril(diagonal=-1).any(-1)  # (layers, W, Q, R)
+    valid &= ~repeats
+    return blocks.clamp(0, n_blocks - 1), valid
+
+
+def block_sparse_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    block_sparse_plan: BlockSparsePlan | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention function. query/key/value (W, A, L, D) -> output (W, L, A, D), no weights.
+
+    With a plan: block-sparse. Without: ordinary full attention through transformers' sdpa function, with the
+    (W, 1, 1, L) key-padding mask made by `padding_mask` (or None when nothing is padded)."""
+    if block_sparse_plan is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    plan = block_sparse_plan
+    rows, heads, length, size = query.shape  # W, A, L, D
+    s, g = plan.block_size, plan.global_blocks
+    n_blocks = length // s  # G
+    key_mask = plan.token_mask  # (W, L)
+
+    # Global query rows read every key: (W, A, g·S, L) scores, linear in L.
+    global_out = F.scaled_dot_product_attention(
+        query[:, :, : g * s], key, value, attn_mask=key_mask[:, None, None, :], dropout_p=dropout, scale=scaling
+    )  # (W, A, g·S, D)
+    global_out = global_out.transpose(1, 2)  # (W, g·S, A, D)
+    if n_blocks == g:
+        return global_out.contiguous(), None
+
+    # Sparse query blocks read their K key blocks, gathered per query block.
+    layer = getattr(module, "layer_idx", None) or 0
+    blocks = plan.key_blocks[layer % plan.key_blocks.shape[0]]  # (W or 1, Q, K)
+    valid = plan.key_valid[layer % plan.key_valid.shape[0]]  # (W or 1, Q, K)
+    q_blocks, k_blocks = blocks.shape[-2], blocks.shape[-1]  # Q, K
+    row = torch.arange(rows, device=query.device)[:, None, None]  # (W, 1, 1)
+    q = query.transpose(1, 2)[:, g * s :].reshape(rows * q_blocks, s, heads, size).transpose(1, 2)  # (W·Q, A, S, D)
+
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        x = x.transpose(1, 2).reshape(rows, n_blocks, s, heads, size)  # (W, G, S, A, D)
+        x = x[row, blocks]  # (W, Q, K, S, A, D)
+        return x.reshape(rows * q_blocks, k_blocks * s, heads, size).transpose(1, 2)  # (W·Q, A, K·S, D)
+
+    mask = key_mask.view(rows, n_blocks, s)[row, blocks] & valid[..., None]  # (W, Q, K, S)
+    mask = mask.reshape(rows * q_blocks, 1, 1, k_blocks * s)  # (W·Q, 1, 1, K·S)
+    # Every row of `mask` is true somewhere: block 0 is always read, and it holds [CLS].
+    sparse_out = F.scaled_dot_product_attention(
+        q, gather(key), gather(value), attn_mask=mask, dropout_p=dropout, scale=scaling
+    )  # (W·Q, A, S, D)
+    sparse_out = sparse_out.transpose(1, 2).reshape(rows, q_blocks * s, heads, size)  # (W, Q·S, A, D)
+    return torch.cat([global_out, sparse_out], dim=1), None  # (W, L, A, D)
+
+
+def padding_mask(batch_size: int, q_length: int, kv_length: int, attention_mask: torch.Tensor | None = None, **kwargs):
+    """transformers mask function for `longbert_block_sparse`: the key-padding mask as (W, 1, 1, L) bool, or None
+    when nothing is padded. Never expanded to (W, 1, L, L)."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    return attention_mask[:, None, None, :kv_length].bool()
+
+
+def register_attention() -> None:
+    """Make `longbert_block_sparse` a valid attn_implementation (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, block_sparse_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, padding_mask)
+
+
+def use_block_sparse_attention(backbone: nn.Module) -> None:
+    """Route the backbone's self-attention through `block_sparse_attention` (idempotent)."""
+    if getattr(backbone.config, "is_decoder", False):
+        raise LongbertError("strategy bigbird needs an encoder backbone; this one is configured as a decoder")
+    if not getattr(backbone, "_supports_attention_backend", False):
+        raise LongbertError(
+            f"strategy bigbird needs a backbone whose attention goes through transformers' AttentionInterface; "
+            f"{type(backbone).__name__} does not"
+        )
+    register_attention()
+    if backbone.config._attn_implementation != ATTENTION_NAME:
+        backbone.set_attn_implementation(ATTENTION_NAME)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Positions past 512
+
+
+def extend_positions(backbone: nn.Module, tokens: int) -> None:
+    """Give the backbone learned positions for `tokens` tokens by copying its learned table: new position p gets
+    the vector of position p mod n (n = the learned positions), as Longformer did for RoBERTa. Deterministic, and
+    idempotent: a backbone that already has enough positions is left as it is. Updates
+    `config.max_position_embeddings`, so `save_pretrained` records the new size and saves the whole table."""
+    embeddings = getattr(backbone, "embeddings", None)
+    table = getattr(embeddings, "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        raise LongbertError(
+            f"strategy bigbird extends learned absolute positions (embeddings.position_embeddings); "
+            f"{type(backbone).__name__} has none"
+        )
+    # RoBERTa-style tables start at padding_idx + 1: rows before that are kept and never copied.
+    offset = table.padding_idx + 1 if table.padding_idx is not None else 0
+    needed = tokens + offset
+    old_rows = table.num_embeddings
+    if old_rows >= needed:
+        return
+    learned = old_rows - offset
+    with torch.no_grad():
+        source = offset + torch.arange(needed - offset, device=table.weight.device) % learned  # (needed - offset,)
+        weight = torch.cat([table.weight[:offset], table.weight[source]])  # (needed, H)
+        extended = nn.Embedding(needed, weight.shape[1], padding_idx=table.padding_idx,
+                                device=weight.device, dtype=weight.dtype)
+        extended.weight.copy_(weight)
+    extended.weight.requires_grad_(table.weight.requires_grad)
+    embeddings.position_embeddings = extended
+    # Buffers sized by the old table (position ids, default token types) grow with it.
+    for name, fill in (("position_ids", None), ("token_type_ids", 0)):
+        buffer = getattr(embeddings, name, None)
+        if isinstance(buffer, torch.Tensor) and buffer.shape[-1] == old_rows:
+            grown = torch.arange(needed, device=buffer.device) if fill is None else buffer.new_full((needed,), fill)
+            persistent = name not in embeddings._non_persistent_buffers_set
+            embeddings.register_buffer(name, grown.to(buffer.dtype)[None], persistent=persistent)  # (1, rows)
+    backbone.config.max_position_embeddings = needed
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The strategy
+
+
+@register("bigbird", BigBirdConfig, "the whole document in one pass with BigBird block-sparse attention (window + global + random blocks)")
+class BigBirdStrategy(nn.Module):
+    def __init__(self, config: BigBirdConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
+        super().__init__()
+        self.config, self.special, self.budget = config, special, budget
+        self.generator = torch.Generator().manual_seed(config.random_seed)
+
+    def adapt_backbone(self, backbone: nn.Module) -> None:
+        extend_positions(backbone, self.config.max_tokens)
+        use_block_sparse_attention(backbone)
+
+    def uses_full_attention(self, tokens: int) -> bool:
+        """The short-document rule: `tokens` counts [CLS]/[SEP]."""
+        return tokens <= self.config.full_attention_up_to
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        c = self.config
+        kept = [ids[: c.max_tokens - 2] for ids in documents]  # longer documents keep their head
+        full = [i for i, ids in enumerate(kept) if self.uses_full_attention(ids.shape[0] + 2)]
+        sparse = [i for i, ids in enumerate(kept) if not self.uses_full_attention(ids.shape[0] + 2)]
+        vectors: list[torch.Tensor | None] = [None] * len(documents)
+        if full:
+            out = encode_windows(backbone, [kept[i] for i in full], self.special, self.budget,
+                                 c.token_pooling)  # (B', H)
+            for row, i in enumerate(full):
+                vectors[i] = out[row]
+        if sparse:
+            out = self.encode_sparse(backbone, [kept[i] for i in sparse])  # (B', H)
+            for row, i in enumerate(sparse):
+                vectors[i] = out[row]
+        return gather_units(torch.stack(vectors), [1] * len(documents))  # (B, 1, H)
+
+    def encode_sparse(self, backbone: nn.Module, documents: list[torch.Tensor]) -> torch.Tensor:
+        """Documents (each at most max_tokens - 2 content ids) -> (B, H), block-sparse, in passes bounded by the
+        budget; each pass is padded to its longest document rounded up to a block multiple."""
+        s = self.config.block_size
+        device = next(backbone.parameters()).device
+        lengths = [math.ceil((d.shape[0] + 2) / s) * s for d in documents]
+        out: torch.Tensor | None = None  # (B, H), filled pass by pass
+        for indices in _plan_passes(lengths, self.budget):
+            width = lengths[indices[0]]
+            input_ids = torch.full((len(indices), width), self.special.pad_id, dtype=torch.long,
+                                   device=device)  # (W, L)
+            attention_mask = torch.zeros((len(indices), width), dtype=torch.long, device=device)  # (W, L)
+            for row, i in enumerate(indices):
+                n = documents[i].shape[0] + 2
+                input_ids[row, 0] = self.special.cls_id
+                input_ids[row, 1 : n - 1] = documents[i].to(device)
+                input_ids[row, n - 1] = self.special.sep_id
+                attention_mask[row, :n] = 1
+            plan = self.plan_pass(attention_mask.bool(), backbone.config.num_hidden_layers, random=backbone.training)
+            hidden = backbone(
+                input_ids=input_ids, attention_mask=attention_mask, **{PLAN_ARGUMENT: plan}
+            ).last_hidden_state  # (W, L, H)
+            vectors = pool_tokens(hidden, attention_mask, self.config.token_pooling)  # (W, H)
+            if out is None:
+                out = vectors.new_zeros((len(documents), vectors.shape[-1]))
+            # Copy into `out` rather than keep views: a view of hidden[:, 0] would keep the whole pass alive.
+            out[torch.tensor(indices, device=device)] = vectors
+        return out  # (B, H)
+
+    def plan_pass(self, token_mask: torch.Tensor, layers: int, random: bool) -> BlockSparsePlan:
+        """The attention plan for one pass of `token_mask` (W, L) (L a block multiple). With `random`, every layer
+        gets its own draw of random blocks, made here, before the backbone runs, so that gradient checkpointing
+        recomputes a layer with the same blocks."""
+        c = self.config
+        rows, length = token_mask.shape
+        n_blocks = length // c.block_size
+        g = min(c.global_blocks, n_blocks)
+        blocks, valid = fixed_key_blocks(n_blocks, g, c.window_blocks)  # (Q, K')
+        blocks, valid = blocks[None, None], valid[None, None]  # (1, 1, Q, K')
+        if random and c.random_blocks > 0 and n_blocks > g:
+            real_blocks = token_mask.view(rows, n_blocks, c.block_size).any(-1).sum(-1).cpu()  # (W,)
+            extra, extra_valid = draw_random_blocks(
+                self.generator, layers, real_blocks, n_blocks, g, c.window_blocks, c.random_blocks
+            )  # (layers, W, Q, R)
+            shape = (layers, rows, *blocks.shape[-2:])
+            blocks = torch.cat([blocks.expand(shape), extra], dim=-1)  # (layers, W, Q, K)
+            valid = torch.cat([valid.expand(shape), extra_valid], dim=-1)  # (layers, W, Q, K)
+        device = token_mask.device
+        return BlockSparsePlan(c.block_size, g, token_mask, blocks.to(device), valid.to(device))
+
+    def pool(self, units: Units) -> Pooled:
+        return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)
