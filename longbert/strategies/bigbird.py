@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
-from longbert.strategies.windows import TOKEN_POOLINGS, _plan_passes, encode_windows, gather_units, pool_tokens
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
+from longbert.strategies.windows import TOKEN_POOLINGS, plan_passes, encode_windows, gather_units, pool_tokens
 
 ATTENTION_NAME = "longbert_block_sparse"
 PLAN_ARGUMENT = "block_sparse_plan"
@@ -76,8 +76,7 @@ class BigBirdConfig:
         if not 0 <= self.full_attention_up_to <= self.max_tokens:
             out.append(f"{path}.full_attention_up_to must be between 0 and {path}.max_tokens, "
                        f"got {self.full_attention_up_to} (max_tokens {self.max_tokens})")
-        if self.token_pooling not in TOKEN_POOLINGS:
-            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
         return out
 
 
@@ -309,7 +308,7 @@ class BigBirdStrategy(nn.Module):
         device = next(backbone.parameters()).device
         lengths = [math.ceil((d.shape[0] + 2) / s) * s for d in documents]
         out: torch.Tensor | None = None  # (B, H), filled pass by pass
-        for indices in _plan_passes(lengths, self.budget):
+        for indices in plan_passes(lengths, self.budget):
             width = lengths[indices[0]]
             input_ids = torch.full((len(indices), width), self.special.pad_id, dtype=torch.long,
                                    device=device)  # (W, L)

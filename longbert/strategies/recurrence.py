@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
 from longbert.strategies.pooling import POOLERS, build_pooler
 from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, pool_tokens
 
@@ -167,10 +167,8 @@ def segment_problems(config, path: str) -> list[str]:
         out.append(f"{path}.segment must be >= 1, got {config.segment}")
     if config.backprop_segments is not None and config.backprop_segments < 0:
         out.append(f"{path}.backprop_segments must be >= 0 or null, got {config.backprop_segments}")
-    if config.pooling not in SEGMENT_POOLINGS:
-        out.append(f"{path}.pooling must be one of {', '.join(SEGMENT_POOLINGS)}, got {config.pooling!r}")
-    if config.token_pooling not in TOKEN_POOLINGS:
-        out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {config.token_pooling!r}")
+    out += one_of(f"{path}.pooling", config.pooling, SEGMENT_POOLINGS)
+    out += one_of(f"{path}.token_pooling", config.token_pooling, TOKEN_POOLINGS)
     return out
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
 from longbert.strategies.pooling import POOLERS, build_pooler
 from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split
 
@@ -31,10 +31,8 @@ class SlidingConfig:
             out.append(f"{path}.stride must be >= 1, got {self.stride}")
         elif self.stride > self.window:
             out.append(f"{path}.stride must be <= {path}.window, got {self.stride} > {self.window}")
-        if self.pooling not in POOLERS:
-            out.append(f"{path}.pooling must be one of {', '.join(POOLERS)}, got {self.pooling!r}")
-        if self.token_pooling not in TOKEN_POOLINGS:
-            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        out += one_of(f"{path}.pooling", self.pooling, POOLERS)
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
         return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
 from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_windows, gather_units
 
 MODES = ("head", "tail", "head_tail")
@@ -26,15 +26,12 @@ class TruncateConfig:
     token_pooling: str = option("cls", "document vector from the window: cls ([CLS] state) or mean (token mean)")
 
     def problems(self, path: str) -> list[str]:
-        out = []
-        if self.mode not in MODES:
-            out.append(f"{path}.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        out = one_of(f"{path}.mode", self.mode, MODES)
         if self.max_tokens < 1:
             out.append(f"{path}.max_tokens must be >= 1, got {self.max_tokens}")
         if self.mode == "head_tail" and not 0 <= self.head_tokens <= self.max_tokens:
             out.append(f"{path}.head_tokens must be between 0 and max_tokens, got {self.head_tokens} > {self.max_tokens}")
-        if self.token_pooling not in TOKEN_POOLINGS:
-            out.append(f"{path}.token_pooling must be one of {', '.join(TOKEN_POOLINGS)}, got {self.token_pooling!r}")
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
         return out
 
 
