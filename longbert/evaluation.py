@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from longbert.atomic import write_text_atomically
 from longbert.data import LENGTH_BUCKETS, collate, length_bucket
 from longbert.errors import LongbertError
 from longbert.hardware import measure
@@ -125,19 +126,19 @@ def evaluate_split(model, dataset, batch_size: int, accelerator=None, descriptio
 
 def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], multi_label: bool) -> None:
     """One JSON line per document: label, prediction, probabilities, length, unit weights (for error analysis)."""
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w") as f:
-        for i, (probs, label) in enumerate(zip(raw["probabilities"], raw["labels"])):
-            row = {
-                "index": i,
-                "n_tokens": int(dataset[i]["n_tokens"]),
-                "label": label.tolist(),
-                "probabilities": [round(float(p), 6) for p in probs],
-                "predicted": (probs >= 0.5).astype(int).tolist() if multi_label else int(probs.argmax()),
-                "unit_weights": raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None,
-            }
-            f.write(json.dumps(row) + "\n")
-    tmp.replace(path)
+    n_tokens = list(dataset["n_tokens"])
+    lines = []
+    for i, (probs, label) in enumerate(zip(raw["probabilities"], raw["labels"])):
+        row = {
+            "index": i,
+            "n_tokens": int(n_tokens[i]),
+            "label": label.tolist(),
+            "probabilities": [round(float(p), 6) for p in probs],
+            "predicted": (probs >= 0.5).astype(int).tolist() if multi_label else int(probs.argmax()),
+            "unit_weights": raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None,
+        }
+        lines.append(json.dumps(row) + "\n")
+    write_text_atomically(path, "".join(lines))
 
 
 def metrics_markdown(metrics: dict, label_names: list[str], title: str) -> str:
@@ -190,6 +191,4 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
 
 
 def write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    write_text_atomically(path, json.dumps(data, indent=2))

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from longbert.atomic import atomic_folder
 from longbert.backbone import load_backbone, prepare_tokenizer
 from longbert.errors import LongbertError
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, build_strategy, get_entry
@@ -177,10 +175,7 @@ class LongDocumentClassifier(nn.Module):
         """Write the model folder atomically: it appears complete or not at all."""
         from safetensors.torch import save_file
 
-        directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-        try:
+        with atomic_folder(directory) as staging:
             mode = self.settings["finetune"]
             if mode == "full":
                 self.backbone.save_pretrained(staging / "backbone", safe_serialization=True)
@@ -190,10 +185,6 @@ class LongDocumentClassifier(nn.Module):
             save_file(self.head_state(), staging / HEAD_FILE)
             config = dict(self.settings, label_names=self.label_names)
             (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2))
-            replace_dir(staging, directory)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
 
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> "LongDocumentClassifier":
@@ -248,13 +239,3 @@ def _autocast_for(model: nn.Module):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return torch.autocast(device.type, enabled=False)
 
-
-def replace_dir(staging: Path, target: Path) -> None:
-    """Move a fully written folder into place; an older folder of that name is swapped out, then removed."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -49,6 +49,6 @@ def write_jsonl(rows: list[dict], output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(output)
+    from longbert.atomic import write_text_atomically
+
+    write_text_atomically(output, text)

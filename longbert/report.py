@@ -12,8 +12,6 @@ import html
 import io
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 BUCKETS = ("<=512", "513-1024", ">1024")
@@ -28,12 +26,9 @@ PLOTS = {
 def write_report(results: dict, folder: str | Path) -> None:
     """Write report.md, report.html, results.json and the plot PNGs into `folder`, atomically (the folder is built
     beside the target and moved into place; an older report of that name is replaced whole)."""
-    from longbert.model import replace_dir
+    from longbert.atomic import atomic_folder
 
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with atomic_folder(folder) as staging:
         plots = make_plots(results)
         results["plots"] = {key: PLOTS[key] for key in plots}
         for key, png in plots.items():
@@ -42,10 +37,6 @@ def write_report(results: dict, folder: str | Path) -> None:
         (staging / "report.md").write_text(render_markdown(blocks))
         (staging / "report.html").write_text(render_html(blocks, plots, f"longbert compare: {results['name']}"))
         (staging / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
-        replace_dir(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 # ------------------------------------------------------------------------------------------------------------
