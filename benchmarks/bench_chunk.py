@@ -4,8 +4,9 @@ against this CPU's peak matmul throughput (a large torch.matmul), in fp32 and bf
     python benchmarks/bench_chunk.py            # writes benchmarks/results/chunk.json
     python benchmarks/bench_chunk.py --quick    # fewer documents and repeats, for checking the script
 
-FLOPs per forward are counted from the shapes actually run: every Linear layer (2 * in * out per token) plus
-attention scores and the weighted sum (2 * 2 * L * H per token per layer), for each pass's padded windows.
+FLOPs are counted from the windows' shapes: every Linear layer (2 * in * out per token) plus attention scores and
+the weighted sum (2 * 2 * L * H per token per layer). "Useful" FLOPs count each window at its own length; "executed"
+ones at its pass's padded length. The target is judged on useful FLOPs.
 Target for this CPU (issue 2): chunk inference at >= 70% of peak fp32 matmul FLOP/s, and bf16 used where faster.
 """
 
@@ -49,15 +50,16 @@ def long_reviews(tokenizer, count: int) -> list[torch.Tensor]:
     return chosen
 
 
-def forward_flops(config, window_lengths: list[list[int]]) -> float:
-    """FLOPs of one encoder forward over passes of windows (each pass padded to its longest window)."""
+def forward_flops(config, window_lengths: list[list[int]], padded: bool) -> float:
+    """FLOPs of the encoder over passes of windows: as run (`padded`: each window padded to its pass's longest)
+    or useful (each window at its own length)."""
     h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     per_token_linear = 2 * (4 * h * h + 2 * h * inter)
     total = 0.0
     for lengths in window_lengths:
-        width = max(lengths)
-        tokens = width * len(lengths)
-        total += layers * (tokens * per_token_linear + len(lengths) * 4 * width * width * h)
+        for length in lengths:
+            n = max(lengths) if padded else length
+            total += layers * (n * per_token_linear + 4 * n * n * h)
     return total
 
 
@@ -65,14 +67,14 @@ def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repe
     passes: list[list[int]] = []
     from longbert.strategies import windows as windows_module
 
-    original = windows_module._plan_passes
+    original = windows_module.plan_passes
 
     def recording(lengths, budget):
         plan = original(lengths, budget)
         passes.extend([[lengths[i] for i in p] for p in plan])
         return plan
 
-    windows_module._plan_passes = recording
+    windows_module.plan_passes = recording
     times = []
     try:
         for repeat in range(repeats + 1):
@@ -84,14 +86,16 @@ def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repe
             if repeat:  # the first round is a warm-up
                 times.append(time.perf_counter() - start)
     finally:
-        windows_module._plan_passes = original
+        windows_module.plan_passes = original
     seconds = min(times)
-    flops = forward_flops(model.backbone.config, passes)
+    flops = forward_flops(model.backbone.config, passes, padded=True)
+    useful = forward_flops(model.backbone.config, passes, padded=False)
     tokens = sum(d.shape[0] for d in documents)
     padded = sum(max(p) * len(p) for p in passes)
     real = sum(sum(p) for p in passes)
     return {"seconds": seconds, "documents_per_second": len(documents) / seconds, "tokens_per_second": tokens / seconds,
-            "flop_per_second": flops / seconds, "padding_share": 1 - real / padded, "forward_passes": len(passes)}
+            "flop_per_second": flops / seconds, "useful_flop_per_second": useful / seconds,
+            "padding_share": 1 - real / padded, "forward_passes": len(passes)}
 
 
 def main():
@@ -112,8 +116,10 @@ def main():
     results = {"fp32": run_chunk(model, documents, args.batch_size, None, repeats),
                "bf16": run_chunk(model, documents, args.batch_size, torch.bfloat16, repeats)}
     for name, row in results.items():
-        row["share_of_peak_fp32_matmul"] = row["flop_per_second"] / peak["fp32"]
-        row["share_of_peak_same_dtype_matmul"] = row["flop_per_second"] / peak[name]
+        # Useful work only: FLOPs of the real tokens, padding not counted.
+        row["share_of_peak_fp32_matmul"] = row["useful_flop_per_second"] / peak["fp32"]
+        row["share_of_peak_same_dtype_matmul"] = row["useful_flop_per_second"] / peak[name]
+        row["executed_share_of_peak_fp32_matmul"] = row["flop_per_second"] / peak["fp32"]
     report = {
         "command": "python benchmarks/bench_chunk.py" + (" --quick" if args.quick else ""),
         "machine": describe_machine(),
@@ -122,7 +128,7 @@ def main():
         "batch_size": args.batch_size,
         "peak_matmul_flop_per_second": peak,
         "chunk_inference": results,
-        "target": "chunk inference >= 70% of peak fp32 matmul FLOP/s",
+        "target": "chunk inference >= 70% of peak fp32 matmul FLOP/s (useful FLOPs: padding not counted)",
         "target_met_fp32": results["fp32"]["share_of_peak_fp32_matmul"] >= 0.7,
         "target_met_best_precision": max(r["share_of_peak_fp32_matmul"] for r in results.values()) >= 0.7,
         "bf16_faster": results["bf16"]["seconds"] < results["fp32"]["seconds"],
@@ -133,9 +139,9 @@ def main():
     print(f"{len(documents)} IMDb test reviews > 512 tokens, mean {report['document_tokens_mean']:.0f} tokens")
     for name, row in results.items():
         print(f"chunk {name}: {row['tokens_per_second']:.0f} tokens/s, {row['documents_per_second']:.2f} docs/s, "
-              f"{row['flop_per_second'] / 1e9:.1f} GFLOP/s = {100 * row['share_of_peak_fp32_matmul']:.0f}% of peak fp32 "
-              f"matmul ({100 * row['share_of_peak_same_dtype_matmul']:.0f}% of same-dtype peak); "
-              f"padding {100 * row['padding_share']:.1f}%")
+              f"{row['useful_flop_per_second'] / 1e9:.1f} useful GFLOP/s = {100 * row['share_of_peak_fp32_matmul']:.0f}% "
+              f"of peak fp32 matmul ({100 * row['share_of_peak_same_dtype_matmul']:.0f}% of same-dtype peak); "
+              f"{row['flop_per_second'] / 1e9:.1f} GFLOP/s executed with padding {100 * row['padding_share']:.1f}%")
     print(f"wrote {OUT}")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, get_entry, option
+from longbert.strategies.base import PassBudget, get_entry, one_of, option
 
 FINETUNE_MODES = ("full", "lora", "frozen")
 PRECISIONS = ("auto", "no", "bf16", "fp16")
@@ -61,6 +61,7 @@ class BackboneConfig:
     hidden_dropout: float | None = option(None, "override hidden_dropout_prob; null keeps the model's")
     max_windows_per_pass: int = option(64, "at most this many windows go through the backbone in one forward pass")
     max_tokens_per_pass: int = option(16384, "at most this many (padded) tokens go through the backbone in one forward pass")
+    max_padding_per_pass: float = option(0.2, "a shorter window starts a new pass rather than push a pass's padding share past this")
     gradient_checkpointing: bool = option(False, "trade compute for memory in the backbone during training")
 
     def problems(self, path: str) -> list[str]:
@@ -72,11 +73,13 @@ class BackboneConfig:
         for name in ("max_windows_per_pass", "max_tokens_per_pass"):
             if getattr(self, name) < 1:
                 out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.max_padding_per_pass <= 1:
+            out.append(f"{path}.max_padding_per_pass must be in [0, 1], got {self.max_padding_per_pass}")
         return out
 
     @property
     def budget(self) -> PassBudget:
-        return PassBudget(self.max_windows_per_pass, self.max_tokens_per_pass)
+        return PassBudget(self.max_windows_per_pass, self.max_tokens_per_pass, self.max_padding_per_pass)
 
 
 @dataclass
@@ -106,10 +109,8 @@ class ModelConfig:
 
     def problems(self, path: str) -> list[str]:
         out = []
-        if self.problem_type not in PROBLEM_TYPES:
-            out.append(f"{path}.problem_type must be one of {', '.join(PROBLEM_TYPES)}, got {self.problem_type!r}")
-        if self.finetune not in FINETUNE_MODES:
-            out.append(f"{path}.finetune must be one of {', '.join(FINETUNE_MODES)}, got {self.finetune!r}")
+        out += one_of(f"{path}.problem_type", self.problem_type, PROBLEM_TYPES)
+        out += one_of(f"{path}.finetune", self.finetune, FINETUNE_MODES)
         if not 0 <= self.classifier_dropout < 1:
             out.append(f"{path}.classifier_dropout must be in [0, 1), got {self.classifier_dropout}")
         return out
@@ -147,10 +148,8 @@ class TrainConfig:
             out.append(f"{path}.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.max_grad_norm < 0:
             out.append(f"{path}.max_grad_norm must be >= 0, got {self.max_grad_norm}")
-        if self.mixed_precision not in PRECISIONS:
-            out.append(f"{path}.mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
-        if self.best_metric not in BEST_METRICS:
-            out.append(f"{path}.best_metric must be one of {', '.join(BEST_METRICS)}, got {self.best_metric!r}")
+        out += one_of(f"{path}.mixed_precision", self.mixed_precision, PRECISIONS)
+        out += one_of(f"{path}.best_metric", self.best_metric, BEST_METRICS)
         return out
 
 
@@ -325,19 +324,24 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     raw: dict = {}
     source = "overrides"
     if path is not None:
-        path = Path(path)
-        source = str(path)
-        if not path.is_file():
-            raise LongbertError(f"recipe file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise LongbertError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
-        if not isinstance(raw, dict):
-            raise LongbertError(f"{path} must hold a mapping of recipe sections, got {type(raw).__name__}")
-        raw.setdefault("name", path.stem)
+        raw, source = read_recipe_file(path), str(path)
     raw = apply_overrides(raw, list(overrides))
     return recipe_from_dict(raw, source)
+
+
+def read_recipe_file(path: str | Path) -> dict:
+    """The raw mapping of a YAML recipe (not validated yet); `name` defaults to the file's stem."""
+    path = Path(path)
+    if not path.is_file():
+        raise LongbertError(f"recipe file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise LongbertError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise LongbertError(f"{path} must hold a mapping of recipe sections, got {type(raw).__name__}")
+    raw.setdefault("name", path.stem)
+    return raw
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:

@@ -142,3 +142,12 @@ def test_a_window_larger_than_the_backbones_positions_is_a_clear_error(tiny_back
 
     with pytest.raises(LongbertError, match=r"strategy.window must leave room.*at most 126\), got 510"):
         build_model(tiny_backbone_dir, "chunk", ["strategy.window=510"])
+
+
+def test_a_short_window_gets_its_own_pass_rather_than_much_padding():
+    from longbert.strategies.windows import plan_passes
+
+    lengths = [512, 512, 100, 500, 90]
+    assert plan_passes(lengths, PassBudget(max_padding=0.2)) == [[0, 1, 3], [2, 4]]
+    assert plan_passes(lengths, PassBudget(max_padding=1.0)) == [[0, 1, 3, 2, 4]]
+    assert plan_passes(lengths, PassBudget(max_windows=2, max_padding=1.0)) == [[0, 1], [3, 2], [4]]

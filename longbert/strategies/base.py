@@ -50,6 +50,11 @@ def option(default: Any, help: str, **kwargs) -> Any:
     return field(default=default, metadata={"help": help}, **kwargs)
 
 
+def one_of(path: str, value: Any, choices) -> list[str]:
+    """A validation problem (as a one-item list) when `value` is not among `choices`; `path` is its YAML path."""
+    return [] if value in choices else [f"{path} must be one of {', '.join(choices)}, got {value!r}"]
+
+
 @dataclass
 class SpecialTokens:
     """Ids taken from the tokenizer; no strategy hard-codes them."""
@@ -72,6 +77,9 @@ class PassBudget:
 
     max_windows: int = 64
     max_tokens: int = 16384
+    # A pass is padded to its longest window; a shorter window starts a new pass rather than push the pass's
+    # padding past this share (chunking leaves one short remainder per document: padding it to 512 wastes work).
+    max_padding: float = 0.2
 
 
 @dataclass

@@ -24,19 +24,25 @@ def split_windows(ids: torch.Tensor, window: int, stride: int) -> list[torch.Ten
         start += stride
 
 
-def _plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
-    """Group window indices, longest first, into passes of at most `budget.max_windows` windows and
-    `budget.max_tokens` padded tokens (a single window longer than the token budget gets a pass of its own)."""
+def plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
+    """Group window indices, longest first, into passes of at most `budget.max_windows` windows,
+    `budget.max_tokens` padded tokens and `budget.max_padding` padding share (a single window longer than the token
+    budget gets a pass of its own)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     passes: list[list[int]] = []
+    real = 0  # real tokens in the current pass
     for index in order:
         if passes:
             current = passes[-1]
             longest = lengths[current[0]]  # sorted, so the first is the longest of the pass
-            if len(current) < budget.max_windows and (len(current) + 1) * longest <= budget.max_tokens:
+            padded = (len(current) + 1) * longest
+            if (len(current) < budget.max_windows and padded <= budget.max_tokens
+                    and padded - real - lengths[index] <= budget.max_padding * padded):
                 current.append(index)
+                real += lengths[index]
                 continue
         passes.append([index])
+        real = lengths[index]
     return passes
 
 
@@ -62,7 +68,7 @@ def encode_windows(
     device = next(backbone.parameters()).device
     lengths = [w.shape[0] + 2 for w in windows]
     out: torch.Tensor | None = None  # (W, H), filled pass by pass
-    for indices in _plan_passes(lengths, budget):
+    for indices in plan_passes(lengths, budget):
         width = lengths[indices[0]]
         input_ids = torch.full((len(indices), width), special.pad_id, dtype=torch.long, device=device)  # (W, L)
         attention_mask = torch.zeros((len(indices), width), dtype=torch.long, device=device)  # (W, L)
