@@ -33,7 +33,9 @@ def _run(action: Callable[[], object]) -> object:
 
 
 def _command_line() -> str:
-    return " ".join(["longbert", *sys.argv[1:]])
+    import shlex
+
+    return shlex.join(["longbert", *sys.argv[1:]])
 
 
 @app.command()
@@ -127,5 +129,5 @@ def compare(
     _run(action)
 
 
-def main():  # pragma: no cover
+if __name__ == "__main__":  # `python -m longbert.cli` and `accelerate launch -m longbert.cli`
     app()

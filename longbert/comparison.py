@@ -177,25 +177,14 @@ def default_recipe() -> Path:
 
 def _base_recipe(recipe) -> tuple[dict, str, Path | None]:
     """(raw recipe mapping, a name for error messages, the YAML path or None)."""
-    import yaml
-
-    from longbert.config import Recipe
+    from longbert.config import Recipe, read_recipe_file
 
     if isinstance(recipe, Recipe):
         return recipe.to_dict(), "the base recipe", None
     path = Path(recipe) if recipe is not None else default_recipe()
     if path.is_absolute() and path.is_relative_to(Path.cwd()):
         path = path.relative_to(Path.cwd())  # what the report shows: recipes/compare_imdb.yaml, not a home folder
-    if not path.is_file():
-        raise LongbertError(f"recipe file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise LongbertError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise LongbertError(f"{path} must hold a mapping of recipe sections, got {type(raw).__name__}")
-    raw.setdefault("name", path.stem)
-    return raw, str(path), path
+    return read_recipe_file(path), str(path), path
 
 
 def _strategy_fields(strategy: str) -> set[str]:

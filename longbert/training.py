@@ -135,6 +135,12 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None) -> 
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_backbone(recipe.backbone.name)))
     multi_label = recipe.model.problem_type == "multi_label"
     corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label)
+    accelerator.print("data: " + ", ".join(f"{s['documents']} {role} ({s['over_512']} over 512 tokens)"
+                                           for role, s in corpus.stats.items()))
+    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
+    if cut:
+        accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
+                          + ", ".join(f"{n} in {role}" for role, n in cut.items()))
     model = LongDocumentClassifier.from_recipe(recipe, corpus.label_names)
 
     if accelerator.is_main_process:
@@ -303,16 +309,12 @@ def _fine_tune(recipe, model, corpus, accelerator, run_dir: Path, resume: bool) 
 
 def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopState) -> None:
     import dataclasses
-    import shutil
-    import tempfile
 
     from safetensors.torch import save_file
 
-    from longbert.model import replace_dir
+    from longbert.atomic import atomic_folder
 
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=directory.parent))
-    try:
+    with atomic_folder(directory) as staging:
         weights = {n: p.detach().contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
         save_file(weights, staging / "model.safetensors")
         tensors, layout = _flatten_optimizer(optimizer.state_dict())
@@ -328,10 +330,6 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
         }
         (staging / "optimizer.json").write_text(json.dumps(extra))
         (staging / "state.json").write_text(json.dumps(dataclasses.asdict(state), indent=2))
-        replace_dir(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def load_checkpoint(directory: Path, model, optimizer, scheduler) -> LoopState:

@@ -139,3 +139,10 @@ def test_multi_label(tmp_path, tokenizer):
 
 def test_length_buckets():
     assert [length_bucket(n) for n in (3, 512, 513, 1024, 1025)] == ["<=512", "<=512", "513-1024", "513-1024", ">1024"]
+
+
+def test_a_hub_id_that_cannot_be_reached_is_one_clear_error(tokenizer, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(LongbertError, match=r"data.path 'someone/no-such-dataset' is neither a local file or folder"):
+        load_corpus(DataConfig(path="someone/no-such-dataset"), tokenizer, seed=0)

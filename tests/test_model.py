@@ -78,3 +78,13 @@ def test_save_replaces_an_existing_folder_whole(tiny_backbone_dir, tmp_path):
     assert not (target / "stale.txt").exists()
     assert json.loads((target / "longbert_config.json").read_text())["label_names"] == ["neg", "pos"]
     assert [p.name for p in tmp_path.iterdir()] == ["m"], "no staging folders left behind"
+
+
+def test_backbone_errors_are_clear(tmp_path, monkeypatch):
+    from longbert.backbone import load_backbone
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(LongbertError, match=r"could not load backbone 'someone/no-such-bert': it is not a local model folder"):
+        load_backbone("someone/no-such-bert")
+    with pytest.raises(LongbertError, match="has no config.json"):
+        load_backbone(str(tmp_path))
