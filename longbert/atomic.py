@@ -18,6 +18,7 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the finished folder should read like any other
     try:
         yield staging
         old = None

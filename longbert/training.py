@@ -104,7 +104,8 @@ def _check_run_dir(run_dir: Path, recipe: Recipe, resume: bool) -> None:
                 f"--resume: the recipe differs from the one {run_dir} was started with ({saved}); "
                 "resume with the same recipe and overrides"
             )
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif run_dir.exists() and any(p.name != "recipe.yaml" for p in run_dir.iterdir()):
+        # (a folder holding only recipe.yaml is a run that stopped before its first checkpoint: start it again)
         raise LongbertError(
             f"run folder {run_dir} already holds a run; pass --resume to continue it, or set another "
             "output_dir (--set output_dir=...)"

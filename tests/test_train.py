@@ -111,3 +111,10 @@ def test_two_runs_with_different_precision_in_one_process(tiny_recipe, tmp_path)
         recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1", f"train.mixed_precision={precision}",
                                                           f"output_dir={tmp_path / precision}"])
         assert longbert.train(recipe).metrics["mixed_precision"] == precision
+
+
+def test_a_run_that_stopped_before_its_first_checkpoint_starts_again(tiny_recipe, tmp_path):
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1"])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "recipe.yaml").write_text("left by a run that crashed while loading")
+    assert longbert.train(recipe).metrics["steps"] == 1
