@@ -23,12 +23,11 @@ Writes benchmarks/results/bigbird.json (or --output) and prints a table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from isolated import error_text, find as find_result, measure_forwards, run_isolated, write_results
 
 LENGTHS = [1024, 2048, 4096, 8192]
 QUICK_LENGTHS = [1024, 2048]
@@ -39,17 +38,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "bigbird.json"
 
 
 # -- one configuration, in its own process ---------------------------------------------------------------------
-
-
-def _rss_mb() -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def _release_freed_memory() -> None:
@@ -157,8 +145,6 @@ def run_one(spec: dict) -> dict:
     """Build one system, run one document `repeats + 1` times; returns the measurements (or the error)."""
     import torch
 
-    from longbert.hardware import measure
-
     _quiet()
     torch.set_num_threads(spec["threads"])
     forward = build_forward(spec["system"], spec["max_tokens"])
@@ -168,28 +154,11 @@ def run_one(spec: dict) -> dict:
     _release_freed_memory()  # e.g. the MiniLM copy transformers' BigBird was built from, so peaks compare fairly
     try:
         with torch.no_grad(), autocast:
-            before = _rss_mb()
-            with measure("cpu") as first:
-                forward(ids)
-            times = []
-            for _ in range(spec["repeats"]):
-                start = time.perf_counter()
-                forward(ids)
-                times.append(time.perf_counter() - start)
+            measured, _ = measure_forwards(lambda: forward(ids), spec["repeats"], spec["tokens"])
     except Exception as error:  # recorded, not raised: a failing system is a result (bf16 in transformers' BigBird)
-        out["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        out["error"] = error_text(error)
         return out
-    seconds = statistics.median(times) if times else first["seconds"]
-    out.update(
-        seconds=round(seconds, 4),
-        us_per_token=round(seconds / spec["tokens"] * 1e6, 1),
-        first_forward_seconds=round(first["seconds"], 4),
-        peak_memory_mb=first["peak_memory_mb"],
-        model_memory_mb=before,
-        forward_memory_mb=None if first["peak_memory_mb"] is None or before is None
-        else round(first["peak_memory_mb"] - before, 1),
-        memory_kind=first["memory_kind"],
-    )
+    out.update(measured)
     return out
 
 
@@ -213,26 +182,9 @@ def check_weights(threads: int) -> dict:
 # -- the driver ------------------------------------------------------------------------------------------------
 
 
-def subprocess_json(args: list[str], timeout: float) -> dict:
-    command = [sys.executable, str(Path(__file__).resolve()), *args]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit code {done.returncode} (killed for memory?): {tail[:300]}"}
-    return json.loads(lines[-1])
-
-
 def summarise(results: list[dict]) -> dict:
     """Ratios at each length: transformers' BigBird over ours (time and peak memory), ours per token."""
-    def find(system, precision, tokens):
-        for r in results:
-            if (r["system"], r["precision"], r["tokens"]) == (system, precision, tokens) and "error" not in r:
-                return r
-        return None
+    find = functools.partial(find_result, results)
 
     summary = {}
     for tokens in sorted({r["tokens"] for r in results}):
@@ -295,14 +247,14 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 5)
     max_tokens = max(lengths)
     results = []
-    weights = subprocess_json(["--check-weights", "--threads", str(threads)], args.timeout)
+    weights = run_isolated(__file__, ["--check-weights", "--threads", str(threads)], args.timeout)
     print(f"transformers' BigBird with MiniLM's weights, full attention, vs MiniLM: {weights}", flush=True)
     for tokens in lengths:
         for system in SYSTEMS:
             for precision in PRECISIONS:
                 spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads,
                             max_tokens=max_tokens)
-                result = subprocess_json(["--one", json.dumps(spec)], args.timeout)
+                result = run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)
                 results.append({**spec, **result})
                 r = results[-1]
                 status = r.get("error") or f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB"
@@ -318,13 +270,7 @@ def main() -> None:
         "results": results,
         "summary": summarise(results),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print_table(results)
-    print()
-    print(json.dumps(report["summary"], indent=2))
-    print(f"\nwrote {args.output}")
+    write_results(args.output, report, print_table)
 
 
 if __name__ == "__main__":

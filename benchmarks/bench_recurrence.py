@@ -23,13 +23,12 @@ minutes on a 2-core CPU (64k tokens in fp32 dominate); run it alone on the machi
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
-import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from isolated import error_text, find as find_result, measure_forwards, run_isolated, write_results
 
 LENGTHS = [2048, 8192, 32768, 65536]
 QUICK_LENGTHS = [2048, 4096]
@@ -39,17 +38,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "recurrence.json"
 
 
 # -- one configuration, in its own process ---------------------------------------------------------------------
-
-
-def _rss_mb() -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
@@ -91,7 +79,6 @@ def run_one(spec: dict) -> dict:
     import transformers
 
     from longbert.backbone import load_backbone
-    from longbert.hardware import measure
     from longbert.strategies.base import SpecialTokens
 
     transformers.logging.set_verbosity_error()
@@ -104,58 +91,29 @@ def run_one(spec: dict) -> dict:
     document = torch.tensor(ids, dtype=torch.long)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["precision"] == "bf16")
     out = dict(spec, reviews=reviews)
+
+    def forward():
+        units = strategy.encode(backbone, [document])
+        strategy.pool(units)
+        return units
+
     try:
         with torch.no_grad(), autocast:
-            before = _rss_mb()
-            with measure("cpu") as first:
-                units = strategy.encode(backbone, [document])
-            times = []
-            for _ in range(spec["repeats"]):
-                start = time.perf_counter()
-                strategy.pool(strategy.encode(backbone, [document]))
-                times.append(time.perf_counter() - start)
+            measured, units = measure_forwards(forward, spec["repeats"], spec["tokens"])
     except Exception as error:  # recorded, not raised: a failing configuration is a result
-        out["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        out["error"] = error_text(error)
         return out
-    seconds = statistics.median(times) if times else first["seconds"]
-    out.update(
-        units=int(units.mask.sum()),
-        seconds=round(seconds, 4),
-        us_per_token=round(seconds / spec["tokens"] * 1e6, 1),
-        first_forward_seconds=round(first["seconds"], 4),
-        peak_memory_mb=first["peak_memory_mb"],
-        model_memory_mb=before,
-        forward_memory_mb=None if first["peak_memory_mb"] is None or before is None
-        else round(first["peak_memory_mb"] - before, 1),
-        memory_kind=first["memory_kind"],
-    )
+    out.update(measured, units=int(units.mask.sum()))
     return out
 
 
 # -- the driver ------------------------------------------------------------------------------------------------
 
 
-def subprocess_json(args: list[str], timeout: float) -> dict:
-    command = [sys.executable, str(Path(__file__).resolve()), *args]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit code {done.returncode} (killed for memory?): {tail[:300]}"}
-    return json.loads(lines[-1])
-
-
 def summarise(results: list[dict]) -> dict:
     """Per precision: recurrence's and rmt's time per token over chunk's at each length, and how each system's
     forward memory grows from the shortest to the longest document."""
-    def find(system, precision, tokens):
-        for r in results:
-            if (r["system"], r["precision"], r["tokens"]) == (system, precision, tokens) and "error" not in r:
-                return r
-        return None
+    find = functools.partial(find_result, results)
 
     lengths = sorted({r["tokens"] for r in results})
     summary = {}
@@ -215,7 +173,7 @@ def main() -> None:
         for precision in precisions:
             for system in SYSTEMS:
                 spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads)
-                result = subprocess_json(["--one", json.dumps(spec)], args.timeout)
+                result = run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)
                 results.append({**spec, **result})
                 r = results[-1]
                 status = r.get("error") or f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB (forward {r['forward_memory_mb']} MB)"
@@ -230,13 +188,7 @@ def main() -> None:
         "results": results,
         "summary": summarise(results),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print_table(results)
-    print()
-    print(json.dumps(report["summary"], indent=2))
-    print(f"\nwrote {args.output}")
+    write_results(args.output, report, print_table)
 
 
 if __name__ == "__main__":

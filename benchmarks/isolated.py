@@ -1,0 +1,87 @@
+"""Helpers shared by the benchmarks that run every configuration in a fresh process, so that each configuration's
+peak resident memory is its own (bench_bigbird.py, bench_recurrence.py). Imported as `isolated` from the scripts,
+which run with this folder on sys.path."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def rss_mb() -> float | None:
+    """The process's resident memory now, in MB (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def measure_forwards(forward: Callable[[], object], repeats: int, tokens: int) -> tuple[dict, object]:
+    """Run `forward` once under longbert.hardware.measure (peak memory of the first forward), then `repeats` more
+    times for the time (median). Returns (measurements, the first forward's result)."""
+    from longbert.hardware import measure
+
+    before = rss_mb()
+    with measure("cpu") as first:
+        result = forward()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        forward()
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times) if times else first["seconds"]
+    peak = first["peak_memory_mb"]
+    return {
+        "seconds": round(seconds, 4),
+        "us_per_token": round(seconds / tokens * 1e6, 1),
+        "first_forward_seconds": round(first["seconds"], 4),
+        "peak_memory_mb": peak,
+        "model_memory_mb": before,
+        "forward_memory_mb": None if peak is None or before is None else round(peak - before, 1),
+        "memory_kind": first["memory_kind"],
+    }, result
+
+
+def error_text(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+
+
+def run_isolated(script: str, args: list[str], timeout: float) -> dict:
+    """Run `script` with `args` in a fresh Python process; its last stdout line starting with '{' is the result."""
+    command = [sys.executable, str(Path(script).resolve()), *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f}s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit code {done.returncode} (killed for memory?): {tail[:300]}"}
+    return json.loads(lines[-1])
+
+
+def find(results: list[dict], system: str, precision: str, tokens: int) -> dict | None:
+    """The successful result of one configuration, or None."""
+    for r in results:
+        if (r["system"], r["precision"], r["tokens"]) == (system, precision, tokens) and "error" not in r:
+            return r
+    return None
+
+
+def write_results(output: Path, report: dict, table: Callable[[list[dict]], None]) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    table(report["results"])
+    print()
+    print(json.dumps(report["summary"], indent=2))
+    print(f"\nwrote {output}")
