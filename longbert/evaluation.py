@@ -60,6 +60,11 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
     }
 
 
+def improves(value: float, best: float | None, metric: str) -> bool:
+    """Whether a validation `metric` value beats the best so far (lower is better for loss, higher otherwise)."""
+    return best is None or (value < best if metric == "loss" else value > best)
+
+
 @torch.no_grad()
 def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating") -> dict:
     """Run `model` over a tokenized split. Returns probabilities (D, C), labels, per-document unit weights, and

@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 
 from longbert.data import collate
-from longbert.evaluation import compute_metrics
+from longbert.evaluation import compute_metrics, improves
 from longbert.hardware import measure
 from longbert.progress import progress
 from longbert.strategies.base import Units
+from longbert.strategies.windows import gather_units
 
 
 @torch.no_grad()
@@ -36,13 +37,7 @@ def cache_units(model, dataset, batch_size: int, description: str) -> list[torch
 
 def stack_units(items: list[torch.Tensor], device) -> Units:
     """A list of (N_i, H) -> padded Units (B, N, H) with mask (B, N)."""
-    n = max(x.shape[0] for x in items)
-    vectors = torch.zeros(len(items), n, items[0].shape[1], device=device)  # (B, N, H)
-    mask = torch.zeros(len(items), n, dtype=torch.bool, device=device)  # (B, N)
-    for b, x in enumerate(items):
-        vectors[b, : x.shape[0]] = x
-        mask[b, : x.shape[0]] = True
-    return Units(vectors, mask)
+    return gather_units(torch.cat(items).to(device), [x.shape[0] for x in items])
 
 
 def train_frozen_head(recipe, model, corpus, accelerator, best_dir: Path):
@@ -86,7 +81,7 @@ def train_frozen_head(recipe, model, corpus, accelerator, best_dir: Path):
         value = metrics[cfg.best_metric]
         state.history.append({"step": state.global_step, "epoch": epoch + 1, "accuracy": metrics["accuracy"],
                               "macro_f1": metrics["macro_f1"], "loss": metrics["loss"]})
-        if state.best_metric is None or (value < state.best_metric if cfg.best_metric == "loss" else value > state.best_metric):
+        if improves(value, state.best_metric, cfg.best_metric):
             state.best_metric, state.best_step = value, state.global_step
             best_head = model.head_state()
     state.train_seconds = cost["seconds"] + time.perf_counter() - started

@@ -23,7 +23,7 @@ import torch
 
 from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.evaluation import evaluate_split, metrics_markdown, write_json, write_predictions
+from longbert.evaluation import evaluate_split, improves, metrics_markdown, write_json, write_predictions
 from longbert.hardware import describe_machine, resolve_precision
 from longbert.progress import progress
 
@@ -237,7 +237,7 @@ def _fine_tune(recipe, model, corpus, accelerator, run_dir: Path, resume: bool) 
         metrics, _ = evaluate_split(model, corpus.splits["validation"], recipe.eval.batch_size, accelerator,
                                     description="validation")
         value = metrics[cfg.best_metric]
-        better = state.best_metric is None or (value < state.best_metric if cfg.best_metric == "loss" else value > state.best_metric)
+        better = improves(value, state.best_metric, cfg.best_metric)
         state.history.append({"step": state.global_step, "epoch": state.epoch + 1, "accuracy": metrics["accuracy"],
                               "macro_f1": metrics["macro_f1"], "loss": metrics["loss"]})
         if better:
