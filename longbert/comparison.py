@@ -126,7 +126,7 @@ def compare(
             speed[strategy] = measure_speed_by_length(model, corpus.splits["test"], recipes[strategy].eval.batch_size,
                                                       speed_documents)
             _save_speed(run_dir, speed[strategy], speed_documents, recipes[strategy].eval.batch_size)
-        decisive[strategy] = decisive_units(model, recipes[strategy].strategy, corpus.splits["test"],
+        decisive[strategy] = decisive_units(model, corpus.splits["test"],
                                             predictions[strategy], [c["index"] for c in chosen])
         del model
         _release_memory()
@@ -508,59 +508,22 @@ def select_examples(predictions: dict[str, list[dict]], long_tokens: int = LONG_
     return chosen
 
 
-def unit_spans(config, length: int) -> list[list[tuple[int, int]]] | None:
-    """Each unit's token ranges [start, end) (content tokens, no [CLS]/[SEP]) under a strategy config, or None
-    when compare cannot recompute them. chunk and sliding are cut as strategies/windows.split_windows cuts them
-    (one range per unit); recurrence and rmt read consecutive segments; truncate has one unit made of the kept
-    ranges (head and tail), bigbird one unit of the head it reads. Another strategy's config may define
-    `unit_spans(length)` with the same result to get highlighted examples."""
-    import torch
-
-    from longbert.strategies.truncate import keep
-    from longbert.strategies.windows import split_windows
-
-    custom = getattr(config, "unit_spans", None)
-    if callable(custom):
-        return [[tuple(r) for r in unit] for unit in custom(length)]
-    positions = torch.arange(length)
-    if config.name in ("chunk", "sliding"):
-        stride = getattr(config, "stride", config.window)
-        return [[(int(w[0]), int(w[-1]) + 1)] if len(w) else [(0, 0)]
-                for w in split_windows(positions, config.window, stride)]
-    if config.name in ("recurrence", "rmt") and isinstance(getattr(config, "segment", None), int):
-        n = max(1, -(-length // config.segment))
-        return [[(t * config.segment, min(length, (t + 1) * config.segment))] for t in range(n)]
-    if config.name == "truncate":
-        return [_runs(keep(positions, config).tolist())]
-    if config.name == "bigbird" and isinstance(getattr(config, "max_tokens", None), int):
-        return [[(0, min(length, config.max_tokens - 2))]]
-    return None
-
-
-def _runs(indices: list[int]) -> list[tuple[int, int]]:
-    """[0, 1, 2, 7, 8] -> [(0, 3), (7, 9)]."""
-    spans: list[tuple[int, int]] = []
-    for i in indices:
-        if spans and spans[-1][1] == i:
-            spans[-1] = (spans[-1][0], i + 1)
-        else:
-            spans.append((i, i + 1))
-    return spans
-
-
-def decisive_units(model, config, test, predictions: list[dict], indices: list[int]) -> dict[int, dict]:
+def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> dict[int, dict]:
     """For each chosen document: which unit (chunk or window) decided most, and how that was measured.
 
     With informative pooling weights (attention, max) it is the unit that weighed most. With equal weights (mean
     pooling) it is the unit whose removal lowers the probability of the predicted class most (occlusion: the
-    backbone runs once, the pooler and head once per unit). A strategy with one unit reports the tokens it kept."""
+    backbone runs once, the pooler and head once per unit). A strategy with one unit reports the tokens it kept.
+    Unit token ranges come from the strategy's `unit_spans` hook (see strategies/base.py)."""
+    from longbert.strategies.base import unit_spans
+
     out = {}
     for i in indices:
         ids = test[i]["input_ids"]
-        units = unit_spans(config, len(ids))
+        units = unit_spans(model.strategy, len(ids))
         row = predictions[i]
         if units is None:
-            out[i] = {"method": None, "note": "compare cannot recompute this strategy's units as token ranges"}
+            out[i] = {"method": None, "note": "this strategy does not say which tokens its units cover (unit_spans)"}
             continue
         if len(units) == 1:
             out[i] = {"method": "kept", "unit": 0, "units": 1, "spans": [list(r) for r in units[0]]}
@@ -588,11 +551,11 @@ def _occlusion(model, ids: list[int], predicted: int) -> list[float] | None:
     """How much the probability of `predicted` drops when each unit is left out of the pooling: (N,) floats."""
     import torch
 
-    from longbert.model import _autocast_for
+    from longbert.hardware import autocast_for
     from longbert.strategies.base import Units
 
     device = next(model.parameters()).device
-    with torch.no_grad(), _autocast_for(model):
+    with torch.no_grad(), autocast_for(model):
         units = model.encode([torch.tensor(ids, dtype=torch.long, device=device)])  # (1, N, H)
         n = units.vectors.shape[1]
         if n < 2:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, get_entry, one_of, option
+from longbert.fields import one_of, option
 
 FINETUNE_MODES = ("full", "lora", "frozen")
 PRECISIONS = ("auto", "no", "bf16", "fp16")
@@ -78,7 +78,10 @@ class BackboneConfig:
         return out
 
     @property
-    def budget(self) -> PassBudget:
+    def budget(self):
+        """These limits as the strategies' PassBudget."""
+        from longbert.strategies.base import PassBudget
+
         return PassBudget(self.max_windows_per_pass, self.max_tokens_per_pass, self.max_padding_per_pass)
 
 
@@ -175,6 +178,8 @@ class Recipe:
 
     def __post_init__(self):
         if self.strategy is None:
+            from longbert.strategies.base import get_entry
+
             self.strategy = get_entry("chunk").config_cls()
         if self.output_dir is None:
             self.output_dir = str(Path("runs") / self.name)
@@ -264,6 +269,8 @@ def build(cls: type, raw: Any, path: str, problems: list[str]):
 
 def build_strategy_config(raw: Any, path: str, problems: list[str]):
     """The strategy section: `name` selects the registered config dataclass, the other keys fill it."""
+    from longbert.strategies.base import get_entry
+
     if isinstance(raw, str):
         raw = {"name": raw}
     if not isinstance(raw, dict) or "name" not in raw:

@@ -12,7 +12,7 @@ import torch
 from longbert.atomic import write_text_atomically
 from longbert.data import LENGTH_BUCKETS, collate, length_bucket
 from longbert.errors import LongbertError
-from longbert.hardware import measure
+from longbert.hardware import autocast_for, measure
 from longbert.progress import progress
 
 
@@ -79,7 +79,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     probabilities, labels, weights = [], [], []
     device = next(model.parameters()).device
     tokens = int(np.sum(list(dataset["n_tokens"])))
-    autocast = accelerator.autocast() if accelerator is not None else _autocast(model)
+    autocast = accelerator.autocast() if accelerator is not None else autocast_for(model)
     with measure(device) as cost, autocast:
         for batch in progress(loader, description):
             out = model(batch["documents"])
@@ -112,12 +112,6 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
 
 def _core(model):
     return getattr(model, "module", model)
-
-
-def _autocast(model):
-    from longbert.model import _autocast_for
-
-    return _autocast_for(model)
 
 
 def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating") -> tuple[dict, dict]:

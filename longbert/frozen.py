@@ -11,7 +11,7 @@ import torch
 
 from longbert.data import collate
 from longbert.evaluation import compute_metrics, improves
-from longbert.hardware import measure
+from longbert.hardware import autocast_for, measure
 from longbert.progress import progress
 from longbert.strategies.base import Units
 from longbert.strategies.windows import gather_units
@@ -20,14 +20,12 @@ from longbert.strategies.windows import gather_units
 @torch.no_grad()
 def cache_units(model, dataset, batch_size: int, description: str) -> list[torch.Tensor]:
     """Each document's unit vectors, (N_i, H) float32 on the CPU, computed once with the frozen backbone."""
-    from longbert.model import _autocast_for
-
     model.eval()
     cached = []
     rows = dataset.select_columns(["input_ids", "labels"])
     device = next(model.parameters()).device
     batches = range(0, len(rows), batch_size)
-    with _autocast_for(model):
+    with autocast_for(model):
         for start in progress(batches, description):
             documents = [d.to(device) for d in collate(rows.select(range(start, min(start + batch_size, len(rows)))))["documents"]]
             units = model.encode(documents)  # (B, N, H)

@@ -29,6 +29,15 @@ def resolve_precision(requested: str, device: torch.device | str) -> str:
     return "bf16" if fast_bf16(device) else "no"
 
 
+def autocast_for(model: torch.nn.Module):
+    """bf16 autocast for inference where the model's device runs it fast (CPUs with AVX512-BF16/AMX, recent
+    GPUs); a disabled autocast elsewhere."""
+    device = next(model.parameters()).device
+    if fast_bf16(device):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, enabled=False)
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:

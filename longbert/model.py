@@ -22,6 +22,7 @@ from torch import nn
 from longbert.atomic import atomic_folder
 from longbert.backbone import load_backbone, prepare_tokenizer
 from longbert.errors import LongbertError
+from longbert.hardware import autocast_for
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, build_strategy, get_entry
 
 CONFIG_FILE = "longbert_config.json"
@@ -143,7 +144,7 @@ class LongDocumentClassifier(nn.Module):
         try:
             for start in range(0, len(texts), batch_size):
                 documents = self.tokenize(texts[start : start + batch_size])
-                with _autocast_for(self):
+                with autocast_for(self):
                     probabilities = self.probabilities(self(documents).logits)  # (B, C)
                 for p in probabilities.tolist():
                     result = {"probabilities": dict(zip(self.label_names, p))}
@@ -228,14 +229,3 @@ def _wrap_lora(backbone, lora: dict, adapter_dir: Path | None):
     config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                         target_modules=list(lora["target_modules"]))
     return get_peft_model(backbone, config)
-
-
-def _autocast_for(model: nn.Module):
-    """bf16 autocast for inference where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs)."""
-    from longbert.hardware import fast_bf16
-
-    device = next(model.parameters()).device
-    if fast_bf16(device):
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return torch.autocast(device.type, enabled=False)
-

@@ -10,11 +10,12 @@ import torch
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison import compare, excerpt, select_examples, unit_spans
+from longbert.comparison import compare, excerpt, select_examples
 from longbert.errors import LongbertError
 from longbert.strategies.chunk import ChunkConfig
 from longbert.strategies.sliding import SlidingConfig
 from longbert.strategies.truncate import TruncateConfig, keep
+from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, unit_spans
 from longbert.strategies.windows import split_windows
 
 STRATEGIES = ["truncate", "chunk"]
@@ -180,14 +181,18 @@ def test_examples_are_long_disagreements_most_confident_mistakes_first_pairs_tak
     assert select_examples({"a": predictions["a"]}) == []
 
 
+def _strategy(config):
+    return build_strategy(config, 32, SpecialTokens(101, 102, 0), PassBudget())
+
+
 def test_unit_spans_are_the_windows_the_strategies_cut():
     for config, length in ((ChunkConfig(window=50), 173), (SlidingConfig(window=50, stride=20), 173),
                            (ChunkConfig(window=50), 50)):
         stride = getattr(config, "stride", config.window)
         windows = split_windows(torch.arange(length), config.window, stride)
-        assert unit_spans(config, length) == [[(int(w[0]), int(w[-1]) + 1)] for w in windows]
+        assert unit_spans(_strategy(config), length) == [[(int(w[0]), int(w[-1]) + 1)] for w in windows]
     truncate = TruncateConfig(max_tokens=100, head_tokens=30)
-    (kept,) = unit_spans(truncate, 400)
+    (kept,) = unit_spans(_strategy(truncate), 400)
     assert kept == [(0, 30), (330, 400)]
     assert sum(b - a for a, b in kept) == len(keep(torch.arange(400), truncate))
 
@@ -195,21 +200,20 @@ def test_unit_spans_are_the_windows_the_strategies_cut():
 @pytest.mark.parametrize("config", [ChunkConfig(window=30), SlidingConfig(window=30, stride=10),
                                     TruncateConfig(max_tokens=30, head_tokens=10)], ids=lambda c: c.name)
 def test_unit_spans_match_the_units_the_model_reads(config, tiny_backbone, tokenizer):
-    from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
-
     strategy = build_strategy(config, tiny_backbone.config.hidden_size, SpecialTokens.from_tokenizer(tokenizer),
                               PassBudget())
     for length in (1, 30, 31, 95):
         units = strategy.encode(tiny_backbone, [torch.arange(1000, 1000 + length)])  # (1, N, H)
-        assert len(unit_spans(config, length)) == int(units.mask.sum())
+        assert len(unit_spans(strategy, length)) == int(units.mask.sum())
 
 
 def test_unit_spans_of_segment_strategies_are_consecutive_segments():
-    from types import SimpleNamespace
+    from longbert.strategies.recurrence import RecurrenceConfig
+    from longbert.strategies.rmt import RmtConfig
 
-    for name in ("recurrence", "rmt"):
-        assert unit_spans(SimpleNamespace(name=name, segment=50), 120) == [[(0, 50)], [(50, 100)], [(100, 120)]]
-    assert unit_spans(SimpleNamespace(name="unknown"), 120) is None
+    for config in (RecurrenceConfig(segment=50, memory=0), RmtConfig(segment=50, memory_tokens=0)):
+        assert unit_spans(_strategy(config), 120) == [[(0, 50)], [(50, 100)], [(100, 120)]]
+    assert unit_spans(torch.nn.Identity(), 120) is None
 
 
 def test_excerpt_highlights_exactly_the_decisive_tokens(tokenizer):

@@ -8,6 +8,12 @@ backbone can be run once and cached:
     pool(units)                 -> Pooled   # no backbone: the document vector (and, where it exists, how
                                             # much each unit weighed in it)
 
+Two optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
+    unit_spans(length)        -> for a document of `length` content tokens, each unit's token ranges
+                                 [[(start, end), ...], ...] (what compare's error analysis highlights)
+    checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
+    load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
+
 `adapt_backbone(backbone)` is called once when the model is built, before any weights are loaded into the
 strategy: a strategy that changes how the backbone attends (block-sparse attention) or how far its positions
 reach does it there; one that runs the backbone segment after segment with state (recurrence) keeps that state
@@ -32,27 +38,13 @@ Segment recurrence (recurrence, rmt) adds, with A and D as above:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-
-
-def option(default: Any, help: str, **kwargs) -> Any:
-    """A dataclass field with a one-line help text (shown by `longbert strategies` and in recipe errors)."""
-    if "default_factory" in kwargs:
-        return field(metadata={"help": help}, **kwargs)
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
-    return field(default=default, metadata={"help": help}, **kwargs)
-
-
-def one_of(path: str, value: Any, choices) -> list[str]:
-    """A validation problem (as a one-item list) when `value` is not among `choices`; `path` is its YAML path."""
-    return [] if value in choices else [f"{path} must be one of {', '.join(choices)}, got {value!r}"]
 
 
 @dataclass
@@ -109,6 +101,25 @@ class Strategy(Protocol):
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units: ...
 
     def pool(self, units: Units) -> Pooled: ...
+
+
+def unit_spans(strategy: nn.Module, length: int) -> list[list[tuple[int, int]]] | None:
+    """Each unit's content-token ranges for a document of `length` tokens, or None when the strategy does not say."""
+    hook = getattr(strategy, "unit_spans", None)
+    if not callable(hook):
+        return None
+    return [[(int(a), int(b)) for a, b in unit] for unit in hook(length)]
+
+
+def spans_of_indices(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted token indices -> runs of consecutive ones: [0, 1, 2, 7, 8] -> [(0, 3), (7, 9)]."""
+    spans: list[tuple[int, int]] = []
+    for i in indices:
+        if spans and spans[-1][1] == i:
+            spans[-1] = (spans[-1][0], i + 1)
+        else:
+            spans.append((i, i + 1))
+    return spans
 
 
 @dataclass(frozen=True)

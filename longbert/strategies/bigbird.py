@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
+from longbert.fields import one_of, option
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.windows import TOKEN_POOLINGS, plan_passes, encode_windows, gather_units, pool_tokens
 
 ATTENTION_NAME = "longbert_block_sparse"
@@ -350,6 +351,17 @@ class BigBirdStrategy(nn.Module):
             valid = torch.cat([valid.expand(shape), extra_valid], dim=-1)  # (layers, W, Q, K)
         device = token_mask.device
         return BlockSparsePlan(c.block_size, g, token_mask, blocks.to(device), valid.to(device))
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        """One unit: the head that is read."""
+        return [[(0, min(length, self.config.max_tokens - 2))]]
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The random-block generator, so that a resumed run draws the blocks an uninterrupted one would."""
+        return {"generator": self.generator.get_state()}
+
+    def load_checkpoint_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.generator.set_state(state["generator"])
 
     def pool(self, units: Units) -> Pooled:
         return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
+from longbert.fields import one_of, option
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import POOLERS, build_pooler
-from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split
+from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split, window_spans
 
 
 @dataclass
@@ -42,6 +43,9 @@ class ChunkStrategy(nn.Module):
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         w = self.config.window
         return encode_split(backbone, documents, w, w, self.special, self.budget, self.config.token_pooling)
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        return window_spans(length, self.config.window, self.config.window)
 
     def pool(self, units: Units) -> Pooled:
         return self.pooler(units)

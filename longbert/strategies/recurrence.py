@@ -51,7 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
+from longbert.fields import one_of, option
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import POOLERS, build_pooler
 from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, pool_tokens
 
@@ -62,6 +63,11 @@ SEGMENT_POOLINGS = ("last", *POOLERS)
 
 # --------------------------------------------------------------------------------------------------------------
 # Helpers shared with `rmt`: segments, the step-by-step reading loop, pooling
+
+
+def segment_spans(length: int, segment: int) -> list[list[tuple[int, int]]]:
+    """Each segment's token range for a document of `length` tokens (one range a unit)."""
+    return [[(t * segment, min(length, (t + 1) * segment))] for t in range(max(1, -(-length // segment)))]
 
 
 def count_segments(documents: list[torch.Tensor], segment: int) -> list[int]:
@@ -379,6 +385,9 @@ class RecurrenceStrategy(nn.Module):
 
         return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
                              run_pass, cfg.memory, device)
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        return segment_spans(length, self.config.segment)
 
     def pool(self, units: Units) -> Pooled:
         return self.pooler(units)

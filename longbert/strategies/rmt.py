@@ -24,8 +24,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, option, register
-from longbert.strategies.recurrence import build_segment_pooler, read_segments, segment_problems, wrap_segments
+from longbert.fields import option
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
+from longbert.strategies.recurrence import (build_segment_pooler, read_segments, segment_problems, segment_spans,
+                                           wrap_segments)
 from longbert.strategies.windows import check_fits, pool_tokens
 
 
@@ -101,6 +103,9 @@ class RmtStrategy(nn.Module):
 
         return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
                              run_pass, k, device)
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        return segment_spans(length, self.config.segment)
 
     def pool(self, units: Units) -> Pooled:
         return self.pooler(units)

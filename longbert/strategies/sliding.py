@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
+from longbert.fields import one_of, option
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import POOLERS, build_pooler
-from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split
+from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split, window_spans
 
 
 @dataclass
@@ -49,6 +50,9 @@ class SlidingStrategy(nn.Module):
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         c = self.config
         return encode_split(backbone, documents, c.window, c.stride, self.special, self.budget, c.token_pooling)
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        return window_spans(length, self.config.window, self.config.stride)
 
     def pool(self, units: Units) -> Pooled:
         return self.pooler(units)

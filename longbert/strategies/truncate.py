@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, one_of, option, register
+from longbert.fields import one_of, option
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
 from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_windows, gather_units
 
 MODES = ("head", "tail", "head_tail")
@@ -60,6 +61,10 @@ class TruncateStrategy(nn.Module):
         windows = [keep(ids, self.config) for ids in documents]
         vectors = encode_windows(backbone, windows, self.special, self.budget, self.config.token_pooling)  # (B, H)
         return gather_units(vectors, [1] * len(documents))  # (B, 1, H)
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        """One unit: the kept ranges (head and tail)."""
+        return [spans_of_indices(keep(torch.arange(length), self.config).tolist())]
 
     def pool(self, units: Units) -> Pooled:
         return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)

@@ -24,6 +24,12 @@ def split_windows(ids: torch.Tensor, window: int, stride: int) -> list[torch.Ten
         start += stride
 
 
+def window_spans(length: int, window: int, stride: int) -> list[list[tuple[int, int]]]:
+    """The token range of each window `split_windows` cuts from a document of `length` tokens (one range a unit)."""
+    return [[(int(w[0]), int(w[-1]) + 1)] if len(w) else [(0, 0)]
+            for w in split_windows(torch.arange(length), window, stride)]
+
+
 def plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
     """Group window indices, longest first, into passes of at most `budget.max_windows` windows,
     `budget.max_tokens` padded tokens and `budget.max_padding` padding share (a single window longer than the token
