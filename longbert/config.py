@@ -251,7 +251,7 @@ def build(cls: type, raw: Any, path: str, problems: list[str]):
             continue
         where = f"{path}.{key}" if path else key
         annotation = hints[key]
-        if key == "strategy" and cls is Recipe:
+        if key == "strategy" and annotation is Any:  # a recipe's (or a saved model's) strategy section
             values[key] = build_strategy_config(value, where, problems)
         elif dataclasses.is_dataclass(annotation):
             values[key] = build(annotation, value, where, problems)

@@ -55,8 +55,10 @@ class LongDocumentClassifier(nn.Module):
     # -- building ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def from_recipe(cls, recipe, label_names: list[str]) -> "LongDocumentClassifier":
-        """A fresh model for `recipe` (backbone weights loaded, strategy and head initialised from the seed)."""
+    def from_recipe(cls, recipe, label_names: list[str], loaded: tuple | None = None) -> "LongDocumentClassifier":
+        """A fresh model for `recipe` (backbone weights loaded, strategy and head initialised from the seed).
+        `loaded`: the (backbone, tokenizer) pair that `load_backbone(recipe.backbone...)` returned, when the caller
+        has loaded them already (training tokenizes its data first), so nothing is loaded twice."""
         settings = {
             "format": FORMAT_VERSION,
             "backbone": recipe.backbone.name,
@@ -70,7 +72,7 @@ class LongDocumentClassifier(nn.Module):
             "lora": dataclasses.asdict(recipe.model.lora),
             "max_document_tokens": recipe.data.max_document_tokens,
         }
-        backbone, tokenizer = load_backbone(
+        backbone, tokenizer = loaded or load_backbone(
             recipe.backbone.name, recipe.backbone.attention_dropout, recipe.backbone.hidden_dropout
         )
         if recipe.backbone.gradient_checkpointing:
