@@ -39,7 +39,8 @@ from torch import nn
 from longbert.errors import LongbertError
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.windows import TOKEN_POOLINGS, plan_passes, encode_windows, gather_units, pool_tokens
+from longbert.strategies.pooling import TOKEN_POOLINGS, pool_tokens
+from longbert.strategies.windows import plan_passes, encode_windows, gather_units
 
 ATTENTION_NAME = "longbert_block_sparse"
 PLAN_ARGUMENT = "block_sparse_plan"

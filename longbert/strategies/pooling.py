@@ -1,7 +1,15 @@
-"""Poolers that turn a document's unit vectors (chunk or window embeddings) into one document vector.
+"""Every pooling in longbert, in two vocabularies, so that a name means the same thing in every strategy.
 
-Pooling happens on embeddings, not on per-chunk logits. Each pooler maps (B, N, H) vectors and a (B, N) mask
-to a (B, H) vector and, where it has them, (B, N) weights saying how much each unit counted.
+Token pooling: how the token states of one pass row (a window, a segment) become that unit's vector.
+    TOKEN_POOLINGS   cls (the [CLS] state) or mean (the mean of the real tokens' states); `pool_tokens`.
+
+Unit pooling: how a document's unit vectors become the document vector. Pooling happens on embeddings, not on
+per-unit logits. Each pooler maps (B, N, H) vectors and a (B, N) mask to a (B, H) vector and, where it has them,
+(B, N) weights saying how much each unit counted; `build_pooler` makes any of them.
+    UNIT_POOLINGS     mean, max, attention, transformer: for units read independently (chunk, sliding)
+    SEGMENT_POOLINGS  last, then the above: for segments read in order with a memory (recurrence, rmt), where
+                      the last segment has read the earlier ones
+Each strategy's config says which vocabulary it accepts.
 """
 
 from __future__ import annotations
@@ -13,7 +21,17 @@ from torch import nn
 
 from longbert.strategies.base import Pooled, Units
 
-POOLERS = ("mean", "max", "attention", "transformer")
+TOKEN_POOLINGS = ("cls", "mean")
+UNIT_POOLINGS = ("mean", "max", "attention", "transformer")
+SEGMENT_POOLINGS = ("last", *UNIT_POOLINGS)
+
+
+def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str) -> torch.Tensor:
+    """One vector per pass row from its token states, `how` in TOKEN_POOLINGS: (W, L, H), (W, L) -> (W, H)."""
+    if how == "cls":
+        return hidden[:, 0]
+    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (W, L, 1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
 class MeanPooler(nn.Module):
@@ -76,7 +94,20 @@ class TransformerPooler(nn.Module):
         return Pooled(MeanPooler()(Units(x, units.mask)).vector, None)
 
 
+class LastPooler(nn.Module):
+    """The last unit's vector: with a memory it was read in the context of the units before it."""
+
+    def forward(self, units: Units) -> Pooled:
+        last = units.mask.sum(1) - 1  # (B,)
+        vector = units.vectors[torch.arange(units.vectors.shape[0], device=last.device), last]  # (B, H)
+        weights = nn.functional.one_hot(last, units.vectors.shape[1]).to(units.vectors.dtype)  # (B, N)
+        return Pooled(vector, weights)
+
+
 def build_pooler(kind: str, hidden_size: int) -> nn.Module:
+    """The unit pooler named `kind` (one of SEGMENT_POOLINGS, which holds every name) for `hidden_size` vectors."""
+    if kind == "last":
+        return LastPooler()
     if kind == "mean":
         return MeanPooler()
     if kind == "max":

@@ -38,7 +38,7 @@ How it reaches the backbone. `adapt_backbone` switches the backbone's attention 
 argument `longbert_recurrence` (a `StepState`, passed through `backbone(...)`) it reads and writes the memory;
 called without one it is ordinary sdpa attention.
 
-The helpers `read_segments`, `wrap_segments`, `LastPooler` and `build_segment_pooler` are shared with `rmt`.
+The helpers `read_segments` and `wrap_segments` are shared with `rmt`; poolers (`last` included) are in pooling.py.
 """
 
 from __future__ import annotations
@@ -53,16 +53,15 @@ from torch import nn
 from longbert.errors import LongbertError
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import POOLERS, build_pooler
-from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, pool_tokens
+from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLINGS, build_pooler, pool_tokens
+from longbert.strategies.windows import check_fits
 
 ATTENTION_NAME = "longbert_recurrence"
 STATE_ARGUMENT = "longbert_recurrence"
-SEGMENT_POOLINGS = ("last", *POOLERS)
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Helpers shared with `rmt`: segments, the step-by-step reading loop, pooling
+# Helpers shared with `rmt`: segments, the step-by-step reading loop
 
 
 def segment_spans(length: int, segment: int) -> list[list[tuple[int, int]]]:
@@ -150,20 +149,6 @@ def _read_step(pieces, memory, budget: PassBudget, run_pass: Callable, carried_t
         vectors.append(v)
         memories.append(m)
     return torch.cat(vectors), (None if memories[0] is None else type(memories[0]).join(memories))
-
-
-class LastPooler(nn.Module):
-    """The last segment's vector: with a memory it was read in the context of the segments before it."""
-
-    def forward(self, units: Units) -> Pooled:
-        last = units.mask.sum(1) - 1  # (B,)
-        vector = units.vectors[torch.arange(units.vectors.shape[0], device=last.device), last]  # (B, H)
-        weights = F.one_hot(last, units.vectors.shape[1]).to(units.vectors.dtype)  # (B, N)
-        return Pooled(vector, weights)
-
-
-def build_segment_pooler(kind: str, hidden_size: int) -> nn.Module:
-    return LastPooler() if kind == "last" else build_pooler(kind, hidden_size)
 
 
 def segment_problems(config, path: str) -> list[str]:
@@ -354,7 +339,7 @@ class RecurrenceStrategy(nn.Module):
     def __init__(self, config: RecurrenceConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()
         self.config, self.special, self.budget = config, special, budget
-        self.pooler = build_segment_pooler(config.pooling, hidden_size)
+        self.pooler = build_pooler(config.pooling, hidden_size)
         self.register_parameter("memory_bias", None)  # (layers, A, S), made by adapt_backbone
 
     def adapt_backbone(self, backbone: nn.Module) -> None:

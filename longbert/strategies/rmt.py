@@ -26,9 +26,9 @@ from torch import nn
 
 from longbert.fields import option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.recurrence import (build_segment_pooler, read_segments, segment_problems, segment_spans,
-                                           wrap_segments)
-from longbert.strategies.windows import check_fits, pool_tokens
+from longbert.strategies.pooling import build_pooler, pool_tokens
+from longbert.strategies.recurrence import read_segments, segment_problems, segment_spans, wrap_segments
+from longbert.strategies.windows import check_fits
 
 
 @dataclass
@@ -73,7 +73,7 @@ class RmtStrategy(nn.Module):
     def __init__(self, config: RmtConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()
         self.config, self.special, self.budget = config, special, budget
-        self.pooler = build_segment_pooler(config.pooling, hidden_size)
+        self.pooler = build_pooler(config.pooling, hidden_size)
         # The first segment's memory; BERT's initializer range. (M, H)
         self.memory = nn.Parameter(torch.randn(config.memory_tokens, hidden_size) * 0.02) if config.memory_tokens else None
 

@@ -12,8 +12,8 @@ from torch import nn
 
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import POOLERS, build_pooler
-from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_split, window_spans
+from longbert.strategies.pooling import TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
+from longbert.strategies.windows import check_fits, encode_split, window_spans
 
 
 @dataclass
@@ -32,7 +32,7 @@ class SlidingConfig:
             out.append(f"{path}.stride must be >= 1, got {self.stride}")
         elif self.stride > self.window:
             out.append(f"{path}.stride must be <= {path}.window, got {self.stride} > {self.window}")
-        out += one_of(f"{path}.pooling", self.pooling, POOLERS)
+        out += one_of(f"{path}.pooling", self.pooling, UNIT_POOLINGS)
         out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
         return out
 

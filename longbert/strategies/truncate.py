@@ -13,7 +13,8 @@ from torch import nn
 
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
-from longbert.strategies.windows import TOKEN_POOLINGS, check_fits, encode_windows, gather_units
+from longbert.strategies.pooling import TOKEN_POOLINGS
+from longbert.strategies.windows import check_fits, encode_windows, gather_units
 
 MODES = ("head", "tail", "head_tail")
 

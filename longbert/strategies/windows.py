@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 from longbert.strategies.base import PassBudget, SpecialTokens, Units
-
-TOKEN_POOLINGS = ("cls", "mean")
+from longbert.strategies.pooling import pool_tokens
 
 
 def split_windows(ids: torch.Tensor, window: int, stride: int) -> list[torch.Tensor]:
@@ -50,14 +49,6 @@ def plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
         passes.append([index])
         real = lengths[index]
     return passes
-
-
-def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str) -> torch.Tensor:
-    """One vector per sequence from token states: (W, L, H), (W, L) -> (W, H)."""
-    if how == "cls":
-        return hidden[:, 0]
-    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (W, L, 1)
-    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
 def encode_windows(
