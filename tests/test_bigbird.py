@@ -11,6 +11,7 @@ import torch
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
 from longbert.model import LongDocumentClassifier
+from longbert.strategies.attention import key_padding_mask
 from longbert.strategies.base import PassBudget, SpecialTokens
 from longbert.strategies.bigbird import (
     BigBirdConfig,
@@ -19,7 +20,6 @@ from longbert.strategies.bigbird import (
     block_sparse_attention,
     extend_positions,
     fixed_key_blocks,
-    padding_mask,
 )
 
 SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)
@@ -129,7 +129,7 @@ def test_block_sparse_attention_follows_the_bigbird_pattern(global_blocks, windo
     blocks, valid = fixed_key_blocks(length // block, global_blocks, window_blocks)
     plan = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None])
     module = torch.nn.Module().eval()
-    out, _ = block_sparse_attention(module, query, key, value, None, scaling=size**-0.5, block_sparse_plan=plan)
+    out = block_sparse_attention(module, query, key, value, plan, scaling=size**-0.5)
     for row in range(rows):
         mask = expected_mask(length, real[row], block, global_blocks, window_blocks)  # (L, L)
         want = torch.nn.functional.scaled_dot_product_attention(query[row], key[row], value[row], attn_mask=mask)
@@ -143,7 +143,7 @@ def test_global_tokens_see_every_block_and_local_ones_do_not():
     value.requires_grad_(True)
     blocks, valid = fixed_key_blocks(length // block, 1, 3)
     plan = BlockSparsePlan(block, 1, torch.ones(1, length, dtype=torch.bool), blocks[None, None], valid[None, None])
-    out, _ = block_sparse_attention(torch.nn.Module().eval(), query, key, value, None, block_sparse_plan=plan)
+    out = block_sparse_attention(torch.nn.Module().eval(), query, key, value, plan)
     (grad_cls,) = torch.autograd.grad(out[0, 0].sum(), value, retain_graph=True)  # [CLS]: a global token
     read_by_cls = grad_cls[0].abs().sum((0, 2)).view(-1, block).sum(1)  # (G,)
     assert (read_by_cls > 0).all(), "the global [CLS] reads every block"
@@ -154,8 +154,8 @@ def test_global_tokens_see_every_block_and_local_ones_do_not():
 
 def test_padding_mask_is_never_square():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
-    assert padding_mask(2, 4, 4, attention_mask=mask).shape == (2, 1, 1, 4)
-    assert padding_mask(2, 4, 4, attention_mask=torch.ones(2, 4, dtype=torch.bool)) is None
+    assert key_padding_mask(2, 4, 4, attention_mask=mask).shape == (2, 1, 1, 4)
+    assert key_padding_mask(2, 4, 4, attention_mask=torch.ones(2, 4, dtype=torch.bool)) is None
 
 
 # -- equivalences on the backbone --------------------------------------------------------------------------

@@ -20,16 +20,15 @@ Positions past 512. `adapt_backbone` extends the learned position table to `max_
 p gets the learned vector of p mod 512), as the Longformer authors did when converting RoBERTa: the first 512
 positions are unchanged; further ones repeat them, which the model has to learn to tell apart by fine-tuning.
 
-How it reaches the backbone. The backbone's attention implementation is switched to `longbert_block_sparse`, a
-function registered with transformers' AttentionInterface. Called with the keyword argument `block_sparse_plan`
-(built per pass by this strategy and passed through `backbone(...)`), it runs block-sparse; called without one it
-is ordinary full attention with a key-padding mask (the registered mask function keeps the (W, 1, 1, L) padding
-mask as it is instead of expanding it to (W, 1, L, L)). So the mode is an argument of each call, never a state.
+How it reaches the backbone. `adapt_backbone` installs `block_sparse_attention` as the backbone's attention
+implementation `longbert_block_sparse`, through the installer shared with `recurrence` (strategies/attention.py).
+Called with the keyword argument `block_sparse_plan` (built per pass by this strategy and passed through
+`backbone(...)`), the backbone runs block-sparse; called without one (short documents) it is ordinary full
+attention with a key-padding mask. So the mode is an argument of each call, never a state.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -38,9 +37,10 @@ from torch import nn
 
 from longbert.errors import LongbertError
 from longbert.fields import one_of, option
+from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLINGS, pool_tokens
-from longbert.strategies.windows import plan_passes, encode_windows, gather_units
+from longbert.strategies.pooling import TOKEN_POOLINGS
+from longbert.strategies.windows import encode_windows, gather_units
 
 ATTENTION_NAME = "longbert_block_sparse"
 PLAN_ARGUMENT = "block_sparse_plan"
@@ -143,22 +143,12 @@ def block_sparse_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    plan: BlockSparsePlan,
     dropout: float = 0.0,
     scaling: float | None = None,
-    block_sparse_plan: BlockSparsePlan | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """transformers attention function. query/key/value (W, A, L, D) -> output (W, L, A, D), no weights.
-
-    With a plan: block-sparse. Without: ordinary full attention through transformers' sdpa function, with the
-    (W, 1, 1, L) key-padding mask made by `padding_mask` (or None when nothing is padded)."""
-    if block_sparse_plan is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    plan = block_sparse_plan
+) -> torch.Tensor:
+    """Block-sparse attention following `plan`: query/key/value (W, A, L, D) -> output (W, L, A, D). Installed
+    (see `install_attention`) for calls that carry `block_sparse_plan`; the padding comes from the plan."""
     rows, heads, length, size = query.shape  # W, A, L, D
     s, g = plan.block_size, plan.global_blocks
     n_blocks = length // s  # G
@@ -170,7 +160,7 @@ def block_sparse_attention(
     )  # (W, A, g·S, D)
     global_out = global_out.transpose(1, 2)  # (W, g·S, A, D)
     if n_blocks == g:
-        return global_out.contiguous(), None
+        return global_out.contiguous()
 
     # Sparse query blocks read their K key blocks, gathered per query block.
     layer = getattr(module, "layer_idx", None) or 0
@@ -192,38 +182,7 @@ def block_sparse_attention(
         q, gather(key), gather(value), attn_mask=mask, dropout_p=dropout, scale=scaling
     )  # (W·Q, A, S, D)
     sparse_out = sparse_out.transpose(1, 2).reshape(rows, q_blocks * s, heads, size)  # (W, Q·S, A, D)
-    return torch.cat([global_out, sparse_out], dim=1), None  # (W, L, A, D)
-
-
-def padding_mask(batch_size: int, q_length: int, kv_length: int, attention_mask: torch.Tensor | None = None, **kwargs):
-    """transformers mask function for `longbert_block_sparse`: the key-padding mask as (W, 1, 1, L) bool, or None
-    when nothing is padded. Never expanded to (W, 1, L, L)."""
-    if attention_mask is None or bool(attention_mask.all()):
-        return None
-    return attention_mask[:, None, None, :kv_length].bool()
-
-
-def register_attention() -> None:
-    """Make `longbert_block_sparse` a valid attn_implementation (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(ATTENTION_NAME, block_sparse_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, padding_mask)
-
-
-def use_block_sparse_attention(backbone: nn.Module) -> None:
-    """Route the backbone's self-attention through `block_sparse_attention` (idempotent)."""
-    if getattr(backbone.config, "is_decoder", False):
-        raise LongbertError("strategy bigbird needs an encoder backbone; this one is configured as a decoder")
-    if not getattr(backbone, "_supports_attention_backend", False):
-        raise LongbertError(
-            f"strategy bigbird needs a backbone whose attention goes through transformers' AttentionInterface; "
-            f"{type(backbone).__name__} does not"
-        )
-    register_attention()
-    if backbone.config._attn_implementation != ATTENTION_NAME:
-        backbone.set_attn_implementation(ATTENTION_NAME)
+    return torch.cat([global_out, sparse_out], dim=1)  # (W, L, A, D)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -279,8 +238,8 @@ class BigBirdStrategy(nn.Module):
         self.generator = torch.Generator().manual_seed(config.random_seed)
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
-        extend_positions(backbone, self.config.max_tokens)
-        use_block_sparse_attention(backbone)
+        extend_positions(base_model(backbone), self.config.max_tokens)
+        install_attention(backbone, "bigbird", ATTENTION_NAME, PLAN_ARGUMENT, block_sparse_attention)
 
     def uses_full_attention(self, tokens: int) -> bool:
         """The short-document rule: `tokens` counts [CLS]/[SEP]."""
@@ -306,31 +265,13 @@ class BigBirdStrategy(nn.Module):
     def encode_sparse(self, backbone: nn.Module, documents: list[torch.Tensor]) -> torch.Tensor:
         """Documents (each at most max_tokens - 2 content ids) -> (B, H), block-sparse, in passes bounded by the
         budget; each pass is padded to its longest document rounded up to a block multiple."""
-        s = self.config.block_size
-        device = next(backbone.parameters()).device
-        lengths = [math.ceil((d.shape[0] + 2) / s) * s for d in documents]
-        out: torch.Tensor | None = None  # (B, H), filled pass by pass
-        for indices in plan_passes(lengths, self.budget):
-            width = lengths[indices[0]]
-            input_ids = torch.full((len(indices), width), self.special.pad_id, dtype=torch.long,
-                                   device=device)  # (W, L)
-            attention_mask = torch.zeros((len(indices), width), dtype=torch.long, device=device)  # (W, L)
-            for row, i in enumerate(indices):
-                n = documents[i].shape[0] + 2
-                input_ids[row, 0] = self.special.cls_id
-                input_ids[row, 1 : n - 1] = documents[i].to(device)
-                input_ids[row, n - 1] = self.special.sep_id
-                attention_mask[row, :n] = 1
-            plan = self.plan_pass(attention_mask.bool(), backbone.config.num_hidden_layers, random=backbone.training)
-            hidden = backbone(
-                input_ids=input_ids, attention_mask=attention_mask, **{PLAN_ARGUMENT: plan}
-            ).last_hidden_state  # (W, L, H)
-            vectors = pool_tokens(hidden, attention_mask, self.config.token_pooling)  # (W, H)
-            if out is None:
-                out = vectors.new_zeros((len(documents), vectors.shape[-1]))
-            # Copy into `out` rather than keep views: a view of hidden[:, 0] would keep the whole pass alive.
-            out[torch.tensor(indices, device=device)] = vectors
-        return out  # (B, H)
+        layers = base_model(backbone).config.num_hidden_layers
+
+        def plan(attention_mask: torch.Tensor) -> dict:  # (W, L)
+            return {PLAN_ARGUMENT: self.plan_pass(attention_mask.bool(), layers, random=backbone.training)}
+
+        return encode_windows(backbone, documents, self.special, self.budget, self.config.token_pooling,
+                              multiple=self.config.block_size, pass_arguments=plan)  # (B, H)
 
     def plan_pass(self, token_mask: torch.Tensor, layers: int, random: bool) -> BlockSparsePlan:
         """The attention plan for one pass of `token_mask` (W, L) (L a block multiple). With `random`, every layer

@@ -33,139 +33,34 @@ document that has one (documents with fewer segments drop out of later steps), s
 depend on its batch. Streaming: without gradients only the memory (at most `memory` tokens per layer) and one
 vector per segment are kept, so peak memory does not grow with the document's length.
 
-How it reaches the backbone. `adapt_backbone` switches the backbone's attention implementation to
-`longbert_recurrence`, a function registered with transformers' AttentionInterface. Called with the keyword
-argument `longbert_recurrence` (a `StepState`, passed through `backbone(...)`) it reads and writes the memory;
-called without one it is ordinary sdpa attention.
+How it reaches the backbone. `adapt_backbone` installs `recurrence_attention` as the backbone's attention
+implementation `longbert_recurrence`, through the installer shared with `bigbird` (strategies/attention.py).
+Called with the keyword argument `longbert_recurrence` (a `StepState`, passed through `backbone(...)`) the
+backbone's attention reads and writes the memory; called without one it is ordinary sdpa attention.
 
-The helpers `read_segments` and `wrap_segments` are shared with `rmt`; poolers (`last` included) are in pooling.py.
+Shared with `rmt` (strategies/segments.py): cutting into segments, the step-by-step reading loop (`read_segments`)
+and the config checks; the segment passes are laid out by `build_pass` (windows.py) and pooled by the poolers of
+pooling.py (`last` included).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.fields import one_of, option
+from longbert.fields import option
+from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLINGS, build_pooler, pool_tokens
-from longbert.strategies.windows import check_fits
+from longbert.strategies.pooling import build_pooler, pool_tokens
+from longbert.strategies.segments import read_segments, segment_problems, segment_spans
+from longbert.strategies.windows import build_pass, check_fits
 
 ATTENTION_NAME = "longbert_recurrence"
 STATE_ARGUMENT = "longbert_recurrence"
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Helpers shared with `rmt`: segments, the step-by-step reading loop
-
-
-def segment_spans(length: int, segment: int) -> list[list[tuple[int, int]]]:
-    """Each segment's token range for a document of `length` tokens (one range a unit)."""
-    return [[(t * segment, min(length, (t + 1) * segment))] for t in range(max(1, -(-length // segment)))]
-
-
-def count_segments(documents: list[torch.Tensor], segment: int) -> list[int]:
-    """Segments per document; an empty document is one empty segment."""
-    return [max(1, -(-d.shape[0] // segment)) for d in documents]
-
-
-def wrap_segments(pieces: list[torch.Tensor], special: SpecialTokens, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Content pieces -> [CLS] piece [SEP], right-padded to the longest: input_ids (E, L), attention_mask (E, L)."""
-    width = max(p.shape[0] for p in pieces) + 2
-    input_ids = torch.full((len(pieces), width), special.pad_id, dtype=torch.long, device=device)  # (E, L)
-    attention_mask = torch.zeros((len(pieces), width), dtype=torch.long, device=device)  # (E, L)
-    for row, piece in enumerate(pieces):
-        n = piece.shape[0] + 2
-        input_ids[row, 0] = special.cls_id
-        input_ids[row, 1 : n - 1] = piece.to(device)
-        input_ids[row, n - 1] = special.sep_id
-        attention_mask[row, :n] = 1
-    return input_ids, attention_mask
-
-
-def read_segments(
-    documents: list[torch.Tensor],
-    segment: int,
-    budget: PassBudget,
-    backprop_segments: int | None,
-    last_only: bool,
-    run_pass: Callable,
-    carried_tokens: int,
-    device,
-) -> Units:
-    """Read every document segment by segment, all documents of the batch together, carrying a memory.
-
-    `run_pass(pieces, memory)` reads one segment of each of E documents (content pieces, the memory carried
-    for those rows or None at the first segment) and returns (E, H) segment vectors and the memory to carry on.
-    A memory object has `rows(start, stop)`, `cut_gradient(cut)` (detach the rows where the (E,) bool `cut` is
-    True) and a static `join(parts)` (the rows of several passes, in order). `carried_tokens`: tokens each row
-    carries besides its segment (for the pass budget). Returns Units (B, N, H), one unit per segment."""
-    counts = count_segments(documents, segment)
-    # Longest documents first: the documents still being read at step t are always the first E rows.
-    order = sorted(range(len(documents)), key=lambda b: -counts[b])
-    remaining = torch.tensor([counts[b] for b in order])  # (B,) segments per document, in reading order
-    memory = None
-    steps: list[torch.Tensor] = []
-    for t in range(max(counts)):
-        rows = int((remaining > t).sum())
-        after = remaining[:rows] - 1 - t  # (E,) segments still to come after this one
-        if memory is not None:
-            memory = memory.rows(0, rows)
-            if backprop_segments is not None:
-                memory = memory.cut_gradient(after % (backprop_segments + 1) == backprop_segments)
-        # With only the last segment pooled, a step whose segments are all out of the gradient's reach needs no graph.
-        needs_graph = not last_only or backprop_segments is None or bool((after <= backprop_segments).any())
-        pieces = [documents[order[i]][t * segment : (t + 1) * segment] for i in range(rows)]
-        with torch.set_grad_enabled(torch.is_grad_enabled() and needs_graph):
-            vectors, memory = _read_step(pieces, memory, budget, run_pass, carried_tokens)
-        steps.append(vectors)  # (E, H)
-    batch = len(documents)
-    stacked = torch.stack([F.pad(v, (0, 0, 0, batch - v.shape[0])) for v in steps], 1)  # (B, N, H), reading order
-    inverse = torch.empty(batch, dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(batch)
-    vectors = stacked[inverse.to(stacked.device)]  # (B, N, H), the caller's order
-    mask = torch.arange(len(steps))[None, :] < torch.tensor(counts)[:, None]  # (B, N)
-    return Units(vectors, mask.to(vectors.device))
-
-
-def _read_step(pieces, memory, budget: PassBudget, run_pass: Callable, carried_tokens: int):
-    """One step, in as many passes as the budget asks; returns (E, H) vectors (a copy, so that no view keeps a
-    pass's hidden states alive) and the joined memory."""
-    rows = len(pieces)
-    width = max(p.shape[0] for p in pieces) + 2 + carried_tokens
-    per_pass = max(1, min(budget.max_windows, budget.max_tokens // width))
-    if per_pass >= rows:
-        vectors, memory = run_pass(pieces, memory)
-        return vectors.clone(), memory
-    vectors, memories = [], []
-    for start in range(0, rows, per_pass):
-        stop = min(rows, start + per_pass)
-        v, m = run_pass(pieces[start:stop], None if memory is None else memory.rows(start, stop))
-        vectors.append(v)
-        memories.append(m)
-    return torch.cat(vectors), (None if memories[0] is None else type(memories[0]).join(memories))
-
-
-def segment_problems(config, path: str) -> list[str]:
-    """Checks shared by `recurrence` and `rmt`."""
-    out = []
-    if config.segment < 1:
-        out.append(f"{path}.segment must be >= 1, got {config.segment}")
-    if config.backprop_segments is not None and config.backprop_segments < 0:
-        out.append(f"{path}.backprop_segments must be >= 0 or null, got {config.backprop_segments}")
-    out += one_of(f"{path}.pooling", config.pooling, SEGMENT_POOLINGS)
-    out += one_of(f"{path}.token_pooling", config.token_pooling, TOKEN_POOLINGS)
-    return out
-
-
-def base_model(backbone: nn.Module) -> nn.Module:
-    """The transformers model inside a peft wrapper (or the backbone itself)."""
-    return backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -275,34 +170,11 @@ class StepState:
         return LayerMemory(self.next_keys, self.next_values, self.next_valid, self.next_ages)
 
 
-def recurrence_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """AttentionInterface function: memory attention when the call carries a StepState, plain sdpa otherwise."""
-    state = kwargs.pop(STATE_ARGUMENT, None)
-    if state is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    return state.attend(module, query, key, value, dropout, scaling), None
-
-
-def use_recurrence_attention(backbone: nn.Module) -> None:
-    """Route the backbone's attention through `recurrence_attention` (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    model = base_model(backbone)
-    if not getattr(model, "_supports_attention_backend", False):
-        raise LongbertError(
-            f"strategy recurrence needs a backbone whose attention goes through transformers' AttentionInterface; "
-            f"{type(model).__name__} does not"
-        )
-    AttentionInterface.register(ATTENTION_NAME, recurrence_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    if model.config._attn_implementation != ATTENTION_NAME:
-        model.set_attn_implementation(ATTENTION_NAME)
-    if model.config._attn_implementation != ATTENTION_NAME:
-        raise LongbertError(f"strategy recurrence could not set the attention of {type(model).__name__}")
+def recurrence_attention(module: nn.Module, query, key, value, state: StepState, dropout: float = 0.0,
+                         scaling: float | None = None) -> torch.Tensor:
+    """Memory attention for one pass of one step: query/key/value (E, A, L, D) -> (E, L, A, D). Installed (see
+    `install_attention`) for calls that carry `longbert_recurrence`."""
+    return state.attend(module, query, key, value, dropout, scaling)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -346,7 +218,7 @@ class RecurrenceStrategy(nn.Module):
         check_fits(backbone, self.config.segment, "strategy.segment")
         if self.config.memory == 0:
             return
-        use_recurrence_attention(backbone)
+        install_attention(backbone, "recurrence", ATTENTION_NAME, STATE_ARGUMENT, recurrence_attention)
         if self.config.memory_bias:
             settings = base_model(backbone).config
             shape = (settings.num_hidden_layers, settings.num_attention_heads, self.config.memory_segments)
@@ -359,7 +231,7 @@ class RecurrenceStrategy(nn.Module):
         layers = base_model(backbone).config.num_hidden_layers
 
         def run_pass(pieces: list[torch.Tensor], memory: LayerMemory | None):
-            input_ids, attention_mask = wrap_segments(pieces, self.special, device)  # (E, L), (E, L)
+            input_ids, attention_mask = build_pass(pieces, self.special, device)  # (E, L), (E, L)
             if cfg.memory == 0:
                 hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (E, L, H)
                 return pool_tokens(hidden, attention_mask, cfg.token_pooling), None
@@ -369,7 +241,7 @@ class RecurrenceStrategy(nn.Module):
             return pool_tokens(hidden, attention_mask, cfg.token_pooling), state.next_memory()  # (E, H)
 
         return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
-                             run_pass, cfg.memory, device)
+                             run_pass, cfg.memory)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return segment_spans(length, self.config.segment)

@@ -27,8 +27,8 @@ from torch import nn
 from longbert.fields import option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import build_pooler, pool_tokens
-from longbert.strategies.recurrence import read_segments, segment_problems, segment_spans, wrap_segments
-from longbert.strategies.windows import check_fits
+from longbert.strategies.segments import read_segments, segment_problems, segment_spans
+from longbert.strategies.windows import build_pass, check_fits
 
 
 @dataclass
@@ -86,7 +86,7 @@ class RmtStrategy(nn.Module):
         k = cfg.memory_tokens
 
         def run_pass(pieces: list[torch.Tensor], memory: TokenMemory | None):
-            input_ids, attention_mask = wrap_segments(pieces, self.special, device)  # (E, L), (E, L)
+            input_ids, attention_mask = build_pass(pieces, self.special, device)  # (E, L), (E, L)
             if k == 0:
                 hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (E, L, H)
                 return pool_tokens(hidden, attention_mask, cfg.token_pooling), None
@@ -102,7 +102,7 @@ class RmtStrategy(nn.Module):
             return pool_tokens(own, attention_mask, cfg.token_pooling), TokenMemory(written)
 
         return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
-                             run_pass, k, device)
+                             run_pass, k)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return segment_spans(length, self.config.segment)

@@ -1,11 +1,18 @@
-"""Helpers shared by the window-based strategies (truncate, chunk, sliding): cut documents into windows and
-run many windows through the backbone in bounded, dynamically padded passes."""
+"""Windows and the backbone passes that carry them.
+
+Cut documents into windows (truncate, chunk, sliding), and run pieces of content through the backbone in bounded,
+dynamically padded passes: `build_pass` lays out one pass ([CLS] piece [SEP], padded) for every strategy, bigbird
+and the segment strategies included; `encode_windows` plans, runs and pools the passes of many windows."""
 
 from __future__ import annotations
+
+import math
+from typing import Callable
 
 import torch
 from torch import nn
 
+from longbert.errors import LongbertError
 from longbert.strategies.base import PassBudget, SpecialTokens, Units
 from longbert.strategies.pooling import pool_tokens
 
@@ -51,31 +58,52 @@ def plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
     return passes
 
 
+def padded_width(tokens: int, multiple: int) -> int:
+    """`tokens` rounded up to a multiple of `multiple`."""
+    return math.ceil(tokens / multiple) * multiple
+
+
+def build_pass(
+    pieces: list[torch.Tensor], special: SpecialTokens, device, multiple: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Content pieces (each (T,), no special tokens) -> one backbone pass, each row [CLS] piece [SEP] then padding.
+
+    Returns input_ids (W, L) (pad ids after [SEP]) and attention_mask (W, L) (1 up to [SEP], 0 after), with L the
+    longest piece plus 2, rounded up to a multiple of `multiple` (bigbird's block size; 1: no rounding)."""
+    lengths = [p.shape[0] + 2 for p in pieces]
+    width = padded_width(max(lengths), multiple)
+    input_ids = torch.full((len(pieces), width), special.pad_id, dtype=torch.long, device=device)  # (W, L)
+    attention_mask = torch.zeros((len(pieces), width), dtype=torch.long, device=device)  # (W, L)
+    for row, (piece, n) in enumerate(zip(pieces, lengths)):
+        input_ids[row, 0] = special.cls_id
+        input_ids[row, 1 : n - 1] = piece.to(device)
+        input_ids[row, n - 1] = special.sep_id
+        attention_mask[row, :n] = 1
+    return input_ids, attention_mask
+
+
 def encode_windows(
     backbone: nn.Module,
     windows: list[torch.Tensor],
     special: SpecialTokens,
     budget: PassBudget,
     token_pooling: str = "cls",
+    multiple: int = 1,
+    pass_arguments: Callable[[torch.Tensor], dict] | None = None,
 ) -> torch.Tensor:
     """Run content windows through the backbone, each wrapped as [CLS] window [SEP]; returns (W, H).
 
     Windows are sorted by length and packed into passes bounded by `budget`; each pass is padded only to its
-    own longest window, so a batch of short reviews never pays for 512 positions."""
+    own longest window (rounded up to a multiple of `multiple`), so a batch of short reviews never pays for 512
+    positions. `pass_arguments(attention_mask (W, L))` gives extra keyword arguments for the backbone, per pass
+    (bigbird's attention plan)."""
     device = next(backbone.parameters()).device
-    lengths = [w.shape[0] + 2 for w in windows]
+    lengths = [padded_width(w.shape[0] + 2, multiple) for w in windows]
     out: torch.Tensor | None = None  # (W, H), filled pass by pass
     for indices in plan_passes(lengths, budget):
-        width = lengths[indices[0]]
-        input_ids = torch.full((len(indices), width), special.pad_id, dtype=torch.long, device=device)  # (W, L)
-        attention_mask = torch.zeros((len(indices), width), dtype=torch.long, device=device)  # (W, L)
-        for row, i in enumerate(indices):
-            n = lengths[i]
-            input_ids[row, 0] = special.cls_id
-            input_ids[row, 1 : n - 1] = windows[i].to(device)
-            input_ids[row, n - 1] = special.sep_id
-            attention_mask[row, :n] = 1
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (W, L, H)
+        input_ids, attention_mask = build_pass([windows[i] for i in indices], special, device, multiple)  # (W, L)
+        extra = pass_arguments(attention_mask) if pass_arguments else {}
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state  # (W, L, H)
         vectors = pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
         if out is None:
             out = vectors.new_zeros((len(windows), vectors.shape[-1]))
@@ -116,8 +144,6 @@ def encode_split(
 
 def check_fits(backbone: nn.Module, tokens: int, what: str) -> None:
     """Fail clearly when `tokens` content tokens plus [CLS]/[SEP] exceed the backbone's positions."""
-    from longbert.errors import LongbertError
-
     positions = backbone.config.max_position_embeddings
     if tokens + 2 > positions:
         raise LongbertError(
