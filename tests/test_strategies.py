@@ -1,13 +1,23 @@
-"""The Strategy contract, checked over every registered strategy, and the equivalences between strategies."""
+"""The Strategy contract, checked over every registered strategy, and the equivalences between strategies; the
+pieces strategies share (the pass builder, the pooling vocabularies, the attention installer); and the registry:
+a strategy written in one new file works through the whole model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
+from torch import nn
+from transformers import BertModel
 
+from conftest import tiny_bert_config
 from helpers import TINY_STRATEGY_SETTINGS, build_model, random_documents
-from longbert.strategies.base import PassBudget, SpecialTokens, strategy_names
-from longbert.strategies.windows import encode_windows, split_windows
+from longbert.errors import LongbertError
+from longbert.fields import option
+from longbert.strategies.base import (REGISTRY, PassBudget, Pooled, SpecialTokens, build_strategy, register,
+                                      strategy_names, unit_spans)
+from longbert.strategies.windows import build_pass, check_fits, encode_windows, gather_units, split_windows
 
 ALL = strategy_names()
 LENGTHS = [5, 37, 260, 90]  # shorter than a window, about one window, many windows
@@ -151,3 +161,197 @@ def test_a_short_window_gets_its_own_pass_rather_than_much_padding():
     assert plan_passes(lengths, PassBudget(max_padding=0.2)) == [[0, 1, 3], [2, 4]]
     assert plan_passes(lengths, PassBudget(max_padding=1.0)) == [[0, 1, 3, 2, 4]]
     assert plan_passes(lengths, PassBudget(max_windows=2, max_padding=1.0)) == [[0, 1], [3, 2], [4]]
+
+
+# -- shared pieces: the pass builder, the pooling vocabularies ---------------------------------------------------
+
+
+def test_build_pass_lays_out_cls_piece_sep_then_padding():
+    special = SpecialTokens(cls_id=101, sep_id=102, pad_id=7)
+    pieces = [torch.tensor([5, 6, 8]), torch.tensor([], dtype=torch.long), torch.arange(1000, 1010)]
+    for multiple, width in ((1, 12), (8, 16), (12, 12), (5, 15)):
+        input_ids, attention_mask = build_pass(pieces, special, "cpu", multiple)  # (W, L), (W, L)
+        rows = [[101, *p.tolist(), 102] for p in pieces]
+        assert input_ids.tolist() == [row + [7] * (width - len(row)) for row in rows], multiple
+        assert attention_mask.tolist() == [[1] * len(row) + [0] * (width - len(row)) for row in rows], multiple
+        assert input_ids.dtype == attention_mask.dtype == torch.long
+
+
+def test_each_strategy_accepts_its_own_pooling_vocabulary():
+    from longbert.strategies.chunk import ChunkConfig
+    from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
+    from longbert.strategies.recurrence import RecurrenceConfig
+    from longbert.strategies.rmt import RmtConfig
+    from longbert.strategies.sliding import SlidingConfig
+
+    assert set(UNIT_POOLINGS) < set(SEGMENT_POOLINGS) and "last" in SEGMENT_POOLINGS
+    for config in (ChunkConfig, SlidingConfig):
+        assert config(pooling="last").problems("strategy") == [
+            f"strategy.pooling must be one of {', '.join(UNIT_POOLINGS)}, got 'last'"]
+    for config in (RecurrenceConfig, RmtConfig):
+        assert all(config(pooling=p).problems("strategy") == [] for p in SEGMENT_POOLINGS)
+    assert all(ChunkConfig(token_pooling=p).problems("strategy") == [] for p in TOKEN_POOLINGS)
+    units = gather_units(torch.arange(12.0).view(3, 4), [2, 1])  # (B, N, H) = (2, 2, 4)
+    for kind in SEGMENT_POOLINGS:
+        assert build_pooler(kind, 4)(units).vector.shape == (2, 4), kind
+    torch.testing.assert_close(build_pooler("last", 4)(units).vector, torch.tensor([[4.0, 5, 6, 7], [8, 9, 10, 11]]))
+    with pytest.raises(ValueError, match="unknown pooler 'sum'"):
+        build_pooler("sum", 4)
+
+
+# -- shared pieces: the attention installer (bigbird and recurrence) ---------------------------------------------
+
+
+def attention_users():
+    from longbert.strategies import bigbird, recurrence
+
+    return {
+        # A narrow window on every document: block-sparse, unlike the plain backbone.
+        "bigbird": (bigbird.BigBirdConfig(max_tokens=256, block_size=16, window_blocks=1, global_blocks=1,
+                                          random_blocks=0, full_attention_up_to=0, token_pooling="mean"),
+                    bigbird.ATTENTION_NAME),
+        "recurrence": (recurrence.RecurrenceConfig(segment=20, memory=22, token_pooling="mean"),
+                       recurrence.ATTENTION_NAME),
+    }
+
+
+def tiny_encoder(lora: bool = False, model_class=None, **settings) -> nn.Module:
+    """A tiny random BertModel (seeded: two calls give the same weights), optionally wrapped by peft LoRA (its B
+    matrices start at zero, so the wrapped model computes what the plain one does)."""
+    torch.manual_seed(0)
+    model = (model_class or BertModel)(tiny_bert_config(**settings), add_pooling_layer=False).eval()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=2, target_modules=["query", "value"])).eval()
+    return model
+
+
+def install(name: str, backbone: nn.Module) -> nn.Module:
+    config, _ = attention_users()[name]
+    strategy = build_strategy(config, 32, SpecialTokens(cls_id=101, sep_id=102, pad_id=0), PassBudget())
+    strategy.adapt_backbone(backbone)
+    return strategy
+
+
+@pytest.mark.parametrize("name", ["bigbird", "recurrence"])
+def test_bigbird_and_recurrence_install_their_attention_on_plain_and_lora_backbones(name):
+    from longbert.strategies.attention import base_model
+
+    attention_name = attention_users()[name][1]
+    documents = random_documents([60, 13])
+    vectors = {}
+    for lora in (False, True):
+        backbone = tiny_encoder(lora)
+        strategy = install(name, backbone)
+        install(name, backbone)  # installing twice changes nothing
+        assert base_model(backbone).config._attn_implementation == attention_name
+        assert (backbone is not base_model(backbone)) == lora
+        with torch.no_grad():
+            vectors[lora] = strategy.encode(backbone, documents).vectors  # (B, N, H)
+            # Called without the strategy's keyword argument, the backbone reads plainly (the shared fallback):
+            # the strategy's own reading of the long document differs, so its attention is the one in use.
+            second = documents[0][20:40] if name == "recurrence" else documents[0]
+            ids = torch.cat([torch.tensor([101]), second, torch.tensor([102])])[None]  # (1, L)
+            plain = backbone(input_ids=ids).last_hidden_state[0].mean(0)  # (H,)
+        read = vectors[lora][0, 1] if name == "recurrence" else vectors[lora][0, 0]
+        assert not torch.allclose(read, plain, atol=1e-3), "the strategy's attention runs, also under LoRA"
+    torch.testing.assert_close(vectors[True], vectors[False], atol=1e-5, rtol=1e-5)
+
+
+class NoAttentionBackendBert(BertModel):
+    """A BERT whose attention, as far as transformers knows, does not go through the AttentionInterface."""
+
+    _supports_attention_backend = False
+
+
+class StubbornBert(BertModel):
+    """A BERT that ignores requests to change its attention implementation."""
+
+    def set_attn_implementation(self, attn_implementation, **kwargs):
+        pass
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["plain", "lora"])
+@pytest.mark.parametrize("name", ["bigbird", "recurrence"])
+def test_backbones_that_cannot_take_the_attention_are_refused_clearly(name, lora):
+    decoder = tiny_encoder(lora, is_decoder=True)
+    with pytest.raises(LongbertError, match=rf"^strategy {name} needs an encoder backbone; this BertModel is "
+                                            "configured as a decoder$"):
+        install(name, decoder)
+    legacy = tiny_encoder(lora, NoAttentionBackendBert)
+    with pytest.raises(LongbertError, match=rf"^strategy {name} needs a backbone whose attention goes through "
+                                            "transformers' AttentionInterface; NoAttentionBackendBert does not$"):
+        install(name, legacy)
+    with pytest.raises(LongbertError, match=rf"^strategy {name} could not switch the attention of StubbornBert"):
+        install(name, tiny_encoder(lora, StubbornBert))
+
+
+# -- the registry: a strategy is one new file ------------------------------------------------------------------
+
+
+@dataclass
+class MiddleConfig:
+    name: str = "middle"
+    window: int = option(20, "content tokens kept from the middle of the document")
+
+    def problems(self, path: str) -> list[str]:
+        return [] if self.window >= 1 else [f"{path}.window must be >= 1, got {self.window}"]
+
+
+def middle(length: int, window: int) -> tuple[int, int]:
+    """The token range of the middle `window` tokens of a document of `length` tokens."""
+    start = max(0, (length - window) // 2)
+    return start, min(length, start + window)
+
+
+class MiddleStrategy(nn.Module):
+    """One window from the middle of each document: written against the contract and the shared helpers only."""
+
+    def __init__(self, config: MiddleConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
+        super().__init__()
+        self.config, self.special, self.budget = config, special, budget
+
+    def adapt_backbone(self, backbone: nn.Module) -> None:
+        check_fits(backbone, self.config.window, "strategy.window")
+
+    def encode(self, backbone: nn.Module, documents: list[torch.Tensor]):
+        windows = [ids[slice(*middle(ids.shape[0], self.config.window))] for ids in documents]
+        return gather_units(encode_windows(backbone, windows, self.special, self.budget), [1] * len(documents))
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
+        return [[middle(length, self.config.window)]]
+
+    def pool(self, units) -> Pooled:
+        return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)
+
+
+def test_a_strategy_registered_from_one_new_file_works_through_the_whole_model(tiny_backbone_dir, tmp_path):
+    from longbert.model import LongDocumentClassifier
+
+    assert "middle" not in REGISTRY
+    register("middle", MiddleConfig, "one window from the middle of each document (a test strategy)")(MiddleStrategy)
+    try:
+        assert "middle" in strategy_names()
+        model = build_model(tiny_backbone_dir, "middle", ["strategy.window=20"])
+        documents = random_documents([100, 7, 45])
+        with torch.no_grad():
+            logits = model(documents).logits
+            units = model.encode(documents)
+        assert logits.shape == (3, 2) and units.vectors.shape == (3, 1, 32)
+        assert unit_spans(model.strategy, 100) == [[(40, 60)]]
+        assert unit_spans(model.strategy, 7) == [[(0, 7)]]
+        # Equivalence: the middle window is truncate's head of the middle slice.
+        head = build_model(tiny_backbone_dir, "truncate", ["strategy.mode=head", "strategy.max_tokens=20"])
+        slices = [d[slice(*middle(d.shape[0], 20))] for d in documents]
+        with torch.no_grad():
+            torch.testing.assert_close(units.vectors, head.encode(slices).vectors)
+        model.save_pretrained(tmp_path / "middle")
+        with torch.no_grad():
+            loaded = LongDocumentClassifier.from_pretrained(tmp_path / "middle")(documents).logits
+        torch.testing.assert_close(loaded, logits)
+        with pytest.raises(LongbertError, match="strategy.window must be >= 1, got 0"):
+            build_model(tiny_backbone_dir, "middle", ["strategy.window=0"])
+    finally:
+        REGISTRY.pop("middle", None)
+    assert "middle" not in strategy_names()
