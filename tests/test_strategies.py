@@ -279,6 +279,11 @@ def test_backbones_that_cannot_take_the_attention_are_refused_clearly(name, lora
     with pytest.raises(LongbertError, match=rf"^strategy {name} needs an encoder backbone; this BertModel is "
                                             "configured as a decoder$"):
         install(name, decoder)
+    from longbert.strategies.attention import base_model
+
+    refused = base_model(decoder)
+    assert refused.config._attn_implementation == "sdpa", "a refused backbone keeps its attention"
+    assert refused.embeddings.position_embeddings.num_embeddings == 128, "and its positions"
     legacy = tiny_encoder(lora, NoAttentionBackendBert)
     with pytest.raises(LongbertError, match=rf"^strategy {name} needs a backbone whose attention goes through "
                                             "transformers' AttentionInterface; NoAttentionBackendBert does not$"):

@@ -238,8 +238,9 @@ class BigBirdStrategy(nn.Module):
         self.generator = torch.Generator().manual_seed(config.random_seed)
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
-        extend_positions(base_model(backbone), self.config.max_tokens)
+        # Install first: a backbone that cannot take block-sparse attention is refused before anything changes.
         install_attention(backbone, "bigbird", ATTENTION_NAME, PLAN_ARGUMENT, block_sparse_attention)
+        extend_positions(base_model(backbone), self.config.max_tokens)
 
     def uses_full_attention(self, tokens: int) -> bool:
         """The short-document rule: `tokens` counts [CLS]/[SEP]."""
