@@ -10,7 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison import compare, excerpt, select_examples
+from longbert.analysis import excerpt, select_examples
+from longbert.comparison import compare
 from longbert.errors import LongbertError
 from longbert.strategies.chunk import ChunkConfig
 from longbert.strategies.sliding import SlidingConfig
