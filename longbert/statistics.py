@@ -1,26 +1,26 @@
-"""The two statistics a comparison report quotes: a Wilson score interval for an accuracy, and the exact McNemar
-test for whether two classifiers differ on the same test documents."""
+"""The two statistics a comparison report quotes, both from scipy's exact binomial test: a Wilson score interval
+for an accuracy, and the exact McNemar test for whether two classifiers differ on the same test documents."""
 
 from __future__ import annotations
 
-import math
 
+def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> list[float] | None:
+    """[low, high] Wilson score interval of the proportion correct / total; None when there is nothing to count."""
+    from scipy.stats import binomtest
 
-def wilson_interval(correct: int, total: int, z: float = 1.96) -> list[float] | None:
-    """95% Wilson score interval of a proportion."""
     if total == 0:
         return None
-    p = correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return [max(0.0, centre - half), min(1.0, centre + half)]
+    interval = binomtest(correct, total).proportion_ci(confidence_level=confidence, method="wilson")
+    return [float(interval.low), float(interval.high)]
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:
-    """Exact two-sided McNemar test on the documents where exactly one of two classifiers is right."""
-    n = only_a + only_b
-    if n == 0:
+    """Two-sided p-value of the exact McNemar test, from the discordant documents only: `only_a` right for A alone,
+    `only_b` right for B alone. Under "A and B are equally good" each discordant document is a fair coin flip,
+    so this is the exact binomial test of min(only_a, only_b) successes in only_a + only_b tries at p = 1/2.
+    1.0 when there are no discordant documents (nothing tells the two apart)."""
+    from scipy.stats import binomtest
+
+    if only_a + only_b == 0:
         return 1.0
-    k = min(only_a, only_b)
-    tail = sum(math.comb(n, j) for j in range(k + 1))
-    return min(1.0, 2 * tail / 2**n)
+    return float(binomtest(min(only_a, only_b), only_a + only_b, 0.5).pvalue)
