@@ -6,7 +6,7 @@ one costs, and write one report that says which to use (reports/<name>/report.md
     results["strategies"]["chunk"]["accuracy"]
 
 Each strategy's recipe is resolved as
-    the base recipe (`recipe`, or recipes/compare_imdb.yaml)
+    the base recipe (`recipe`, or recipes/compare_imdb.yaml, packaged with longbert)
     + strategy.name=<s>   (the base's strategy settings are kept when its strategy is <s>; others start from
                            their defaults)
     + the overrides, in order:
@@ -41,6 +41,7 @@ import re
 import shlex
 import shutil
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -170,23 +171,26 @@ def parse_strategies(value: Sequence[str] | str) -> list[str]:
 
 
 def default_recipe() -> Path:
-    """recipes/compare_imdb.yaml of the longbert checkout (or of the working directory)."""
-    for folder in (Path(__file__).resolve().parent.parent / "recipes", Path.cwd() / "recipes"):
-        if (folder / DEFAULT_RECIPE).is_file():
-            return folder / DEFAULT_RECIPE
-    raise LongbertError(f"no --recipe given and the default base recipe recipes/{DEFAULT_RECIPE} was not found "
-                        "(it ships with the longbert checkout); pass --recipe")
+    """The base recipe used when none is given: compare_imdb.yaml, packaged with longbert (longbert/recipes/, which
+    a checkout also shows as recipes/)."""
+    packaged = resources.files("longbert").joinpath("recipes", DEFAULT_RECIPE)
+    if not packaged.is_file():
+        raise LongbertError(f"the default base recipe {DEFAULT_RECIPE} is missing from this longbert installation; "
+                            "pass --recipe")
+    return Path(str(packaged))
 
 
 def _base_recipe(recipe) -> tuple[dict, str, Path | None]:
-    """(raw recipe mapping, a name for error messages, the YAML path or None)."""
+    """(raw recipe mapping, a name for error messages and the report, the YAML path or None)."""
     from longbert.config import Recipe, read_recipe_file
 
     if isinstance(recipe, Recipe):
         return recipe.to_dict(), "the base recipe", None
-    path = Path(recipe) if recipe is not None else default_recipe()
+    if recipe is None:  # named as a checkout shows it, wherever longbert is installed
+        return read_recipe_file(default_recipe()), f"recipes/{DEFAULT_RECIPE}", None
+    path = Path(recipe)
     if path.is_absolute() and path.is_relative_to(Path.cwd()):
-        path = path.relative_to(Path.cwd())  # what the report shows: recipes/compare_imdb.yaml, not a home folder
+        path = path.relative_to(Path.cwd())  # what the report shows: recipes/x.yaml, not a home folder
     return read_recipe_file(path), str(path), path
 
 
