@@ -1,5 +1,5 @@
 """`longbert compare`: end to end with two strategies on a tiny model (files and their fields, reuse, resume,
-early errors, the CLI), and the error-analysis helpers on their own."""
+early errors, the CLI). The error-analysis helpers are tested on their own in test_analysis.py."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.analysis import excerpt, select_examples
 from longbert.comparison import compare
 from longbert.errors import LongbertError
-from longbert.strategies.chunk import ChunkConfig
-from longbert.strategies.sliding import SlidingConfig
-from longbert.strategies.truncate import TruncateConfig, keep
-from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, unit_spans
-from longbert.strategies.windows import split_windows
 
 STRATEGIES = ["truncate", "chunk"]
 
@@ -158,73 +152,3 @@ def test_cli_compare_prints_the_summary_and_reports_errors_in_one_line(compared,
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [result.output.strip()]
     assert "valid strategies" in result.output and not (tmp_path / "r").exists()
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The error-analysis helpers
-
-
-def _row(n_tokens, label, predicted, confidence=0.9):
-    probabilities = [confidence, 1 - confidence] if predicted == 0 else [1 - confidence, confidence]
-    return {"n_tokens": n_tokens, "label": label, "predicted": predicted, "probabilities": probabilities}
-
-
-def test_examples_are_long_disagreements_most_confident_mistakes_first_pairs_taking_turns():
-    predictions = {
-        "a": [_row(900, 1, 1), _row(900, 1, 1), _row(300, 1, 1), _row(900, 0, 1), _row(900, 0, 0)],
-        "b": [_row(900, 1, 0, 0.6), _row(900, 1, 0, 0.95), _row(300, 1, 0), _row(900, 0, 0), _row(900, 0, 0)],
-    }
-    chosen = select_examples(predictions, long_tokens=512, limit=6)
-    # 2 is short and 4 is right for both: never chosen. b's most confident mistake (1) comes before 0.
-    assert chosen == [{"index": 1, "right": "a", "wrong": "b"}, {"index": 3, "right": "b", "wrong": "a"},
-                      {"index": 0, "right": "a", "wrong": "b"}]
-    assert select_examples(predictions, limit=1) == chosen[:1]
-    assert select_examples({"a": predictions["a"]}) == []
-
-
-def _strategy(config):
-    return build_strategy(config, 32, SpecialTokens(101, 102, 0), PassBudget())
-
-
-def test_unit_spans_are_the_windows_the_strategies_cut():
-    for config, length in ((ChunkConfig(window=50), 173), (SlidingConfig(window=50, stride=20), 173),
-                           (ChunkConfig(window=50), 50)):
-        stride = getattr(config, "stride", config.window)
-        windows = split_windows(torch.arange(length), config.window, stride)
-        assert unit_spans(_strategy(config), length) == [[(int(w[0]), int(w[-1]) + 1)] for w in windows]
-    truncate = TruncateConfig(max_tokens=100, head_tokens=30)
-    (kept,) = unit_spans(_strategy(truncate), 400)
-    assert kept == [(0, 30), (330, 400)]
-    assert sum(b - a for a, b in kept) == len(keep(torch.arange(400), truncate))
-
-
-@pytest.mark.parametrize("config", [ChunkConfig(window=30), SlidingConfig(window=30, stride=10),
-                                    TruncateConfig(max_tokens=30, head_tokens=10)], ids=lambda c: c.name)
-def test_unit_spans_match_the_units_the_model_reads(config, tiny_backbone, tokenizer):
-    strategy = build_strategy(config, tiny_backbone.config.hidden_size, SpecialTokens.from_tokenizer(tokenizer),
-                              PassBudget())
-    for length in (1, 30, 31, 95):
-        units = strategy.encode(tiny_backbone, [torch.arange(1000, 1000 + length)])  # (1, N, H)
-        assert len(unit_spans(strategy, length)) == int(units.mask.sum())
-
-
-def test_unit_spans_of_segment_strategies_are_consecutive_segments():
-    from longbert.strategies.recurrence import RecurrenceConfig
-    from longbert.strategies.rmt import RmtConfig
-
-    for config in (RecurrenceConfig(segment=50, memory=0), RmtConfig(segment=50, memory_tokens=0)):
-        assert unit_spans(_strategy(config), 120) == [[(0, 50)], [(50, 100)], [(100, 120)]]
-    assert unit_spans(torch.nn.Identity(), 120) is None
-
-
-def test_excerpt_highlights_exactly_the_decisive_tokens(tokenizer):
-    text = " ".join(f"word{i}" for i in range(200))
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = encoded["offset_mapping"]
-    span = (40, 60)
-    segments = excerpt(text, offsets, span, context=5, head=100)
-    marked = "".join(s["text"] for s in segments if s["highlight"])
-    assert marked == tokenizer.decode(encoded["input_ids"][40:60]).replace(" ##", "")
-    assert segments[0]["text"].startswith("… ") and segments[-1]["text"].endswith(" …")
-    long = excerpt(text, offsets, (0, len(offsets)), head=10, tail=5)
-    assert [s["highlight"] for s in long] == [True, False, True]
