@@ -79,7 +79,7 @@ def compare(
 
     strategies: names from the registry (a list, or one comma-separated string); all are checked before any
         training, unknown ones raise LongbertError listing the valid names.
-    recipe: the base recipe: a YAML path, a Recipe, or None for recipes/compare_imdb.yaml.
+    recipe: the base recipe: a YAML path, a Recipe, or None for compare_imdb.yaml (packaged with longbert).
     overrides: `key.path=value` strings (see the module docstring for the per-strategy forms).
     name: the report's name (reports/<name>/, <runs_dir>/<name>/); default: the base recipe's name.
     speed_documents: at most this many test documents per length bucket are timed for the speed plot.
@@ -352,7 +352,7 @@ def _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, rep
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Training
+# Training each run, and loading what it left for the measurements and the error analysis
 
 
 def _run_one(strategy: str, recipe, action: str, command: str, counter: str) -> dict:
