@@ -2,7 +2,7 @@
 as base64 PNGs), results.json (every number in the report), and the one-screen summary table for the terminal.
 
 The page is built once as a list of blocks and rendered twice (Markdown and HTML), so both always say the same.
-Everything shown comes from the results dict that `longbert.comparison.compare` assembles.
+Everything shown comes from the results dict that `longbert.results.assemble_results` builds for `longbert.compare`.
 """
 
 from __future__ import annotations

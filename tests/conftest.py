@@ -17,6 +17,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 torch.set_num_threads(2)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# The folders longbert's data loader searches (LONGBERT_DATA_DIR first), so that a worktree elsewhere finds the data.
+DATA_ROOTS = [Path(p) for p in os.environ.get("LONGBERT_DATA_DIR", "").split(os.pathsep) if p] + [SHARED_DATA]
 
 
 def tiny_bert_config(**overrides):
@@ -61,9 +63,9 @@ def tiny_backbone(tiny_backbone_dir):
 @pytest.fixture(scope="session")
 def imdb_slice(tmp_path_factory) -> Path:
     """A folder of train/test jsonl files: 60 + 30 real IMDb reviews (both labels; some over 128 tokens)."""
-    source = SHARED_DATA / "imdb"
-    if not source.is_dir():
-        pytest.skip("../shared/data/imdb is not present")
+    source = next((root / "imdb" for root in DATA_ROOTS if (root / "imdb").is_dir()), None)
+    if source is None:
+        pytest.skip("imdb is in neither LONGBERT_DATA_DIR nor ../shared/data")
     folder = tmp_path_factory.mktemp("imdb-slice")
     for split, per_label in (("train", 30), ("test", 15)):
         rows = {0: [], 1: []}

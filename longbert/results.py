@@ -1,0 +1,146 @@
+"""The numbers of a comparison report: the test-prediction rows each run wrote, and `assemble_results`, which turns
+the runs, their predictions, speed measurements and error-analysis examples into the results dict that
+results.json holds and `longbert.report` renders (every number the report shows comes from it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+from pathlib import Path
+
+from longbert.errors import LongbertError
+from longbert.statistics import mcnemar_p, wilson_interval
+
+LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
+PREDICTIONS_FILE = "predictions-test.jsonl"
+
+
+def read_predictions(run_dir: Path) -> list[dict]:
+    """The rows of a run folder's predictions-test.jsonl, one per test document in order:
+    {index, n_tokens, label, probabilities, predicted, unit_weights}."""
+    path = Path(run_dir) / PREDICTIONS_FILE
+    if not path.is_file():
+        raise LongbertError(f"{run_dir} has no {PREDICTIONS_FILE}; compare needs a test split (data.test_split)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def is_right(row: dict) -> bool:
+    """Whether a prediction row's prediction is its label (every label, for multi-label rows)."""
+    return row["predicted"] == row["label"]
+
+
+def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> list[dict]:
+    """Every pair of strategies, on all test documents and on the long ones: who alone was right how often, and
+    the exact McNemar p-value of that split."""
+    names = list(predictions)
+    out = []
+    for x, a in enumerate(names):
+        for b in names[x + 1 :]:
+            for subset in ("all", "long"):
+                only_a = only_b = 0
+                for ra, rb in zip(predictions[a], predictions[b]):
+                    if subset == "long" and ra["n_tokens"] <= long_tokens:
+                        continue
+                    only_a += is_right(ra) and not is_right(rb)
+                    only_b += is_right(rb) and not is_right(ra)
+                out.append({"a": a, "b": b, "documents": subset, "only_a_right": only_a, "only_b_right": only_b,
+                            "p_value": mcnemar_p(only_a, only_b)})
+    return out
+
+
+def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
+                     machine, long_tokens, label_names) -> dict:
+    """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
+    shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
+
+    names: strategies in report order; recipes, runs ({status, metrics}), predictions (rows) and speed (by length
+    bucket) are keyed by strategy; examples: what `analysis.build_examples` returned."""
+    from longbert import __version__
+
+    strategies = {}
+    for s in names:
+        metrics = runs[s]["metrics"]
+        test = metrics["test"]
+        rows = predictions[s]
+        right = sum(is_right(r) for r in rows)
+        long_rows = [r for r in rows if r["n_tokens"] > long_tokens]
+        long_right = sum(is_right(r) for r in long_rows)
+        strategies[s] = {
+            "status": runs[s]["status"],
+            "run_dir": recipes[s].output_dir,
+            "settings": dataclasses.asdict(recipes[s].strategy),
+            "accuracy": test["accuracy"],
+            "accuracy_ci95": wilson_interval(right, len(rows)),
+            "macro_f1": test["macro_f1"],
+            "documents": test["documents"],
+            "by_length": test["by_length"],
+            "long": {"documents": len(long_rows), "accuracy": long_right / len(long_rows) if long_rows else None,
+                     "ci95": wilson_interval(long_right, len(long_rows))},
+            "confusion_matrix": test["confusion_matrix"],
+            "per_class": test.get("per_class"),
+            "train_seconds": metrics["train_seconds"],
+            "steps": metrics["steps"],
+            "trainable_parameters": metrics["trainable_parameters"],
+            "speed": test["speed"],
+            "speed_by_length": speed[s],
+            "eval_batch_size": recipes[s].eval.batch_size,
+            "mixed_precision": metrics.get("mixed_precision"),
+            "machine": metrics["machine"],
+        }
+    fastest = max((strategies[s]["speed"]["documents_per_second"] or 0) for s in names) or None
+    quickest_train = min(strategies[s]["train_seconds"] or math.inf for s in names)
+    for s in names:
+        dps = strategies[s]["speed"]["documents_per_second"]
+        strategies[s]["relative_cost"] = {
+            "inference": fastest / dps if fastest and dps else None,
+            "training": (strategies[s]["train_seconds"] / quickest_train
+                         if quickest_train not in (0, math.inf) else None),
+        }
+
+    first = recipes[names[0]]
+    first_metrics = runs[names[0]]["metrics"]
+    notes = []
+    steps = {s: strategies[s]["steps"] for s in names}
+    if len(set(steps.values())) > 1:
+        notes.append(f"the strategies took different numbers of optimisation steps: {steps}")
+    machines = {json.dumps(strategies[s]["machine"], sort_keys=True) for s in names}
+    if len(machines) > 1:
+        notes.append("the runs were trained on different machines: training times are not comparable")
+    test_rows = predictions[names[0]]
+    return {
+        "name": name,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "longbert_version": __version__,
+        "command": command,
+        "base_recipe": base_source,
+        "overrides": overrides,
+        "machine": machine,
+        "strategy_order": names,
+        "label_names": label_names,
+        "problem_type": first.model.problem_type,
+        "budget": {
+            "seed": first.seed,
+            "backbone": first.backbone.name,
+            "finetune": first.model.finetune,
+            "epochs": first.train.epochs,
+            "max_steps": first.train.max_steps,
+            "batch_size": first.train.batch_size,
+            "gradient_accumulation": first.train.gradient_accumulation,
+            "learning_rate": first.train.learning_rate,
+            "steps": steps,
+        },
+        "data": {
+            "path": first.data.path,
+            "splits": first_metrics.get("data"),
+            "test_documents": len(test_rows),
+            "long_tokens": long_tokens,
+            "long_documents": sum(r["n_tokens"] > long_tokens for r in test_rows),
+        },
+        "strategies": strategies,
+        "comparisons": paired_comparisons(predictions, long_tokens),
+        "error_analysis": {"long_tokens": long_tokens, "examples": examples,
+                           "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},
+        "notes": notes,
+    }

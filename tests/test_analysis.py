@@ -1,0 +1,115 @@
+"""compare's error analysis on its own: which long documents are chosen, which part of each decided each strategy's
+prediction (for every registered strategy), and the excerpts that highlight it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+
+from helpers import build_model, random_documents
+from longbert.analysis import decisive_units, excerpt, select_examples
+from longbert.evaluation import predict_dataset, write_predictions
+from longbert.results import read_predictions
+from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, strategy_names, unit_spans
+from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.sliding import SlidingConfig
+from longbert.strategies.truncate import TruncateConfig, keep
+from longbert.strategies.windows import split_windows
+
+
+
+def _row(n_tokens, label, predicted, confidence=0.9):
+    probabilities = [confidence, 1 - confidence] if predicted == 0 else [1 - confidence, confidence]
+    return {"n_tokens": n_tokens, "label": label, "predicted": predicted, "probabilities": probabilities}
+
+
+def test_examples_are_long_disagreements_most_confident_mistakes_first_pairs_taking_turns():
+    predictions = {
+        "a": [_row(900, 1, 1), _row(900, 1, 1), _row(300, 1, 1), _row(900, 0, 1), _row(900, 0, 0)],
+        "b": [_row(900, 1, 0, 0.6), _row(900, 1, 0, 0.95), _row(300, 1, 0), _row(900, 0, 0), _row(900, 0, 0)],
+    }
+    chosen = select_examples(predictions, long_tokens=512, limit=6)
+    # 2 is short and 4 is right for both: never chosen. b's most confident mistake (1) comes before 0.
+    assert chosen == [{"index": 1, "right": "a", "wrong": "b"}, {"index": 3, "right": "b", "wrong": "a"},
+                      {"index": 0, "right": "a", "wrong": "b"}]
+    assert select_examples(predictions, limit=1) == chosen[:1]
+    assert select_examples({"a": predictions["a"]}) == []
+
+
+def _strategy(config):
+    return build_strategy(config, 32, SpecialTokens(101, 102, 0), PassBudget())
+
+
+def test_unit_spans_are_the_windows_the_strategies_cut():
+    for config, length in ((ChunkConfig(window=50), 173), (SlidingConfig(window=50, stride=20), 173),
+                           (ChunkConfig(window=50), 50)):
+        stride = getattr(config, "stride", config.window)
+        windows = split_windows(torch.arange(length), config.window, stride)
+        assert unit_spans(_strategy(config), length) == [[(int(w[0]), int(w[-1]) + 1)] for w in windows]
+    truncate = TruncateConfig(max_tokens=100, head_tokens=30)
+    (kept,) = unit_spans(_strategy(truncate), 400)
+    assert kept == [(0, 30), (330, 400)]
+    assert sum(b - a for a, b in kept) == len(keep(torch.arange(400), truncate))
+
+
+@pytest.mark.parametrize("config", [ChunkConfig(window=30), SlidingConfig(window=30, stride=10),
+                                    TruncateConfig(max_tokens=30, head_tokens=10)], ids=lambda c: c.name)
+def test_unit_spans_match_the_units_the_model_reads(config, tiny_backbone, tokenizer):
+    strategy = build_strategy(config, tiny_backbone.config.hidden_size, SpecialTokens.from_tokenizer(tokenizer),
+                              PassBudget())
+    for length in (1, 30, 31, 95):
+        units = strategy.encode(tiny_backbone, [torch.arange(1000, 1000 + length)])  # (1, N, H)
+        assert len(unit_spans(strategy, length)) == int(units.mask.sum())
+
+
+def test_unit_spans_of_segment_strategies_are_consecutive_segments():
+    from longbert.strategies.recurrence import RecurrenceConfig
+    from longbert.strategies.rmt import RmtConfig
+
+    for config in (RecurrenceConfig(segment=50, memory=0), RmtConfig(segment=50, memory_tokens=0)):
+        assert unit_spans(_strategy(config), 120) == [[(0, 50)], [(50, 100)], [(100, 120)]]
+    assert unit_spans(torch.nn.Identity(), 120) is None
+
+
+def test_excerpt_highlights_exactly_the_decisive_tokens(tokenizer):
+    text = " ".join(f"word{i}" for i in range(200))
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = encoded["offset_mapping"]
+    span = (40, 60)
+    segments = excerpt(text, offsets, span, context=5, head=100)
+    marked = "".join(s["text"] for s in segments if s["highlight"])
+    assert marked == tokenizer.decode(encoded["input_ids"][40:60]).replace(" ##", "")
+    assert segments[0]["text"].startswith("… ") and segments[-1]["text"].endswith(" …")
+    long = excerpt(text, offsets, (0, len(offsets)), head=10, tail=5)
+    assert [s["highlight"] for s in long] == [True, False, True]
+
+
+# Long for the tiny backbone (128 positions): several chunks, windows or segments, and more than bigbird reads.
+DOCUMENT_LENGTHS = [300, 170, 95]
+
+
+@pytest.mark.parametrize("name", strategy_names())
+def test_every_strategy_says_which_part_of_a_long_document_decided(name, tiny_backbone_dir, tmp_path):
+    model = build_model(tiny_backbone_dir, name)
+    documents = random_documents(DOCUMENT_LENGTHS, seed=3)
+    test = Dataset.from_dict({"input_ids": [d.tolist() for d in documents], "labels": [0, 1, 0],
+                              "n_tokens": [n + 2 for n in DOCUMENT_LENGTHS]})
+    # The prediction rows as a run writes them and compare reads them back.
+    raw = predict_dataset(model, test, batch_size=2)
+    write_predictions(tmp_path / "predictions-test.jsonl", test, raw, model.label_names, model.multi_label)
+    rows = read_predictions(tmp_path)
+
+    decisive = decisive_units(model, test, rows, list(range(len(DOCUMENT_LENGTHS))))
+    for i, length in enumerate(DOCUMENT_LENGTHS):
+        found = decisive[i]
+        assert found["method"] in ("kept", "weight", "occlusion"), found.get("note")
+        units = unit_spans(model.strategy, length)
+        assert found["units"] == len(units) and 0 <= found["unit"] < len(units)
+        assert found["spans"] == [list(span) for span in units[found["unit"]]]
+        assert found["spans"] and all(0 <= start < end <= length for start, end in found["spans"])
+        if found["method"] == "kept":
+            assert len(units) == 1
+        if found["method"] == "weight":  # the unit that weighed most in the pooling
+            weights = rows[i]["unit_weights"]
+            assert found["value"] == max(weights) and len(weights) == len(units)

@@ -1,0 +1,53 @@
+"""What an installed longbert holds: the wheel built from this checkout ships every recipe, and compare's default
+base recipe is found inside the installed package, not next to a source tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import longbert
+from longbert.comparison import DEFAULT_RECIPE, default_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGED = Path(longbert.__file__).resolve().parent / "recipes"
+
+
+def test_the_checkout_recipes_folder_is_the_packaged_one():
+    assert default_recipe().resolve() == PACKAGED / DEFAULT_RECIPE
+    assert (ROOT / "recipes").resolve() == PACKAGED  # `longbert train recipes/x.yaml` works from a checkout
+    assert sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")) == sorted(p.name for p in PACKAGED.glob("*.yaml"))
+
+
+def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_path):
+    # Build from a copy, so neither a stale build/ folder nor the checkout's recipes/ link can help.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "longbert", source / "longbert", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("longbert-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n for n in archive.namelist() if n.startswith("longbert/recipes/")}
+        archive.extractall(tmp_path / "installed")
+    recipes = sorted(p.name for p in PACKAGED.glob("*.yaml"))
+    assert DEFAULT_RECIPE in recipes
+    assert sorted(shipped) == [f"longbert/recipes/{name}" for name in recipes]
+
+    # The unpacked wheel alone on the path, run from a folder with no recipes/ in it.
+    probe = ("import longbert, longbert.comparison as c; p = c.default_recipe(); "
+             "print(longbert.__file__); print(p); print(p.read_text().splitlines()[0])")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "installed"))
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    module_file, recipe_file, first_line = ran.stdout.splitlines()
+    installed = tmp_path / "installed" / "longbert"
+    assert Path(module_file) == installed / "__init__.py"
+    assert Path(recipe_file) == installed / "recipes" / DEFAULT_RECIPE
+    assert first_line == (PACKAGED / DEFAULT_RECIPE).read_text().splitlines()[0]
