@@ -25,7 +25,7 @@ LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">102
 # BATCH_CHARS, so tokenizing stays within a bounded memory however long a document is (see tokenize_documents).
 PIECE_CHARS = 100_000
 BATCH_CHARS = 1_000_000
-CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these: every tokenizer splits there anyway
+CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
 
 
 def decode_utf8(raw: bytes, where: str, line: int = 1, offset: int = 0) -> str:
@@ -309,7 +309,7 @@ def _check_classes(labels: list, names: list[str], documents: str) -> None:
     if len(distinct) > 1:
         return
     if not distinct:
-        raise LongbertError(f"data: {documents} hold no documents")
+        raise LongbertError(f"data: there are no {documents}")
     (only,) = distinct
     what = (f"the labels {[n for n, hot in zip(names, only) if hot]}" if isinstance(only, tuple)
             else f"label {names[only]!r}")

@@ -289,3 +289,15 @@ def test_text_pieces_cut_before_whitespace_and_keep_every_character():
     assert pieces[:4] == ["one two", "\tthree", "\nfour ", " five"]
     assert pieces[4:] == [" " + "x" * 9, "x" * 10, "x" * 10, "x"], "a stretch without whitespace is cut where it must be"
     assert list(text_pieces("", size=10)) == [""]
+
+
+def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
+    """A hub dataset may have an empty split; local files without rows are named by `file_problem` above."""
+    from datasets import Dataset, DatasetDict
+
+    import longbert.data
+
+    empty = DatasetDict({"train": Dataset.from_dict({"text": [], "label": []})})
+    monkeypatch.setattr(longbert.data, "load_raw_splits", lambda config, wanted: (empty, None))
+    with pytest.raises(LongbertError, match="there are no documents of split 'train'"):
+        load_corpus(DataConfig(path="someone/empty", test_split=None, label_names=["neg", "pos"]), tokenizer, seed=0)
