@@ -39,6 +39,8 @@ def read_texts(source: str) -> list[str]:
     if source == "-":
         return _texts(text_lines(sys.stdin.buffer, "stdin"), "stdin", jsonl=False)
     path = Path(source)
+    if path.is_dir():
+        raise LongbertError(f"input {path} is a folder; give a .txt or .jsonl file, or - for stdin")
     if not path.is_file():
         raise LongbertError(f"input file not found: {path}")
     with open(path, "rb") as stream:

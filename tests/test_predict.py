@@ -60,6 +60,13 @@ def test_bad_input_is_named_with_its_line(tmp_path, name, content, message):
         read_texts(str(tmp_path / name))
 
 
+def test_a_missing_input_or_a_folder(tmp_path):
+    with pytest.raises(LongbertError, match="input file not found: .*missing.txt"):
+        read_texts(str(tmp_path / "missing.txt"))
+    with pytest.raises(LongbertError, match="is a folder; give a .txt or .jsonl file, or - for stdin"):
+        read_texts(str(tmp_path))
+
+
 def test_bad_stdin_is_named(monkeypatch):
     stdin(monkeypatch, b"fine\n\xff\n")
     with pytest.raises(LongbertError, match=r"stdin:2 is not UTF-8 text \(byte 5 is 0xff\)"):
