@@ -40,7 +40,7 @@ def _command_line() -> str:
 
 @app.command()
 def train(
-    recipe: Path = typer.Argument(..., help="YAML recipe (see recipes/)"),
+    recipe: Path = typer.Argument(..., help="YAML recipe file, or the name of a packaged recipe (e.g. imdb_sliding)"),
     set_: List[str] = typer.Option([], "--set", help="override a recipe field: key.path=value (repeatable)"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its last checkpoint"),
 ):
@@ -63,7 +63,7 @@ def train(
 def evaluate(
     run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
     split: str = typer.Option("test", help="train, validation or test"),
-    batch_size: Optional[int] = typer.Option(None, help="documents per inference step (default: the recipe's)"),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
     from longbert.evaluation import evaluate as run_evaluation
@@ -81,16 +81,15 @@ def predict(
     model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder"),
     input: str = typer.Argument("-", help="a .txt file (one text per line), a .jsonl file (a 'text' field per line), or - for stdin lines"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
-    batch_size: int = typer.Option(16, help="documents per inference step"),
+    batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
 ):
-    """Predict labels for new texts; JSON lines out with the label and the class probabilities."""
-    from longbert.model import LongDocumentClassifier
-    from longbert.predict import read_texts, write_jsonl
+    """Predict labels for new texts; JSON lines out with the label, the class probabilities and the length in tokens."""
+    from longbert.predict import predict_file
 
     def action():
-        texts = read_texts(input)
-        model = LongDocumentClassifier.from_pretrained(model_dir)
-        write_jsonl(model.predict(texts, batch_size=batch_size), output)
+        message = predict_file(model_dir, input, output, batch_size).cut_message()
+        if message:
+            typer.echo(message, err=True)
 
     _run(action)
 
@@ -111,7 +110,7 @@ def strategies():
 @app.command()
 def compare(
     strategies: str = typer.Option(..., "--strategies", help="comma-separated strategy names, e.g. truncate,chunk,sliding (see `longbert strategies`)"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe (default: recipes/compare_imdb.yaml: IMDb subset, MiniLM)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe file or packaged recipe name (default: recipes/compare_imdb.yaml: IMDb subset, MiniLM)"),
     set_: List[str] = typer.Option([], "--set", help="key.path=value for every strategy; strategy.<field>=value for those with that field; <strategy>.<field>=value for one (repeatable)"),
     name: Optional[str] = typer.Option(None, "--name", help="report name: reports/<name>/ and runs/compare/<name>/ (default: the recipe's name)"),
     runs_dir: Path = typer.Option(Path("runs/compare"), "--runs-dir", help="where the run folders go (<runs-dir>/<name>/<strategy>/)"),

@@ -7,6 +7,7 @@ every problem, names its YAML path, and raises them together as one LongbertErro
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ FINETUNE_MODES = ("full", "lora", "frozen")
 PRECISIONS = ("auto", "no", "bf16", "fp16")
 PROBLEM_TYPES = ("single_label", "multi_label")
 BEST_METRICS = ("accuracy", "macro_f1", "loss")
+PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a run or report name: one folder, never a path
+PACKAGED_RECIPES = Path(__file__).resolve().parent / "recipes"
 
 
 @dataclass
@@ -176,6 +179,12 @@ class Recipe:
     train: TrainConfig = option(None, "optimisation", default_factory=TrainConfig)
     eval: EvalConfig = option(None, "inference settings", default_factory=EvalConfig)
 
+    def problems(self, path: str) -> list[str]:
+        if PLAIN_NAME.match(self.name):
+            return []
+        return [f"name {self.name!r} must be a plain folder name (letters, digits, '.', '_', '-', not starting "
+                f"with '.'); a path belongs in output_dir"]
+
     def __post_init__(self):
         if self.strategy is None:
             from longbert.strategies.base import get_entry
@@ -288,6 +297,40 @@ def build_strategy_config(raw: Any, path: str, problems: list[str]):
 # Overrides and loading
 
 
+class RecipeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key written twice in one mapping (plain YAML silently keeps the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults` may be overridden key by key; that is what merging is for
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = key in first_line
+                except TypeError:  # an unhashable key: SafeLoader says so itself
+                    continue
+                if seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping (first at line {first_line[key]})",
+                        key_node.start_mark)
+                first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(text: str):
+    """YAML text -> plain data, refusing duplicate keys; raises yaml.YAMLError (see `yaml_problem`)."""
+    return yaml.load(text, Loader=RecipeLoader)
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error as one line: 'line L, column C: what is wrong'."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`train.learning_rate=2e-5` -> (['train', 'learning_rate'], 2e-05); values are read as YAML."""
     if "=" not in text:
@@ -295,7 +338,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, value = text.split("=", 1)
     if not key.strip():
         raise LongbertError(f"override {text!r} has an empty key")
-    return key.strip().split("."), yaml.safe_load(value) if value.strip() else None
+    try:
+        parsed = read_yaml(value) if value.strip() else None
+    except yaml.YAMLError as error:
+        raise LongbertError(f"override {text!r}: the value is not valid YAML ({yaml_problem(error)})") from None
+    return key.strip().split("."), parsed
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -326,25 +373,53 @@ def recipe_from_dict(raw: dict, source: str = "recipe") -> Recipe:
 
 
 def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """Read a YAML recipe (or start from defaults when `path` is None), apply `key.path=value` overrides, and
-    return the validated Recipe. Raises LongbertError naming every problem with its YAML path."""
+    """Read a YAML recipe (a file, or the bare name of a packaged recipe such as "imdb_sliding"; None starts from
+    the defaults), apply `key.path=value` overrides, and return the validated Recipe. Raises LongbertError naming
+    every problem with its YAML path."""
     raw: dict = {}
     source = "overrides"
     if path is not None:
+        path = find_recipe(path)
         raw, source = read_recipe_file(path), str(path)
     raw = apply_overrides(raw, list(overrides))
     return recipe_from_dict(raw, source)
 
 
-def read_recipe_file(path: str | Path) -> dict:
-    """The raw mapping of a YAML recipe (not validated yet); `name` defaults to the file's stem."""
+def packaged_recipes() -> dict[str, Path]:
+    """The recipes that ship inside the package: {name: path of <name>.yaml}."""
+    if not PACKAGED_RECIPES.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(PACKAGED_RECIPES.glob("*.yaml"))}
+
+
+def find_recipe(path: str | Path) -> Path:
+    """The recipe file `path` names: the file itself when it exists, else for a bare name ("imdb_sliding" or
+    "imdb_sliding.yaml") the packaged recipe of that name. Raises LongbertError listing the packaged names."""
     path = Path(path)
-    if not path.is_file():
-        raise LongbertError(f"recipe file not found: {path}")
+    if path.is_file():
+        return path
+    packaged = packaged_recipes()
+    if len(path.parts) == 1 and path.name.removesuffix(".yaml") in packaged:
+        return packaged[path.name.removesuffix(".yaml")]
+    raise LongbertError(f"recipe file not found: {path}; packaged recipes (usable by name): "
+                        f"{', '.join(packaged) or 'none'}")
+
+
+def read_recipe_file(path: str | Path) -> dict:
+    """The raw mapping of a YAML recipe (not validated yet); `name` defaults to the file's stem.
+    An empty recipe is an error: it would silently train everything on the defaults."""
+    path = find_recipe(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise LongbertError(f"{path} is not UTF-8 text (byte {error.start})") from None
+    try:
+        raw = read_yaml(text)
     except yaml.YAMLError as error:
-        raise LongbertError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
+        raise LongbertError(f"{path} is not valid YAML: {yaml_problem(error)}") from None
+    if raw is None or raw == {}:
+        raise LongbertError(f"{path} is empty, and an empty recipe would train on nothing but defaults; write its "
+                            f"settings (packaged recipes to start from: {', '.join(packaged_recipes()) or 'none'})")
     if not isinstance(raw, dict):
         raise LongbertError(f"{path} must hold a mapping of recipe sections, got {type(raw).__name__}")
     raw.setdefault("name", path.stem)

@@ -14,13 +14,44 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 from longbert.errors import LongbertError
 
 FILE_KINDS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json", ".csv": "csv",
               ".csv.gz": "csv", ".parquet": "parquet"}
 LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
+# Long documents reach the tokenizer in pieces of at most PIECE_CHARS characters, and no call sees more than
+# BATCH_CHARS, so tokenizing stays within a bounded memory however long a document is (see tokenize_documents).
+PIECE_CHARS = 100_000
+BATCH_CHARS = 1_000_000
+CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
+
+
+def decode_utf8(raw: bytes, where: str, line: int = 1, offset: int = 0) -> str:
+    """Bytes -> text, or a LongbertError naming `where`, the line and the byte offset of the first bad byte.
+    `line` and `offset` are where `raw` starts in its file."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad_line = line + raw.count(b"\n", 0, error.start)
+        raise LongbertError(
+            f"{where}:{bad_line} is not UTF-8 text (byte {offset + error.start} is {raw[error.start]:#04x}); "
+            "save it as UTF-8"
+        ) from None
+
+
+def text_lines(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each line of a binary stream, split on '\\n' only (a trailing '\\r' is dropped;
+    U+2028, form feeds and the like stay inside their line). A leading UTF-8 byte-order mark is dropped.
+    Bytes that are not UTF-8 raise a LongbertError naming `where`, the line and the byte offset."""
+    offset = 0
+    for number, raw in enumerate(stream, 1):
+        text = decode_utf8(raw, where, number, offset)
+        offset += len(raw)
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        yield number, text.removesuffix("\n").removesuffix("\r")
 
 
 def data_roots() -> list[Path]:
@@ -60,8 +91,6 @@ def _split_of(file: Path) -> str:
 
 
 def _load_folder_of_files(folder: Path, wanted: list[str]):
-    from datasets import load_dataset
-
     files = {_split_of(f): f for f in sorted(folder.iterdir()) if f.is_file() and _kind(f)}
     missing = [s for s in wanted if s not in files]
     if missing:
@@ -71,7 +100,84 @@ def _load_folder_of_files(folder: Path, wanted: list[str]):
     kinds = {_kind(files[s]) for s in wanted}
     if len(kinds) != 1:
         raise LongbertError(f"data: the split files in {folder} mix formats ({', '.join(sorted(kinds))})")
-    return load_dataset(kinds.pop(), data_files={s: str(files[s]) for s in wanted})
+    return _load_files(kinds.pop(), {s: files[s] for s in wanted})
+
+
+def _load_files(kind: str, files: dict[str, Path]):
+    """datasets.load_dataset over local files (split -> file). When datasets cannot read them, the file and line to
+    blame become one LongbertError (datasets' own errors are tracebacks about pyarrow)."""
+    from datasets import load_dataset
+
+    try:
+        loaded = load_dataset(kind, data_files={split: str(file) for split, file in files.items()})
+        for split in files:  # pyarrow's JSON reader lets bytes that are not UTF-8 through; find them now
+            loaded[split].data.table.validate(full=True)
+        return loaded
+    except Exception as error:  # datasets wraps what went wrong in many kinds of exception
+        for file in files.values():
+            problem = file_problem(file)
+            if problem:
+                raise LongbertError(f"data: {problem}") from None
+        cause = error.__cause__ or error
+        detail = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise LongbertError(f"data: cannot read {', '.join(str(f) for f in files.values())}: {detail}") from None
+
+
+def file_problem(file: Path) -> str | None:
+    """The first thing that keeps a local data file from loading, as one line naming the file and the line (and
+    byte offset): empty, not UTF-8, a line that is not a JSON object, a csv header without rows, a parquet file
+    without rows. None when none of these is found. Reads the file as a stream; a JSON document (not JSON lines)
+    is read whole."""
+    import gzip
+
+    kind = _kind(file)
+    if kind == "parquet":
+        import pyarrow.parquet
+
+        try:
+            return None if pyarrow.parquet.ParquetFile(file).metadata.num_rows else f"{file} holds no rows"
+        except Exception as error:  # pyarrow says "Parquet magic bytes not found" and the like
+            return f"{file} cannot be read as parquet: {error}"
+    opener = gzip.open if file.name.lower().endswith(".gz") else open
+    rows = 0
+    try:
+        with opener(file, "rb") as stream:
+            for number, line in text_lines(stream, str(file)):
+                if not line.strip():
+                    continue
+                rows += 1
+                if kind == "csv":
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    if rows == 1 and line.lstrip().startswith("["):  # not JSON lines: one JSON document
+                        error = _json_document_error(file, opener)
+                        if error is None:
+                            return None
+                        number = error.lineno
+                    return f"{file}:{number} is not valid JSON ({error.msg}, column {error.colno})"
+                if not isinstance(row, dict):
+                    return f"{file}:{number} is not a JSON object (one object per line, e.g. {{\"text\": ..., \"label\": ...}})"
+    except LongbertError as error:  # not UTF-8
+        return str(error)
+    except (OSError, EOFError) as error:  # a damaged gzip file, an unreadable file
+        return f"{file} cannot be read: {error}"
+    if rows == 0:
+        return f"{file} is empty"
+    if kind == "csv" and rows == 1:
+        return f"{file} has a header line but no rows"
+    return None
+
+
+def _json_document_error(file: Path, opener) -> json.JSONDecodeError | None:
+    """Why `file` is not one JSON document (a .json file need not be JSON lines), or None when it is one."""
+    with opener(file, "rb") as stream:
+        try:
+            json.loads(stream.read().decode("utf-8"))
+        except json.JSONDecodeError as error:
+            return error
+    return None
 
 
 def _load_aclimdb_folder(folder: Path, wanted: list[str], label_names: list[str] | None):
@@ -90,7 +196,7 @@ def _load_aclimdb_folder(folder: Path, wanted: list[str], label_names: list[str]
             if not label_dir.is_dir():
                 raise LongbertError(f"data: label folder {label_dir} not found (data.label_names lists {name!r})")
             for file in sorted(label_dir.glob("*.txt")):
-                texts.append(file.read_text(encoding="utf-8", errors="replace"))
+                texts.append(decode_utf8(file.read_bytes(), f"data: {file}"))
                 labels.append(name)
         out[split] = Dataset.from_dict({"text": texts, "label": labels})
     return DatasetDict(out)
@@ -101,7 +207,7 @@ def quiet_datasets() -> None:
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # read errors are logged too, then raised: we name them
 
 
 def load_raw_splits(config, wanted: list[str]):
@@ -121,14 +227,12 @@ def load_raw_splits(config, wanted: list[str]):
     elif local.is_file():
         if _kind(local) is None:
             raise LongbertError(f"data.path {local} is not a csv, jsonl, json(.gz) or parquet file")
-        from datasets import load_dataset
-
         if wanted != [config.train_split]:
             raise LongbertError(
                 f"data.path {local} is a single file, which serves as the train split only; set data.test_split "
                 f"and data.validation_split to null, or point data.path at a folder of <split> files"
             )
-        loaded = load_dataset(_kind(local), data_files={config.train_split: str(local)})
+        loaded = _load_files(_kind(local), {config.train_split: local})
     elif any((local / s).is_dir() for s in wanted):
         loaded = _load_aclimdb_folder(local, wanted, config.label_names)
     else:
@@ -183,8 +287,33 @@ def _check_texts(dataset, column: str, split: str) -> None:
             f"data.text_column {column!r} not found in split {split!r}; columns: {', '.join(dataset.column_names)}"
         )
     for row, text in enumerate(dataset[column]):
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
+            raise LongbertError(f"data: row {row} of split {split!r}: text is {_kind_of_value(text)}, not a string")
+        if not text.strip():
             raise LongbertError(f"data: document {row} of split {split!r} is empty or whitespace-only")
+
+
+def _kind_of_value(value: Any) -> str:
+    if value is None:
+        return "missing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({type(value).__name__})"
+    return f"a {type(value).__name__}"
+
+
+def _check_classes(labels: list, names: list[str], documents: str) -> None:
+    """Training needs documents of at least two classes (two label sets, for multi-label)."""
+    distinct = {tuple(v) if isinstance(v, list) else v for v in labels}
+    if len(distinct) > 1:
+        return
+    if not distinct:
+        raise LongbertError(f"data: there are no {documents}")
+    (only,) = distinct
+    what = (f"the labels {[n for n, hot in zip(names, only) if hot]}" if isinstance(only, tuple)
+            else f"label {names[only]!r}")
+    raise LongbertError(f"data: all {len(labels)} {documents} have {what}; training needs at least 2 classes")
 
 
 def _encode_labels(values: list, names: list[str], multi_label: bool, split: str) -> list:
@@ -213,10 +342,58 @@ def infer_label_names(values: list, multi_label: bool) -> list[str]:
     return sorted({str(v) for v in flat})
 
 
+def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
+    """`text` as consecutive pieces of at most `size` characters. Each piece ends just before a space, tab or line
+    break, where a WordPiece (BERT) tokenizer splits anyway, so tokenizing the pieces one after another gives the
+    tokens of the whole text. Only a stretch of `size` characters without any of them is cut where it must be."""
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = next((i for i in range(end, start, -1) if text[i] in CUT_BEFORE), end)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
 def tokenize_documents(tokenizer, texts: list[str], cap: int) -> tuple[list[list[int]], list[int]]:
-    """Whole documents -> (content ids capped at `cap`, full lengths with [CLS]/[SEP])."""
-    ids = tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
-    return [d[:cap] for d in ids], [len(d) + 2 for d in ids]
+    """Whole documents -> (content ids capped at `cap`, full lengths with [CLS]/[SEP]).
+
+    Memory stays bounded by the cap, not by the documents: long texts reach the tokenizer in pieces (see
+    `text_pieces`), no call sees more than BATCH_CHARS characters, and only the first `cap` ids of a document are
+    kept, while its full length is still counted."""
+    ids: list[list[int]] = [[] for _ in texts]
+    lengths = [2] * len(texts)  # [CLS] and [SEP]
+    pieces: list[str] = []
+    owners: list[int] = []  # pieces[i] is part of texts[owners[i]]
+
+    def tokenize_pieces() -> None:
+        encoded = tokenizer(pieces, add_special_tokens=False, truncation=False, verbose=False,
+                            return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        for owner, piece_ids in zip(owners, encoded):
+            lengths[owner] += len(piece_ids)
+            room = cap - len(ids[owner])
+            if room > 0:
+                ids[owner].extend(piece_ids[:room])
+        pieces.clear()
+        owners.clear()
+
+    queued = 0  # characters in `pieces`
+    for owner, text in enumerate(texts):
+        for piece in text_pieces(text, PIECE_CHARS):
+            if pieces and queued + len(piece) > BATCH_CHARS:
+                tokenize_pieces()
+                queued = 0
+            pieces.append(piece)
+            owners.append(owner)
+            queued += len(piece)
+    if pieces:
+        tokenize_pieces()
+    return ids, lengths
+
+
+def count_cut(lengths: list[int], cap: int) -> int:
+    """How many documents of these full lengths (with [CLS]/[SEP]) the per-document token cap cut."""
+    return sum(n - 2 > cap for n in lengths)
 
 
 def load_corpus(data, tokenizer, seed: int, multi_label: bool = False) -> Corpus:
@@ -238,6 +415,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False) -> Corpus
 
     splits = {s: raw[s].select_columns([data.text_column, data.label_column]) for s in wanted}
     labels = {s: _encode_labels(list(splits[s][data.label_column]), names, multi_label, s) for s in wanted}
+    _check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
 
     import numpy as np
 
@@ -275,6 +453,9 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False) -> Corpus
         limit = data.max_train_documents if role == "train" else data.max_eval_documents
         rows = subsample(rows, limit)
         source = sources[role]
+        if role == "train":
+            _check_classes([labels[source][i] for i in rows], names,
+                           "training documents (after carving validation and data.max_train_documents)")
         texts = list(splits[source].select(rows)[data.text_column])
         ids, lengths = tokenize_documents(tokenizer, texts, data.max_document_tokens)
         out[role] = Dataset.from_dict({
@@ -286,7 +467,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False) -> Corpus
         stats[role] = {
             "documents": len(rows),
             "source_split": source,
-            "cut_by_token_cap": sum(n - 2 > data.max_document_tokens for n in lengths),
+            "cut_by_token_cap": count_cut(lengths, data.max_document_tokens),
             "median_tokens": int(np.median(lengths)) if lengths else 0,
             "over_512": sum(n > 512 for n in lengths),
         }

@@ -128,15 +128,17 @@ class LongDocumentClassifier(nn.Module):
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits.float()) if self.multi_label else logits.float().softmax(-1)
 
-    def tokenize(self, texts: list[str]) -> list[torch.Tensor]:
+    def tokenize(self, texts: list[str]) -> tuple[list[torch.Tensor], list[int]]:
+        """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""
         from longbert.data import tokenize_documents
 
-        ids, _ = tokenize_documents(self.tokenizer, texts, self.settings["max_document_tokens"])
-        return [torch.tensor(d, dtype=torch.long) for d in ids]
+        ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings["max_document_tokens"])
+        return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
 
     @torch.no_grad()
     def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
-        """Texts -> one dict each: {'label': name (or 'labels': [names] for multi-label), 'probabilities': {name: p}}."""
+        """Texts -> one dict each: {'label': name (or 'labels': [names] for multi-label), 'probabilities': {name: p},
+        'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2: the text was cut)}."""
         for row, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise LongbertError(f"text {row} is empty or whitespace-only")
@@ -145,15 +147,16 @@ class LongDocumentClassifier(nn.Module):
         results = []
         try:
             for start in range(0, len(texts), batch_size):
-                documents = self.tokenize(texts[start : start + batch_size])
+                documents, lengths = self.tokenize(texts[start : start + batch_size])
                 with autocast_for(self):
                     probabilities = self.probabilities(self(documents).logits)  # (B, C)
-                for p in probabilities.tolist():
+                for p, n_tokens in zip(probabilities.tolist(), lengths):
                     result = {"probabilities": dict(zip(self.label_names, p))}
                     if self.multi_label:
                         result["labels"] = [n for n, q in zip(self.label_names, p) if q >= 0.5]
                     else:
                         result["label"] = self.label_names[max(range(len(p)), key=p.__getitem__)]
+                    result["n_tokens"] = n_tokens
                     results.append(result)
         finally:
             self.train(was_training)

@@ -90,13 +90,22 @@ def test_missing_recipe_file(tmp_path):
     ([{"body": "x", "label": "neg"}], [], ["data.text_column 'text' not found", "columns: body, label"]),
     ([{"text": "x", "label": "neutral"}], [], ["label 'neutral' is not one of label_names ['neg', 'pos']"]),
     ([{"text": "   ", "label": "neg"}], [], ["document 0 of split 'train' is empty or whitespace-only"]),
+    ([{"text": 7, "label": "neg"}], [], ["row 0 of split 'train': text is a number (int), not a string"]),
+    ([{"text": "a fine film", "label": "neg"}], [], ["all 8 documents of split 'train' have label 'neg'"]),
+    ("{\"text\": \"ok\", \"label\": \"neg\"}\n{oops\n", [], ["train.jsonl:2 is not valid JSON"]),
+    ("", [], ["train.jsonl is empty"]),
+    (b"\xff\n", [], ["train.jsonl:1 is not UTF-8 text (byte 0 is 0xff)"]),
+    ([{"text": "x", "label": "neg"}], ["name=../up"], ["name '../up' must be a plain folder name"]),
 ])
 def test_data_errors_leave_nothing_behind(rows, extra, fragments, tiny_recipe, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    if rows is not None:
+    if isinstance(rows, list):
         (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 8))
         (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 2))
+    elif rows is not None:  # the train file as it is
+        (data / "train.jsonl").write_bytes(rows if isinstance(rows, bytes) else rows.encode())
+        (data / "test.jsonl").write_text(json.dumps({"text": "ok", "label": "neg"}) + "\n")
     overrides = [o for o in tiny_recipe if not o.startswith("data.path")] + [f"data.path={data}", *extra]
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: r\n")
@@ -117,3 +126,89 @@ def test_predict_input_errors(tmp_path, tiny_backbone_dir):
     bad.write_text('{"text": "ok"}\n{"txt": "no"}\n')
     assert_user_error(run("predict", tmp_path, bad), "bad.jsonl:2 has no string field 'text'")
     assert_user_error(run("predict", tmp_path, "-", input="\n  \n"), "stdin holds no texts")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_backbone_dir, tmp_path_factory):
+    """A saved tiny model (no training) whose token cap is 20."""
+    from helpers import build_model
+
+    folder = tmp_path_factory.mktemp("cli-model") / "saved"
+    build_model(tiny_backbone_dir, "chunk", ["data.max_document_tokens=20"]).save_pretrained(folder)
+    return folder
+
+
+def assert_usage_error(result, option):
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_numeric_options_are_checked(model_dir, tmp_path, value):
+    texts = tmp_path / "t.txt"
+    texts.write_text("hello\n")
+    out = tmp_path / "out.jsonl"
+    assert_usage_error(run("predict", model_dir, texts, "--batch-size", value, "-o", out), "--batch-size")
+    assert not out.exists()
+    assert_usage_error(run("evaluate", tmp_path, "--batch-size", value), "--batch-size")
+
+
+def test_predict_into_a_missing_folder_fails_before_the_model_loads(tmp_path):
+    texts = tmp_path / "t.txt"
+    texts.write_text("hello\n")
+    # tmp_path is no model folder: the output is checked first, so that is not what the error says
+    assert_user_error(run("predict", tmp_path, texts, "-o", tmp_path / "no" / "out.jsonl"),
+                      "--output", "/no/out.jsonl: the folder", "does not exist")
+    assert not (tmp_path / "no").exists()
+
+
+def test_predict_counts_lines_and_reports_the_cut(model_dir, tmp_path):
+    result = run("predict", model_dir, "-", input="one\u2028still one\ntwo\fstill two\r\n" + "word " * 50 + "\n")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 3, "3 lines in, 3 predictions out"
+    assert result.stderr.strip() == "1 of 3 documents were cut at max_document_tokens=20"
+    out = tmp_path / "out.jsonl"
+    result = run("predict", model_dir, "-", "-o", out, input="short\n")
+    assert result.exit_code == 0 and result.stderr == "" and len(out.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content, fragments", [
+    (b"", ["e.jsonl holds no texts"]),
+    (b'{"text": "ok"}\n{"text": oops}\n{"text": "ok"}\n', ["e.jsonl:2 is not valid JSON"]),
+    (b'{"text": "caf\xe9"}\n', ["e.jsonl:1 is not UTF-8 text (byte 13 is 0xe9)"]),
+], ids=["empty", "bad-json-line", "latin-1"])
+def test_predict_input_is_named_by_line(model_dir, tmp_path, content, fragments):
+    (tmp_path / "e.jsonl").write_bytes(content)
+    assert_user_error(run("predict", model_dir, tmp_path / "e.jsonl", "-o", tmp_path / "out.jsonl"), *fragments)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("text, fragments", [
+    ("", ["r.yaml is empty"]),
+    ("train:\n  epochs: 1\n  epochs: 2\n", ["line 3, column 3: key 'epochs' appears twice in one mapping (first at line 2)"]),
+    ("name: ../escape\n", ["name '../escape' must be a plain folder name"]),
+], ids=["empty", "duplicate-key", "path-as-name"])
+def test_bad_recipe_files_start_nothing(tmp_path, monkeypatch, text, fragments):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(text)
+    assert_user_error(run("train", "r.yaml"), *fragments)
+    assert list(tmp_path.iterdir()) == [tmp_path / "r.yaml"], "no run folder"
+
+
+def test_an_override_that_is_not_yaml(tmp_path):
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    assert_user_error(run("train", tmp_path / "r.yaml", "--set", "train.epochs=[1,"),
+                      "override 'train.epochs=[1,': the value is not valid YAML")
+
+
+def test_a_bare_recipe_name_is_looked_up_in_the_package(tmp_path, monkeypatch):
+    import longbert.config
+
+    monkeypatch.chdir(tmp_path)
+    packaged = tmp_path / "packaged"
+    packaged.mkdir()
+    (packaged / "quick.yaml").write_text("train:\n  epochs: 0\n")
+    monkeypatch.setattr(longbert.config, "PACKAGED_RECIPES", packaged)
+    assert_user_error(run("train", "quick"), f"{packaged / 'quick.yaml'}: train.epochs must be >= 1, got 0")
+    assert_user_error(run("train", "quik"), "recipe file not found: quik; packaged recipes (usable by name): quick")

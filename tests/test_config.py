@@ -91,3 +91,92 @@ def test_recipe_file_errors(tmp_path):
     wrong.write_text("data: 3\n")
     with pytest.raises(LongbertError, match="data must be a mapping"):
         load_recipe(wrong)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n"])
+def test_an_empty_recipe_is_refused(tmp_path, text):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text)
+    with pytest.raises(LongbertError, match=r"empty.yaml is empty, and an empty recipe would train on nothing but defaults"):
+        load_recipe(empty, ["train.epochs=1"])
+
+
+def test_a_duplicate_key_names_the_key_and_both_lines(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("train:\n  epochs: 1\n  batch_size: 4\n  epochs: 3\n")
+    with pytest.raises(LongbertError, match=r"twice.yaml is not valid YAML: line 4, column 3: "
+                                            r"key 'epochs' appears twice in one mapping \(first at line 2\)"):
+        load_recipe(twice)
+    top = tmp_path / "top.yaml"
+    top.write_text("seed: 1\nname: a\nseed: 2\n")
+    with pytest.raises(LongbertError, match=r"line 3, column 1: key 'seed' appears twice"):
+        load_recipe(top)
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {epochs: 1}\ntrain:\n  <<: *b\n  epochs: 2\n")
+    with pytest.raises(LongbertError, match="unknown recipe key 'base'"):  # a merge override is no duplicate
+        load_recipe(merged)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("train.epochs=[1,", r"override 'train.epochs=\[1,': the value is not valid YAML \(line 1, column 4: "),
+    ("data.label_names={a: 1, a: 2}", r"the value is not valid YAML \(.*key 'a' appears twice"),
+])
+def test_an_override_that_is_not_yaml(override, fragment):
+    with pytest.raises(LongbertError, match=fragment):
+        load_recipe(None, [override])
+
+
+@pytest.mark.parametrize("name", ["../escape", "/tmp/abs", "a/b", "a\\b", "..", ".hidden", ""])
+def test_a_run_name_must_be_a_plain_folder_name(name):
+    with pytest.raises(LongbertError, match=r"name .* must be a plain folder name"):
+        load_recipe(None, [f"name={name!r}"])
+
+
+def test_output_dir_may_be_any_path():
+    recipe = load_recipe(None, ["name=run-1.b", "output_dir=../elsewhere/x"])
+    assert recipe.name == "run-1.b" and recipe.output_dir == "../elsewhere/x"
+
+
+def test_a_recipe_file_with_a_path_like_name_is_refused(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: ../../etc\ntrain:\n  epochs: 1\n")
+    with pytest.raises(LongbertError, match=r"r.yaml: name '../../etc' must be a plain folder name"):
+        load_recipe(recipe)
+
+
+@pytest.fixture
+def packaged(tmp_path, monkeypatch):
+    """A stand-in for longbert/recipes/ holding two recipes."""
+    import longbert.config
+
+    folder = tmp_path / "packaged"
+    folder.mkdir()
+    (folder / "imdb_sliding.yaml").write_text("# longbert train imdb_sliding\nstrategy:\n  name: sliding\n")
+    (folder / "imdb_quick.yaml").write_text("# longbert train imdb_quick\ntrain:\n  epochs: 1\n")
+    monkeypatch.setattr(longbert.config, "PACKAGED_RECIPES", folder)
+    return folder
+
+
+def test_the_packaged_recipes_folder_is_inside_the_package():
+    import longbert
+    import longbert.config
+
+    assert longbert.config.PACKAGED_RECIPES == Path(longbert.__file__).resolve().parent / "recipes"
+
+
+def test_a_bare_name_finds_the_packaged_recipe(packaged, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("imdb_sliding", "imdb_sliding.yaml"):
+        recipe = load_recipe(name, ["strategy.stride=100"])
+        assert recipe.name == "imdb_sliding" and recipe.strategy.name == "sliding" and recipe.strategy.stride == 100
+    (tmp_path / "imdb_sliding.yaml").write_text("strategy:\n  name: truncate\n")
+    assert load_recipe("imdb_sliding.yaml").strategy.name == "truncate", "a file in the working directory comes first"
+
+
+def test_a_name_found_nowhere_lists_the_packaged_recipes(packaged, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LongbertError, match=r"recipe file not found: imdb_slidng; packaged recipes \(usable by name\): "
+                                            r"imdb_quick, imdb_sliding"):
+        load_recipe("imdb_slidng")
+    with pytest.raises(LongbertError, match="recipe file not found: sub/imdb_sliding.yaml"):
+        load_recipe("sub/imdb_sliding.yaml")  # a path is a path: only bare names are looked up in the package

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from longbert.config import DataConfig
-from longbert.data import collate, length_bucket, load_corpus, resolve_data_path
+from longbert.data import collate, length_bucket, load_corpus, resolve_data_path, text_pieces, tokenize_documents
 from longbert.errors import LongbertError
 
 TEXTS = ["a good film " * 5, "a bad film " * 5, "great acting " * 5, "boring plot " * 5] * 5
@@ -146,3 +146,158 @@ def test_a_hub_id_that_cannot_be_reached_is_one_clear_error(tokenizer, monkeypat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(LongbertError, match=r"data.path 'someone/no-such-dataset' is neither a local file or folder"):
         load_corpus(DataConfig(path="someone/no-such-dataset"), tokenizer, seed=0)
+
+
+GOOD_ROWS = [{"text": f"review number {i}", "label": ["neg", "pos"][i % 2]} for i in range(8)]
+GOOD = "".join(json.dumps(r) + "\n" for r in GOOD_ROWS).encode()
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("train.jsonl", b"", r"data: .*train.jsonl is empty"),
+    ("train.jsonl", b"\n  \n", r"data: .*train.jsonl is empty"),
+    ("train.jsonl", GOOD + b'{"text": "cut off", "label": \n' + GOOD,
+     r"data: .*train.jsonl:9 is not valid JSON \(Expecting value, column 30\)"),
+    ("train.jsonl", GOOD + b"[1, 2]\n", r"train.jsonl:9 is not a JSON object"),
+    ("train.jsonl", GOOD + '{"text": "caf\u00e9", "label": "pos"}\n'.encode("latin-1"),
+     rf"data: .*train.jsonl:9 is not UTF-8 text \(byte {len(GOOD) + 13} is 0xe9\); save it as UTF-8"),
+    ("train.jsonl.gz", None, r"train.jsonl.gz:9 is not valid JSON"),
+    ("train.jsonl.gz", b"\x1f\x8b\x08\x00not gzip", r"data: .*train.jsonl.gz cannot be read: "),
+    ("train.json", b'[{"text": "a", "label": "neg"},\n {"text": "b" "label": "pos"}]',
+     r"train.json:2 is not valid JSON \(Expecting ',' delimiter, column 15\)"),
+    ("train.csv", b"text,label\nfine,neg\ncaf\xe9,pos\n", r"data: .*train.csv:3 is not UTF-8 text \(byte 23 is 0xe9\)"),
+    ("train.csv", b"text,label\n", r"train.csv has a header line but no rows"),
+    ("train.csv", b"", r"train.csv is empty"),
+    ("train.csv", b'text,label\n"an open quote,neg\n', r"data: cannot read .*train.csv: Error tokenizing data"),
+], ids=["empty", "blank-lines", "bad-json-line", "not-an-object", "latin-1-jsonl", "bad-gz-line", "broken-gz", "bad-json-document",
+        "latin-1-csv", "csv-header-only", "empty-csv", "csv-open-quote"])
+def test_a_data_file_that_cannot_be_read_is_named_with_its_line(tmp_path, tokenizer, name, content, message):
+    if content is None:
+        import gzip
+
+        content = gzip.compress(GOOD + b"{oops\n")
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(LongbertError, match=message):
+        load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
+
+
+def test_a_json_document_still_loads(tmp_path, tokenizer):
+    (tmp_path / "train.json").write_text(json.dumps(GOOD_ROWS, indent=1))
+    assert len(load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0).splits["train"]) == 6
+
+
+def test_an_aclimdb_file_that_is_not_utf8_is_named(tmp_path, tokenizer):
+    for split in ("train", "test"):
+        for label in ("neg", "pos"):
+            (tmp_path / split / label).mkdir(parents=True)
+            for i in range(4):
+                (tmp_path / split / label / f"{i}_3.txt").write_text(f"{label} review {i}")
+    (tmp_path / "test" / "pos" / "2_3.txt").write_bytes(b"a fine\nfilm, caf\xe9 scenes")
+    with pytest.raises(LongbertError, match=r"data: .*test/pos/2_3.txt:2 is not UTF-8 text \(byte 16 is 0xe9\)"):
+        load_corpus(config(tmp_path), tokenizer, seed=0)
+
+
+@pytest.mark.parametrize("value, message", [
+    (5, r"row 8 of split 'train': text is a number \(int\), not a string"),
+    (2.5, r"row 8 of split 'train': text is a number \(float\), not a string"),
+    (None, r"row 8 of split 'train': text is missing \(null\), not a string"),
+])
+def test_a_text_that_is_not_a_string_says_what_it_is(tmp_path, tokenizer, value, message):
+    write_jsonl(tmp_path / "train.jsonl", GOOD_ROWS + [{"text": value, "label": "neg"}])
+    with pytest.raises(LongbertError, match=message):
+        load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
+
+
+def test_a_numeric_text_column_is_not_called_empty(tmp_path, tokenizer):
+    write_jsonl(tmp_path / "train.jsonl", [{"text": i, "label": i % 2} for i in range(8)])
+    with pytest.raises(LongbertError, match=r"row 0 of split 'train': text is a number \(int\), not a string"):
+        load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
+
+
+def test_a_training_set_of_one_class_is_refused(tmp_path, tokenizer):
+    write_jsonl(tmp_path / "train.jsonl", [{"text": t, "label": "neg"} for t in TEXTS])
+    with pytest.raises(LongbertError, match=r"all 20 documents of split 'train' have label 'neg'; "
+                                            r"training needs at least 2 classes"):
+        load_corpus(config(tmp_path, test_split=None, label_names=["neg", "pos"]), tokenizer, seed=0)
+    write_jsonl(tmp_path / "train.jsonl", [{"text": t, "label": ["a", "b"]} for t in TEXTS])
+    with pytest.raises(LongbertError, match=r"all 20 documents of split 'train' have the labels \['a', 'b'\]"):
+        load_corpus(config(tmp_path, test_split=None, label_names=["a", "b", "c"]), tokenizer, seed=0, multi_label=True)
+
+
+def test_a_subsample_of_one_class_is_refused(folder, tokenizer):
+    with pytest.raises(LongbertError, match=r"all 1 training documents \(after carving validation and "
+                                            r"data.max_train_documents\) have label"):
+        load_corpus(config(folder, max_train_documents=1), tokenizer, seed=0)
+
+
+def test_a_parquet_file_without_rows_or_that_is_not_parquet(tmp_path, tokenizer):
+    import pandas as pd
+
+    pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)}).to_parquet(tmp_path / "train.parquet")
+    with pytest.raises(LongbertError, match=r"data: .*train.parquet holds no rows"):
+        load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
+    (tmp_path / "train.parquet").write_text("text,label\nnot parquet,0\n")
+    with pytest.raises(LongbertError, match=r"data: .*train.parquet cannot be read as parquet: "):
+        load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
+
+
+def long_text(words: int, seed: int = 0) -> str:
+    """Words, punctuation, accents, CJK, overlong words and every kind of whitespace, at random."""
+    import random
+
+    pieces = ["film", "Café", "naïve", "don't", "well-made", "3.5", "!!", "(great)", "\u2028", "\n\n", "  ", "\t",
+              "über", "東京", "x" * 120, "e\u0301te\u0301", "\r\n", "\f"]
+    chooser = random.Random(seed)
+    return " ".join(chooser.choice(pieces) for _ in range(words))
+
+
+@pytest.mark.parametrize("piece_chars", [400, 4000])
+def test_piecewise_tokenizing_equals_whole_text_tokenizing(tokenizer, monkeypatch, piece_chars):
+    import longbert.data
+
+    monkeypatch.setattr(longbert.data, "PIECE_CHARS", piece_chars)
+    monkeypatch.setattr(longbert.data, "BATCH_CHARS", piece_chars * 3)
+    texts = [long_text(6000), "a short one", long_text(300, seed=1)]
+    whole = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert len(whole[0]) > 5000
+    ids, lengths = tokenize_documents(tokenizer, texts, cap=5000)
+    assert [len(d) for d in ids] == [5000, len(whole[1]), len(whole[2])]
+    assert ids == [d[:5000] for d in whole], "the same first `cap` ids"
+    assert lengths == [len(d) + 2 for d in whole], "the same full length"
+
+
+def test_a_huge_text_is_tokenized_in_bounded_pieces(tokenizer):
+    """A few hundred thousand words never reach the tokenizer at once, and only `cap` ids are kept."""
+    import longbert.data
+
+    calls = []
+
+    def counting_tokenizer(texts, **kwargs):
+        calls.append(sum(len(t) for t in texts))
+        return tokenizer(texts, **kwargs)
+
+    text = "A long, long story; and then some more words. " * 40_000  # 360,000 words, 1.8 million characters
+    ids, lengths = tokenize_documents(counting_tokenizer, [text, "and a short one"], cap=512)
+    assert len(calls) > 1 and max(calls) <= longbert.data.BATCH_CHARS
+    assert [len(d) for d in ids] == [512, 4]
+    assert lengths[0] == 12 * 40_000 + 2 and ids[0] == tokenizer(text[:5000], add_special_tokens=False)["input_ids"][:512]
+
+
+def test_text_pieces_cut_before_whitespace_and_keep_every_character():
+    text = "one two\tthree\nfour  five " + "x" * 30
+    pieces = list(text_pieces(text, size=10))
+    assert "".join(pieces) == text and all(len(p) <= 10 for p in pieces)
+    assert pieces[:4] == ["one two", "\tthree", "\nfour ", " five"]
+    assert pieces[4:] == [" " + "x" * 9, "x" * 10, "x" * 10, "x"], "a stretch without whitespace is cut where it must be"
+    assert list(text_pieces("", size=10)) == [""]
+
+
+def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
+    """A hub dataset may have an empty split; local files without rows are named by `file_problem` above."""
+    from datasets import Dataset, DatasetDict
+
+    import longbert.data
+
+    empty = DatasetDict({"train": Dataset.from_dict({"text": [], "label": []})})
+    monkeypatch.setattr(longbert.data, "load_raw_splits", lambda config, wanted: (empty, None))
+    with pytest.raises(LongbertError, match="there are no documents of split 'train'"):
+        load_corpus(DataConfig(path="someone/empty", test_split=None, label_names=["neg", "pos"]), tokenizer, seed=0)
