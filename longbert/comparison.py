@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import re
 import shlex
 import shutil
 import sys
@@ -51,7 +50,6 @@ from longbert.results import LONG_TOKENS
 DEFAULT_RECIPE = "compare_imdb.yaml"
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
 DEFAULT_REPORTS_DIR = Path("reports")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def _say(message: str) -> None:
@@ -96,7 +94,9 @@ def compare(
     overrides = list(overrides)
     base_raw, base_source, base_path = _base_recipe(recipe)
     name = name or str(base_raw.get("name") or "compare")
-    if not _NAME.match(name):
+    from longbert.config import PLAIN_NAME
+
+    if not PLAIN_NAME.match(name):
         raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     recipes = resolve_recipes(names, base_raw, base_source, overrides, name, runs_dir)
