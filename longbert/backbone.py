@@ -78,25 +78,28 @@ def load_tokenizer(name: str | Path):
 
 
 @contextmanager
-def clear_load_errors(name: str, reference: str) -> Iterator[None]:
-    """Turn what transformers and safetensors raise for a bad backbone into one LongbertError line naming it."""
+def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iterator[None]:
+    """Turn what transformers, peft and safetensors raise for a bad `kind` (a backbone, an adapter) named `name`
+    and found at `reference` into one LongbertError line naming it."""
     from safetensors import SafetensorError
 
     try:
         yield
     except SafetensorError as error:
-        raise LongbertError(f"the weights of backbone {name!r} are damaged (truncated or not safetensors): {error}") from None
+        raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): {error}") from None
     except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
-        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
         if Path(reference).is_dir():
-            raise LongbertError(f"could not load backbone folder {reference}: {detail}") from None
+            raise LongbertError(f"could not load {kind} folder {reference}: {_first_line(error)}") from None
         raise LongbertError(
-            f"could not load backbone {name!r}: it is not a local model folder and the hub could not provide it "
-            f"(offline, unreachable, or no such repository: {detail})"
+            f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
+            f"(offline, unreachable, or no such repository: {_first_line(error)})"
         ) from None
-    except ValueError as error:  # custom code refused (trust_remote_code=False), or an architecture transformers lacks
-        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise LongbertError(f"could not load backbone {name!r} (longbert never runs code from it): {detail}") from None
+    except ValueError as error:  # custom code refused (trust_remote_code=False), an architecture transformers lacks
+        raise LongbertError(f"could not load {kind} {name!r}: {_first_line(error)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def prepare_tokenizer(tokenizer):

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from longbert.atomic import atomic_folder
-from longbert.backbone import load_backbone, load_encoder, load_tokenizer, prepare_tokenizer
+from longbert.backbone import clear_load_errors, load_backbone, load_encoder, load_tokenizer, prepare_tokenizer
 from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
 from longbert.errors import LongbertError
 from longbert.fields import one_of, option
@@ -98,8 +98,12 @@ class ModelSettings:
                                 f"this longbert reads format {FORMAT_VERSION}")
         problems: list[str] = []
         settings = build(cls, raw, "", problems)
-        if not problems:  # with a problem, `settings` holds defaults that `raw` need not have
-            problems = [f"missing key {key!r}" for key in _missing_keys(settings.to_dict(), raw)]
+        where = [_path_of(p) for p in problems]
+        # Keys the file lacks (not counting those inside a section already reported as malformed); a problem found
+        # in the default that stood in for a missing key is left out: the missing key is its cause.
+        missing = [k for k in _missing_keys(settings.to_dict(), raw) if not any(_within(k, w) for w in where)]
+        problems = [f"missing key {k!r}" for k in missing] + [
+            p for p, w in zip(problems, where) if not any(w == k or _within(w, k) for k in missing)]
         if problems:
             detail = "; ".join(problems)
             raise LongbertError(f"{source}: {detail}" if len(problems) == 1 else f"{source} has {len(problems)} problems: {detail}")
@@ -112,6 +116,15 @@ class ModelSettings:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise LongbertError(f"{path} is damaged: {error}") from None
         return cls.from_dict(raw, str(path))
+
+
+def _path_of(problem: str) -> str:
+    """The dotted path a validation problem starts with: 'strategy.window must be ...' -> 'strategy.window'."""
+    return problem.split(" ", 1)[0].rstrip(":")
+
+
+def _within(path: str, section: str) -> bool:
+    return path.startswith(section + ".")
 
 
 def _missing_keys(complete: dict, raw: dict, path: str = "") -> list[str]:
@@ -317,7 +330,8 @@ def _wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None):
     from peft import PeftModel, get_peft_model
 
     if adapter_dir is not None:
-        return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=True)
+        with clear_load_errors(str(adapter_dir), str(adapter_dir), kind="LoRA adapter"):
+            return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=True)
     names = {name.rsplit(".", 1)[-1] for name, _ in backbone.named_modules()}
     missing = [t for t in lora.target_modules if t not in names]
     if missing:
