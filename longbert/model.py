@@ -54,6 +54,7 @@ class ModelSettings:
 
     @classmethod
     def from_recipe(cls, recipe, label_names: list[str]) -> "ModelSettings":
+        """The settings of a model built from a validated `Recipe` for these classes."""
         return cls(
             backbone=recipe.backbone.name,
             attention_dropout=recipe.backbone.attention_dropout,
@@ -111,6 +112,7 @@ class ModelSettings:
 
     @classmethod
     def from_file(cls, path: Path) -> "ModelSettings":
+        """Read and validate a saved longbert_config.json (see `from_dict`)."""
         try:
             raw = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
