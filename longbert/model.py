@@ -1,7 +1,7 @@
 """LongDocumentClassifier: a BERT-family backbone + a long-document strategy + a classification head.
 
 Saved in the Hugging Face style, without pickle:
-    <dir>/longbert_config.json   strategy, labels, problem type, backbone reference, fine-tuning mode
+    <dir>/longbert_config.json   ModelSettings: strategy, labels, problem type, backbone reference, fine-tuning mode
     <dir>/head.safetensors       the strategy's own weights (poolers) and the classification head
     <dir>/backbone/              full fine-tuning: the fine-tuned encoder (safetensors + config)
     <dir>/adapter/               LoRA: the peft adapter (adapter_model.safetensors + adapter_config.json)
@@ -11,23 +11,134 @@ A frozen backbone is not saved: the config's backbone reference is loaded again.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from longbert.atomic import atomic_folder
-from longbert.backbone import load_backbone, prepare_tokenizer
+from longbert.backbone import clear_load_errors, load_backbone, load_encoder, load_tokenizer, prepare_tokenizer
+from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
 from longbert.errors import LongbertError
+from longbert.fields import one_of, option
 from longbert.hardware import autocast_for
-from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, build_strategy, get_entry
+from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, build_strategy
 
 CONFIG_FILE = "longbert_config.json"
 HEAD_FILE = "head.safetensors"
 FORMAT_VERSION = 1
+
+
+@dataclass
+class ModelSettings:
+    """Everything `from_pretrained` needs to rebuild a model: written as longbert_config.json, read back through
+    the same validation as recipes (`config.build`), and every key must be there (nothing is silently defaulted)."""
+
+    format: int = option(FORMAT_VERSION, "longbert's model folder format")
+    backbone: str = option("minilm", "the backbone as the recipe named it (loaded again when it is not saved)")
+    attention_dropout: float | None = option(None, "attention_probs_dropout_prob override; null keeps the model's")
+    hidden_dropout: float | None = option(None, "hidden_dropout_prob override; null keeps the model's")
+    budget: PassBudget = option(None, "how much goes through the backbone in one pass", default_factory=PassBudget)
+    strategy: Any = option(None, "the strategy's settings; `name` picks it")
+    problem_type: str = option("single_label", "single_label or multi_label")
+    finetune: str = option("full", "full, lora or frozen")
+    classifier_dropout: float = option(0.1, "dropout before the classification head")
+    lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
+    max_document_tokens: int = option(16384, "per-document token cap applied when tokenizing texts")
+    label_names: list[str] = option([], "class names in index order")
+
+    @classmethod
+    def from_recipe(cls, recipe, label_names: list[str]) -> "ModelSettings":
+        """The settings of a model built from a validated `Recipe` for these classes."""
+        return cls(
+            backbone=recipe.backbone.name,
+            attention_dropout=recipe.backbone.attention_dropout,
+            hidden_dropout=recipe.backbone.hidden_dropout,
+            budget=recipe.backbone.budget,
+            strategy=copy.deepcopy(recipe.strategy),
+            problem_type=recipe.model.problem_type,
+            finetune=recipe.model.finetune,
+            classifier_dropout=recipe.model.classifier_dropout,
+            lora=copy.deepcopy(recipe.model.lora),
+            max_document_tokens=recipe.data.max_document_tokens,
+            label_names=list(label_names),
+        )
+
+    def problems(self, path: str) -> list[str]:
+        out = one_of("problem_type", self.problem_type, PROBLEM_TYPES) + one_of("finetune", self.finetune, FINETUNE_MODES)
+        for name in ("attention_dropout", "hidden_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                out.append(f"{name} must be in [0, 1), got {value}")
+        for name, value in (("budget.max_windows", self.budget.max_windows), ("budget.max_tokens", self.budget.max_tokens),
+                            ("max_document_tokens", self.max_document_tokens)):
+            if value < 1:
+                out.append(f"{name} must be >= 1, got {value}")
+        if not 0 <= self.budget.max_padding <= 1:
+            out.append(f"budget.max_padding must be in [0, 1], got {self.budget.max_padding}")
+        if not self.label_names or len(set(self.label_names)) != len(self.label_names):
+            out.append(f"label_names must name each class once, got {self.label_names}")
+        return out
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Any, source: str) -> "ModelSettings":
+        """Validate saved settings; one LongbertError naming `source` and every problem (wrong type, bad value,
+        unknown key, missing key, unknown strategy)."""
+        if not isinstance(raw, dict):
+            raise LongbertError(f"{source} is damaged: it must hold a JSON object, got {type(raw).__name__}")
+        if raw.get("format") != FORMAT_VERSION:
+            raise LongbertError(f"{source} was written by another longbert format ({raw.get('format')!r}); "
+                                f"this longbert reads format {FORMAT_VERSION}")
+        problems: list[str] = []
+        settings = build(cls, raw, "", problems)
+        where = [_path_of(p) for p in problems]
+        # Keys the file lacks (not counting those inside a section already reported as malformed); a problem found
+        # in the default that stood in for a missing key is left out: the missing key is its cause.
+        missing = [k for k in _missing_keys(settings.to_dict(), raw) if not any(_within(k, w) for w in where)]
+        problems = [f"missing key {k!r}" for k in missing] + [
+            p for p, w in zip(problems, where) if not any(w == k or _within(w, k) for k in missing)]
+        if problems:
+            detail = "; ".join(problems)
+            raise LongbertError(f"{source}: {detail}" if len(problems) == 1 else f"{source} has {len(problems)} problems: {detail}")
+        return settings
+
+    @classmethod
+    def from_file(cls, path: Path) -> "ModelSettings":
+        """Read and validate a saved longbert_config.json (see `from_dict`)."""
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise LongbertError(f"{path} is damaged: {error}") from None
+        return cls.from_dict(raw, str(path))
+
+
+def _path_of(problem: str) -> str:
+    """The dotted path a validation problem starts with: 'strategy.window must be ...' -> 'strategy.window'."""
+    return problem.split(" ", 1)[0].rstrip(":")
+
+
+def _within(path: str, section: str) -> bool:
+    return path.startswith(section + ".")
+
+
+def _missing_keys(complete: dict, raw: dict, path: str = "") -> list[str]:
+    """The keys of `complete` (a `to_dict()`) that `raw` lacks, as dotted paths, looking inside nested sections."""
+    out = []
+    for key, value in complete.items():
+        where = f"{path}.{key}" if path else key
+        if key not in raw:
+            out.append(where)
+        elif isinstance(value, dict):  # a section written as null (or as a strategy's bare name) lacks its keys
+            out += _missing_keys(value, raw[key] if isinstance(raw[key], dict) else {}, where)
+    return out
 
 
 @dataclass
@@ -41,16 +152,14 @@ class LongDocumentClassifier(nn.Module):
     """Classify whole documents. `forward` takes a list of (T,) token-id tensors (content tokens, no special
     tokens) or precomputed `Units`, and returns (B, C) logits."""
 
-    def __init__(self, backbone, tokenizer, strategy, label_names, settings: dict):
+    def __init__(self, backbone, tokenizer, strategy, settings: ModelSettings):
         super().__init__()
         self.backbone = backbone
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.strategy = strategy
-        self.label_names = list(label_names)
         self.settings = settings  # everything save/load needs to rebuild this object
-        hidden = backbone.config.hidden_size
-        self.dropout = nn.Dropout(settings["classifier_dropout"])
-        self.head = nn.Linear(hidden, len(self.label_names))
+        self.dropout = nn.Dropout(settings.classifier_dropout)
+        self.head = nn.Linear(backbone.config.hidden_size, len(settings.label_names))
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -59,49 +168,37 @@ class LongDocumentClassifier(nn.Module):
         """A fresh model for `recipe` (backbone weights loaded, strategy and head initialised from the seed).
         `loaded`: the (backbone, tokenizer) pair that `load_backbone(recipe.backbone...)` returned, when the caller
         has loaded them already (training tokenizes its data first), so nothing is loaded twice."""
-        settings = {
-            "format": FORMAT_VERSION,
-            "backbone": recipe.backbone.name,
-            "attention_dropout": recipe.backbone.attention_dropout,
-            "hidden_dropout": recipe.backbone.hidden_dropout,
-            "budget": dataclasses.asdict(recipe.backbone.budget),
-            "strategy": dataclasses.asdict(recipe.strategy),
-            "problem_type": recipe.model.problem_type,
-            "finetune": recipe.model.finetune,
-            "classifier_dropout": recipe.model.classifier_dropout,
-            "lora": dataclasses.asdict(recipe.model.lora),
-            "max_document_tokens": recipe.data.max_document_tokens,
-        }
         backbone, tokenizer = loaded or load_backbone(
             recipe.backbone.name, recipe.backbone.attention_dropout, recipe.backbone.hidden_dropout
         )
         if recipe.backbone.gradient_checkpointing:
             backbone.gradient_checkpointing_enable()
-        return cls._assemble(backbone, tokenizer, label_names, settings, adapter_dir=None)
+        return cls._assemble(backbone, tokenizer, ModelSettings.from_recipe(recipe, label_names), adapter_dir=None)
 
     @classmethod
-    def _assemble(cls, backbone, tokenizer, label_names, settings, adapter_dir):
-        entry = get_entry(settings["strategy"]["name"])
-        strategy_config = entry.config_cls(**settings["strategy"])
+    def _assemble(cls, backbone, tokenizer, settings: ModelSettings, adapter_dir: Path | None):
         special = SpecialTokens.from_tokenizer(tokenizer)
-        strategy = build_strategy(strategy_config, backbone.config.hidden_size, special, PassBudget(**settings["budget"]))
+        strategy = build_strategy(settings.strategy, backbone.config.hidden_size, special, settings.budget)
         strategy.adapt_backbone(backbone)
-        mode = settings["finetune"]
-        if mode == "lora":
-            backbone = _wrap_lora(backbone, settings["lora"], adapter_dir)
-        elif mode == "frozen":
+        if settings.finetune == "lora":
+            backbone = _wrap_lora(backbone, settings.lora, adapter_dir)
+        elif settings.finetune == "frozen":
             backbone.requires_grad_(False)
-        return cls(backbone, tokenizer, strategy, label_names, settings)
+        return cls(backbone, tokenizer, strategy, settings)
 
     # -- running ----------------------------------------------------------------------------------------------
 
     @property
+    def label_names(self) -> list[str]:
+        return self.settings.label_names
+
+    @property
     def multi_label(self) -> bool:
-        return self.settings["problem_type"] == "multi_label"
+        return self.settings.problem_type == "multi_label"
 
     @property
     def frozen(self) -> bool:
-        return self.settings["finetune"] == "frozen"
+        return self.settings.finetune == "frozen"
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -132,7 +229,7 @@ class LongDocumentClassifier(nn.Module):
         """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""
         from longbert.data import tokenize_documents
 
-        ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings["max_document_tokens"])
+        ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings.max_document_tokens)
         return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
 
     @torch.no_grad()
@@ -167,70 +264,83 @@ class LongDocumentClassifier(nn.Module):
 
     # -- saving and loading -----------------------------------------------------------------------------------
 
+    def _outside_backbone(self) -> nn.ModuleDict:
+        """The parts saved in head.safetensors, under the names they have in this model (`strategy.*`, `head.*`)."""
+        return nn.ModuleDict({"strategy": self.strategy, "head": self.head})
+
     def head_state(self) -> dict[str, torch.Tensor]:
         """Everything outside the backbone: the strategy's weights and the classification head."""
-        state = {f"strategy.{k}": v for k, v in self.strategy.state_dict().items()}
-        state.update({f"head.{k}": v for k, v in self.head.state_dict().items()})
-        return {k: v.detach().contiguous().cpu() for k, v in state.items()}
+        return {k: v.detach().contiguous().cpu() for k, v in self._outside_backbone().state_dict().items()}
 
     def load_head_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.strategy.load_state_dict({k[9:]: v for k, v in state.items() if k.startswith("strategy.")})
-        self.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
+        """The inverse of `head_state`; a missing, unexpected or misshapen tensor raises RuntimeError."""
+        self._outside_backbone().load_state_dict(state)
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write the model folder atomically: it appears complete or not at all."""
         from safetensors.torch import save_file
 
         with atomic_folder(directory) as staging:
-            mode = self.settings["finetune"]
-            if mode == "full":
+            if self.settings.finetune == "full":
                 self.backbone.save_pretrained(staging / "backbone", safe_serialization=True)
-            elif mode == "lora":
+            elif self.settings.finetune == "lora":
                 self.backbone.save_pretrained(staging / "adapter")
             self.tokenizer.save_pretrained(staging)
             save_file(self.head_state(), staging / HEAD_FILE)
-            config = dict(self.settings, label_names=self.label_names)
-            (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+            (staging / CONFIG_FILE).write_text(json.dumps(self.settings.to_dict(), indent=2))
 
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> "LongDocumentClassifier":
-        """Load a folder written by `save_pretrained` (or a run folder's `best/` model)."""
-        from safetensors.torch import load_file
-        from transformers import AutoTokenizer
-
+        """Load a folder written by `save_pretrained` (or a run folder's `best/` model). A damaged or incomplete
+        folder raises one LongbertError line naming the file and what is wrong with it."""
         directory = Path(directory)
         if (directory / "best" / CONFIG_FILE).is_file():
             directory = directory / "best"  # a run folder: use its kept model
         if not (directory / CONFIG_FILE).is_file():
             raise LongbertError(f"{directory} is not a longbert model folder (no {CONFIG_FILE})")
-        try:
-            settings = json.loads((directory / CONFIG_FILE).read_text())
-            label_names = settings.pop("label_names")
-        except (json.JSONDecodeError, KeyError) as error:
-            raise LongbertError(f"{directory / CONFIG_FILE} is damaged: {error}") from None
-        if settings.get("format") != FORMAT_VERSION:
-            raise LongbertError(f"{directory} was written by another longbert format ({settings.get('format')})")
-        if settings["finetune"] == "full":
-            backbone, _ = load_backbone(str(directory / "backbone"))
+        settings = ModelSettings.from_file(directory / CONFIG_FILE)
+        saved_backbone = {"full": directory / "backbone", "lora": directory / "adapter"}.get(settings.finetune)
+        for needed in (directory / HEAD_FILE, saved_backbone):
+            if needed is not None and not needed.exists():
+                raise LongbertError(f"{directory} is incomplete: no {needed.name} (finetune is {settings.finetune})")
+        if settings.finetune == "full":
+            backbone = load_encoder(str(saved_backbone))
         else:
-            backbone, _ = load_backbone(settings["backbone"], settings["attention_dropout"], settings["hidden_dropout"])
-        tokenizer = AutoTokenizer.from_pretrained(directory)
-        adapter = directory / "adapter" if settings["finetune"] == "lora" else None
-        model = cls._assemble(backbone, tokenizer, label_names, settings, adapter_dir=adapter)
-        model.load_head_state(load_file(directory / HEAD_FILE))
+            backbone = load_encoder(settings.backbone, settings.attention_dropout, settings.hidden_dropout)
+        tokenizer = load_tokenizer(directory)
+        model = cls._assemble(backbone, tokenizer, settings, adapter_dir=saved_backbone if settings.finetune == "lora" else None)
+        try:
+            model.load_head_state(_read_head_file(directory / HEAD_FILE))
+        except RuntimeError as error:  # torch's report of missing, unexpected or misshapen tensors
+            raise LongbertError(f"{directory / HEAD_FILE} does not fit the model in {CONFIG_FILE}: "
+                                f"{' '.join(str(error).split())}") from None
         model.eval()
         return model
 
 
-def _wrap_lora(backbone, lora: dict, adapter_dir: Path | None):
-    from peft import LoraConfig, PeftModel, get_peft_model
+def _read_head_file(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except SafetensorError as error:
+        raise LongbertError(f"{path} is damaged (truncated or not safetensors): {error}") from None
+
+
+def _wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None):
+    """peft's LoRA around the backbone: fresh adapters, or the saved ones in `adapter_dir` (peft's adapter folders
+    hold weights and a JSON config only; no code is loaded from them)."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import PeftModel, get_peft_model
 
     if adapter_dir is not None:
-        return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=True)
+        with clear_load_errors(str(adapter_dir), str(adapter_dir), kind="LoRA adapter"):
+            return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=True)
     names = {name.rsplit(".", 1)[-1] for name, _ in backbone.named_modules()}
-    missing = [t for t in lora["target_modules"] if t not in names]
+    missing = [t for t in lora.target_modules if t not in names]
     if missing:
         raise LongbertError(f"model.lora.target_modules: the backbone has no module named {missing[0]!r}")
-    config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-                        target_modules=list(lora["target_modules"]))
+    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                            target_modules=list(lora.target_modules))
     return get_peft_model(backbone, config)

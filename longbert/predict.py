@@ -92,7 +92,7 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     model = LongDocumentClassifier.from_pretrained(model_dir)
     rows = model.predict(texts, batch_size=batch_size)
     write_jsonl(rows, output)
-    cap = model.settings["max_document_tokens"]
+    cap = model.settings.max_document_tokens
     return Prediction(rows, count_cut([row["n_tokens"] for row in rows], cap), cap)
 
 

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pytest
 import torch
 
 from helpers import build_model
+from longbert.config import LoraConfig
 from longbert.errors import LongbertError
-from longbert.model import LongDocumentClassifier
+from longbert.model import LongDocumentClassifier, ModelSettings
+from longbert.strategies.base import PassBudget
+from longbert.strategies.chunk import ChunkConfig
 
 TEXTS = ["A wonderful film with a moving story. " * 30, "Dull.", "I hated every minute of this film. " * 5]
 
@@ -80,11 +85,131 @@ def test_save_replaces_an_existing_folder_whole(tiny_backbone_dir, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m"], "no staging folders left behind"
 
 
-def test_backbone_errors_are_clear(tmp_path, monkeypatch):
-    from longbert.backbone import load_backbone
+# -- saved settings: typed, and validated on load like a recipe ----------------------------------------------------
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(LongbertError, match=r"could not load backbone 'someone/no-such-bert': it is not a local model folder"):
-        load_backbone("someone/no-such-bert")
-    with pytest.raises(LongbertError, match="has no config.json"):
-        load_backbone(str(tmp_path))
+SAVED_KEYS = {"format", "backbone", "attention_dropout", "hidden_dropout", "budget", "strategy", "problem_type",
+              "finetune", "classifier_dropout", "lora", "max_document_tokens", "label_names"}
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_backbone_dir, tmp_path_factory):
+    """One saved model per fine-tuning mode; tests damage copies of them."""
+    root = tmp_path_factory.mktemp("saved")
+    for finetune in ("full", "lora", "frozen"):
+        build_model(tiny_backbone_dir, "chunk", [f"model.finetune={finetune}"]).save_pretrained(root / finetune)
+    return root
+
+
+def copy_of(saved, finetune, tmp_path):
+    return shutil.copytree(saved / finetune, tmp_path / finetune)
+
+
+def test_settings_are_typed_and_round_trip(saved, tiny_backbone_dir):
+    model = LongDocumentClassifier.from_pretrained(saved / "lora")
+    settings = model.settings
+    assert isinstance(settings, ModelSettings) and isinstance(settings.strategy, ChunkConfig)
+    assert isinstance(settings.budget, PassBudget) and isinstance(settings.lora, LoraConfig)
+    assert (settings.backbone, settings.finetune, settings.strategy.window) == (tiny_backbone_dir, "lora", 40)
+    assert model.label_names == ["neg", "pos"]
+    raw = json.loads((saved / "lora" / "longbert_config.json").read_text())
+    assert set(raw) == SAVED_KEYS, "the file format (FORMAT_VERSION 1) is unchanged"
+    assert settings.to_dict() == raw
+    assert ModelSettings.from_dict(json.loads(json.dumps(settings.to_dict())), "here") == settings
+
+
+def edit(raw, change):
+    name, key, value = change
+    section = raw if "." not in key else raw[key.split(".")[0]]
+    leaf = key.split(".")[-1]
+    if name == "drop":
+        del section[leaf]
+    else:
+        section[leaf] = value
+
+
+@pytest.mark.parametrize("change, message", [
+    (("drop", "classifier_dropout", None), "missing key 'classifier_dropout'"),
+    (("drop", "strategy.window", None), "missing key 'strategy.window'"),
+    (("drop", "label_names", None), "missing key 'label_names'"),
+    (("set", "lora", None), "has 4 problems: missing key 'lora.r'; missing key 'lora.alpha'"),
+    (("set", "classifier_dropout", "high"), "classifier_dropout must be a number, got 'high'"),
+    (("set", "strategy.window", "40"), "strategy.window must be an integer, got '40'"),
+    (("set", "budget", [1, 2]), "budget must be a mapping, got \\[1, 2\\]$"),
+    (("set", "finetune", "fulll"), "finetune must be one of full, lora, frozen, got 'fulll'"),
+    (("set", "label_names", ["pos", "pos"]), "label_names must name each class once"),
+    (("set", "extra", 1), "unknown recipe key 'extra'; valid keys: format, backbone"),
+    (("set", "strategy.name", "chnk"), "strategy.name: unknown strategy 'chnk'; valid strategies: bigbird, chunk, recurrence, rmt"),
+    (("set", "format", 7), "was written by another longbert format \\(7\\)"),
+])
+def test_hand_edited_config_is_one_clear_error(change, message, saved, tmp_path):
+    folder = copy_of(saved, "frozen", tmp_path)
+    raw = json.loads((folder / "longbert_config.json").read_text())
+    edit(raw, change)
+    (folder / "longbert_config.json").write_text(json.dumps(raw))
+    with pytest.raises(LongbertError, match=f"^{re.escape(str(folder / 'longbert_config.json'))}(: | ){message}") as error:
+        LongDocumentClassifier.from_pretrained(folder)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_head_file(damage, saved, tmp_path):
+    folder = copy_of(saved, "frozen", tmp_path)
+    head = folder / "head.safetensors"
+    data = head.read_bytes()
+    head.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x00garbage" * 40)
+    with pytest.raises(LongbertError, match=r"head.safetensors is damaged \(truncated or not safetensors\)"):
+        LongDocumentClassifier.from_pretrained(folder)
+
+
+def test_head_file_that_does_not_fit_the_config(saved, tmp_path):
+    folder = copy_of(saved, "frozen", tmp_path)
+    raw = json.loads((folder / "longbert_config.json").read_text())
+    raw["label_names"] = ["a", "b", "c"]  # three classes: the saved (2, H) head no longer fits
+    (folder / "longbert_config.json").write_text(json.dumps(raw))
+    with pytest.raises(LongbertError, match=r"head.safetensors does not fit the model in longbert_config.json: .*head.weight"):
+        LongDocumentClassifier.from_pretrained(folder)
+
+
+def test_head_state_keeps_its_names_and_loads_strictly(tiny_backbone_dir):
+    model = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=attention"])
+    state = model.head_state()
+    assert {"head.weight", "head.bias"} <= set(state) and any(k.startswith("strategy.") for k in state)
+    assert all(k.startswith(("strategy.", "head.")) for k in state)
+    other = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=attention"], seed=1)
+    other.load_head_state(state)
+    assert all(torch.equal(v, other.head_state()[k]) for k, v in state.items())
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        other.load_head_state({**state, "head.extra": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_backbone_weights_in_a_model_folder(damage, saved, tmp_path):
+    folder = copy_of(saved, "full", tmp_path)
+    weights = folder / "backbone" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 3] if damage == "truncated" else b"garbage" * 100)
+    with pytest.raises(LongbertError, match=r"the weights of backbone '.*full/backbone' are damaged"):
+        LongDocumentClassifier.from_pretrained(folder)
+
+
+def test_damaged_or_missing_adapter(saved, tmp_path):
+    folder = copy_of(saved, "lora", tmp_path)
+    (folder / "adapter" / "adapter_model.safetensors").write_bytes(b"garbage" * 100)
+    with pytest.raises(LongbertError, match=r"the weights of LoRA adapter '.*adapter' are damaged"):
+        LongDocumentClassifier.from_pretrained(folder)
+    shutil.rmtree(folder / "adapter")
+    with pytest.raises(LongbertError, match=r"is incomplete: no adapter \(finetune is lora\)"):
+        LongDocumentClassifier.from_pretrained(folder)
+
+
+def test_model_folder_with_custom_code_in_its_backbone_is_not_run(saved, tmp_path, monkeypatch):
+    from test_backbone import refuse_to_be_asked, with_custom_code
+
+    folder = copy_of(saved, "full", tmp_path)
+    marker = with_custom_code(str(folder / "backbone"), tmp_path / "custom", "custom-bert")
+    shutil.rmtree(folder / "backbone")
+    shutil.move(tmp_path / "custom", folder / "backbone")
+    asked = refuse_to_be_asked(monkeypatch)
+    with pytest.raises(LongbertError, match="contains custom code"):
+        LongDocumentClassifier.from_pretrained(folder)
+    assert not asked and not (folder / "backbone" / marker.name).exists()
