@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 torch.set_num_threads(2)
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("LONGBERT_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def tiny_bert_config(**overrides):
