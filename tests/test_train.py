@@ -147,16 +147,42 @@ def test_frozen_mode_trains_a_strategy_whose_weights_all_act_on_the_cache(tiny_r
     assert longbert.train(recipe).metrics["steps"] == 2
 
 
-def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe):
+def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe, monkeypatch):
+    # fp32 everywhere (evaluate() would pick bf16 on a fast CPU), so that metrics compare exactly.
+    monkeypatch.setattr("longbert.evaluation.autocast_for", lambda model: torch.autocast("cpu", enabled=False))
     # Validation after every step with a learning rate high enough to overshoot: the kept model is not the last one.
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.eval_every_steps=1", "train.learning_rate=0.05",
                                                       "train.best_metric=loss", "train.warmup_ratio=0"])
     result = longbert.train(recipe)
-    assert result.metrics["best_step"] != result.metrics["steps"], "the test needs a kept model that is not the last"
+    history, best_step = result.metrics["validation_history"], result.metrics["best_step"]
+    kept = next(h for h in history if h["step"] == best_step)
+    assert best_step != result.metrics["steps"] and history[-1]["loss"] != pytest.approx(kept["loss"]), \
+        "the test needs a kept model that is not the last one"
+    # best/ holds the kept model: its validation loss is the one recorded at the kept step ...
+    assert longbert.evaluate(result.run_dir, "validation")["loss"] == pytest.approx(kept["loss"], rel=1e-6)
+    # ... and the test metrics reported by training are those a fresh evaluation of best/ gives.
     fresh = longbert.evaluate(result.run_dir, "test")
     reported = result.metrics["test"]
     assert reported["confusion_matrix"] == fresh["confusion_matrix"] and reported["accuracy"] == fresh["accuracy"]
     assert reported["loss"] == pytest.approx(fresh["loss"], rel=1e-6)
+
+
+def test_a_run_loads_its_backbone_and_tokenizer_once(tiny_recipe, monkeypatch):
+    import transformers
+
+    loads = []
+    for name in ("AutoModel", "AutoTokenizer"):
+        original = getattr(transformers, name).from_pretrained
+        monkeypatch.setattr(getattr(transformers, name), "from_pretrained",
+                            lambda *a, _load=original, _name=name, **k: loads.append(_name) or _load(*a, **k))
+
+    def reload(*args, **kwargs):
+        raise AssertionError("the kept model is evaluated in memory, not reloaded from best/")
+
+    monkeypatch.setattr(longbert.LongDocumentClassifier, "from_pretrained", reload)
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"]))
+    assert sorted(loads) == ["AutoModel", "AutoTokenizer"]
+    assert "test" in result.metrics and (result.run_dir / "best" / "head.safetensors").is_file()
 
 
 def test_a_run_folder_in_use_is_refused(tiny_recipe):
