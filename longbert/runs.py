@@ -25,25 +25,38 @@ RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predic
 
 @contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the run folder (created if needed) while the block runs. The lock is an flock on
-    the folder itself, so it leaves no file behind and goes with the process however it ends. Another process (or
-    another `train` in this one) that asks for it meanwhile gets a LongbertError naming the folder. Where the
-    platform has no flock (Windows), the folder is not locked."""
+    """Hold an exclusive lock on the run folder while the block runs. The lock is an flock on the folder itself, so
+    it leaves no file behind and goes with the process however it ends. Another process (or another `train` in this
+    one) that asks for it meanwhile gets a LongbertError naming the folder. A folder made here and still empty at
+    the end (a run that failed before writing anything) is removed. Where the platform has no flock (Windows), the
+    folder is not locked."""
     try:
         import fcntl
     except ImportError:
         yield
         return
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    handle = os.open(run_dir, os.O_RDONLY)
+    busy = LongbertError(f"run folder {run_dir} is in use by another longbert process; wait for it to end, or set "
+                         "another output_dir (--set output_dir=...)")
+    try:
+        handle = os.open(run_dir, os.O_RDONLY)
+    except FileNotFoundError:  # removed by the process that held it, as it ended
+        raise busy from None
+    held = False
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LongbertError(f"run folder {run_dir} is in use by another longbert process; wait for it to end, "
-                                "or set another output_dir (--set output_dir=...)") from None
+            # The folder this lock is on must still be the one at that path (not removed as it was opened).
+            held = os.path.samestat(os.fstat(handle), os.stat(run_dir))
+        except (BlockingIOError, FileNotFoundError):
+            pass
+        if not held:
+            raise busy
         yield
     finally:
+        if held and created and not any(run_dir.iterdir()):
+            run_dir.rmdir()
         os.close(handle)  # releases the lock
 
 
