@@ -1,5 +1,6 @@
-"""End-to-end training on a slice of real IMDb with a tiny model: what lands in the run folder, resuming,
-the frozen-backbone and LoRA modes."""
+"""End-to-end training on a slice of real IMDb with a tiny model: what lands in the run folder, the kept model,
+resuming exactly (every strategy, frozen mode too), the run folder's lock and checks, the frozen-backbone and LoRA
+modes. Kills in the middle of a checkpoint are in test_checkpoint.py."""
 
 from __future__ import annotations
 
