@@ -10,10 +10,11 @@ import numpy as np
 import torch
 
 from longbert.atomic import write_text_atomically
-from longbert.data import LENGTH_BUCKETS, collate, length_bucket
+from longbert.data import LENGTH_BUCKETS, length_bucket
 from longbert.errors import LongbertError
 from longbert.hardware import autocast_for, measure
 from longbert.progress import progress
+from longbert.strategies.base import Units
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],
@@ -65,13 +66,34 @@ def improves(value: float, best: float | None, metric: str) -> bool:
     return best is None or (value < best if metric == "loss" else value > best)
 
 
-@torch.no_grad()
-def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating") -> dict:
-    """Run `model` over a tokenized split. Returns probabilities (D, C), labels, per-document unit weights, and
-    the inference speed and peak memory of the pass."""
+def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shuffle_seed: int | None = None):
+    """A tokenized split in batches for the model: {'documents': B (T,) token-id tensors, 'labels'}, or, given the
+    split's cached unit vectors (frozen mode, from `frozen.cache_units`), {'unit_vectors': (B, N, H), 'unit_mask':
+    (B, N), 'labels'}. With `shuffle_seed`, shuffled in an order that depends on that seed only."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset.select_columns(["input_ids", "labels"]), batch_size=batch_size, collate_fn=collate)
+    from longbert.data import collate
+    from longbert.frozen import collate_units
+
+    rows = dataset.select_columns(["input_ids", "labels"]) if cached is None else cached
+    order = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
+    return DataLoader(rows, batch_size=batch_size, shuffle=order is not None, generator=order,
+                      collate_fn=collate if cached is None else collate_units)
+
+
+def model_inputs(batch: dict) -> dict:
+    """The keyword arguments of LongDocumentClassifier.forward for a batch from `split_loader`."""
+    if "unit_vectors" in batch:
+        return {"units": Units(batch["unit_vectors"], batch["unit_mask"])}
+    return {"documents": batch["documents"]}
+
+
+@torch.no_grad()
+def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
+                    cached: list[dict] | None = None) -> dict:
+    """Run `model` over a tokenized split (or its cached unit vectors, see `split_loader`). Returns probabilities
+    (D, C), labels, per-document unit weights, and the inference speed and peak memory of the pass."""
+    loader = split_loader(dataset, batch_size, cached)
     if accelerator is not None:
         loader = accelerator.prepare(loader)
     was_training = model.training
@@ -82,7 +104,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     autocast = accelerator.autocast() if accelerator is not None else autocast_for(model)
     with measure(device) as cost, autocast:
         for batch in progress(loader, description):
-            out = model(batch["documents"])
+            out = model(**model_inputs(batch))
             p = out.unit_weights
             probs = _core(model).probabilities(out.logits)
             if accelerator is not None:
@@ -92,7 +114,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
             probabilities.append(probs.float().cpu())
             labels.append(batch_labels.cpu())
             if accelerator is None or accelerator.num_processes == 1:
-                for b in range(len(batch["documents"])):
+                for b in range(len(batch["labels"])):
                     weights.append(None if p is None else p[b][out.unit_mask[b]].float().cpu().tolist())
     model.train(was_training)
     seconds = cost["seconds"]
@@ -114,9 +136,10 @@ def _core(model):
     return getattr(model, "module", model)
 
 
-def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating") -> tuple[dict, dict]:
-    """(metrics with a `speed` section, raw predictions) for one tokenized split."""
-    raw = predict_dataset(model, dataset, batch_size, accelerator, description)
+def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
+                   cached: list[dict] | None = None) -> tuple[dict, dict]:
+    """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors)."""
+    raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached)
     core = _core(model)
     metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names, core.multi_label)
     metrics["speed"] = raw["speed"]
@@ -171,21 +194,25 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
     from longbert.config import load_recipe
     from longbert.data import load_corpus
     from longbert.model import LongDocumentClassifier
+    from longbert.runs import locked
 
     run_dir = Path(run_dir)
     recipe_file = run_dir / "recipe.yaml"
     if not recipe_file.is_file():
         raise LongbertError(f"{run_dir} is not a longbert run folder (no recipe.yaml)")
-    recipe = load_recipe(recipe_file)
-    model = LongDocumentClassifier.from_pretrained(run_dir)
-    corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label)
-    if split not in corpus.splits:
-        raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
-    dataset = corpus.splits[split]
-    metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size, description=f"evaluating {split}")
-    write_json(run_dir / f"metrics-{split}.json", metrics)
-    (run_dir / f"metrics-{split}.md").write_text(metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}"))
-    write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label)
+    with locked(run_dir):  # not while a training writes the folder
+        recipe = load_recipe(recipe_file)
+        model = LongDocumentClassifier.from_pretrained(run_dir)
+        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label)
+        if split not in corpus.splits:
+            raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
+        dataset = corpus.splits[split]
+        metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size,
+                                      description=f"evaluating {split}")
+        write_json(run_dir / f"metrics-{split}.json", metrics)
+        write_text_atomically(run_dir / f"metrics-{split}.md",
+                              metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}"))
+        write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label)
     return metrics
 
 

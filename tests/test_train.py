@@ -1,17 +1,27 @@
-"""End-to-end training on a slice of real IMDb with a tiny model: what lands in the run folder, resuming,
-the frozen-backbone and LoRA modes."""
+"""End-to-end training on a slice of real IMDb with a tiny model: what lands in the run folder, the kept model,
+resuming exactly (every strategy, frozen mode too), the run folder's lock and checks, the frozen-backbone and LoRA
+modes. Kills in the middle of a checkpoint are in test_checkpoint.py."""
 
 from __future__ import annotations
 
 import json
+import os
+import threading
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 import longbert
+from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
+from longbert.strategies.base import strategy_names
 from longbert.training import TrainingInterrupted
+
+from helpers import TINY_STRATEGY_SETTINGS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_end_to_end_run_folder(tiny_recipe, tmp_path):
@@ -51,29 +61,176 @@ def test_an_existing_run_folder_is_not_overwritten(tiny_recipe):
         longbert.train(changed, resume=True)
 
 
-def test_resume_continues_exactly_where_it_stopped(tiny_recipe, tmp_path, monkeypatch):
-    straight = longbert.load_recipe(None, tiny_recipe + ["strategy.pooling=attention", f"output_dir={tmp_path / 'a'}",
-                                                        "backbone.hidden_dropout=0.1"])
-    longbert.train(straight)
+class StopAfterSteps(threading.Event):
+    """A stop request that sets itself at its n-th check (the loop checks once after every optimiser step)."""
 
-    stopped = longbert.load_recipe(None, tiny_recipe + ["strategy.pooling=attention", f"output_dir={tmp_path / 'b'}",
-                                                       "backbone.hidden_dropout=0.1"])
-    monkeypatch.setattr("longbert.training._should_stop", lambda state: state.global_step == 7)
-    with pytest.raises(TrainingInterrupted, match="stopped at step 7"):
-        longbert.train(stopped)
-    state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
-    assert state["global_step"] == 7 and state["epoch"] == 1 and state["batches_in_epoch"] == 1
+    def __init__(self, steps: int):
+        super().__init__()
+        self.steps, self.checks = steps, 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        if self.checks == self.steps:
+            self.set()
+        return super().is_set()
+
+
+def with_strategy(tiny_recipe: list[str], name: str) -> list[str]:
+    return [o for o in tiny_recipe if not o.startswith("strategy.")] + [f"strategy.name={name}",
+                                                                         *TINY_STRATEGY_SETTINGS[name]]
+
+
+def assert_same_run(a, b):
+    """Two run folders hold the same final weights, validation history and test metrics, bit for bit."""
+    for name in ("checkpoint/model.safetensors", "best/head.safetensors"):
+        x, y = load_file(a / name), load_file(b / name)
+        assert x.keys() == y.keys(), name
+        for key in x:
+            assert torch.equal(x[key], y[key]), f"{name}: {key}"
+    metrics = lambda d: json.loads((d / "metrics.json").read_text())
+    assert metrics(a)["validation_history"] == metrics(b)["validation_history"]
+    test = lambda d: {k: v for k, v in metrics(d)["test"].items() if k != "speed"}
+    assert test(a) == test(b)
+
+
+@pytest.fixture
+def deterministic():
+    """Bit-for-bit comparisons need deterministic kernels: by default, torch on CPU may sum the gradients of an
+    embedding table in a varying order (bigbird's runs differ by ~1e-9 from one uninterrupted run to the next)."""
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+# Dropout on (so the random state matters), accumulation over 2 batches, 3 optimiser steps per epoch.
+RESUMABLE = ["backbone.hidden_dropout=0.1", "train.gradient_accumulation=2", "train.epochs=2"]
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_resume_continues_exactly_where_it_stopped(tiny_recipe, tmp_path, strategy, deterministic):
+    overrides = with_strategy(tiny_recipe, strategy) + RESUMABLE
+    longbert.train(longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'a'}"]))
+
+    stopped = longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'b'}"])
+    with pytest.raises(TrainingInterrupted, match="stopped at step 4"):
+        longbert.train(stopped, stop=StopAfterSteps(4))
+    state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())["loop"]
+    assert state["global_step"] == 4 and state["epoch"] == 1 and state["batches_in_epoch"] == 2
     assert not (tmp_path / "b" / "metrics.json").exists()
-    monkeypatch.undo()
     longbert.train(stopped, resume=True)
+    assert_same_run(tmp_path / "a", tmp_path / "b")
 
-    a = load_file(tmp_path / "a" / "checkpoint" / "model.safetensors")
-    b = load_file(tmp_path / "b" / "checkpoint" / "model.safetensors")
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], msg=name)
-    history = lambda d: json.loads((tmp_path / d / "metrics.json").read_text())["validation_history"]
-    assert history("a") == history("b")
+
+def test_frozen_mode_resumes_exactly(tiny_recipe, tmp_path, deterministic):
+    overrides = tiny_recipe + ["model.finetune=frozen", "train.frozen_head_epochs=3", "strategy.pooling=attention"]
+    straight = longbert.train(longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'a'}"]))
+    assert straight.metrics["steps"] == 18, "frozen_head_epochs epochs of 6 batches"
+
+    stopped = longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'b'}"])
+    with pytest.raises(TrainingInterrupted, match="stopped at step 8"):
+        longbert.train(stopped, stop=StopAfterSteps(8))
+    longbert.train(stopped, resume=True)
+    assert_same_run(tmp_path / "a", tmp_path / "b")
+
+
+@pytest.mark.parametrize("strategy, untrainable", [("rmt", "strategy.memory"), ("recurrence", "strategy.memory_bias")])
+def test_frozen_mode_refuses_strategy_weights_it_cannot_train(tiny_recipe, strategy, untrainable):
+    recipe = longbert.load_recipe(None, with_strategy(tiny_recipe, strategy) + ["model.finetune=frozen"])
+    with pytest.raises(LongbertError, match=f"model.finetune=frozen cannot train {untrainable}: ") as error:
+        longbert.train(recipe)
+    assert "\n" not in str(error.value)
+    assert not Path(recipe.output_dir).exists(), "refused before anything was written"
+
+
+def test_frozen_mode_trains_a_strategy_whose_weights_all_act_on_the_cache(tiny_recipe):
+    recipe = longbert.load_recipe(None, with_strategy(tiny_recipe, "recurrence") + [
+        "model.finetune=frozen", "strategy.memory_bias=false", "strategy.pooling=attention", "train.max_steps=2"])
+    assert longbert.train(recipe).metrics["steps"] == 2
+
+
+def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe, monkeypatch):
+    # fp32 everywhere (evaluate() would pick bf16 on a fast CPU), so that metrics compare exactly.
+    monkeypatch.setattr("longbert.evaluation.autocast_for", lambda model: torch.autocast("cpu", enabled=False))
+    # Validation after every step with a learning rate high enough to overshoot: the kept model is not the last one.
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.eval_every_steps=1", "train.learning_rate=0.05",
+                                                      "train.best_metric=loss", "train.warmup_ratio=0"])
+    result = longbert.train(recipe)
+    history, best_step = result.metrics["validation_history"], result.metrics["best_step"]
+    kept = next(h for h in history if h["step"] == best_step)
+    assert best_step != result.metrics["steps"] and history[-1]["loss"] != pytest.approx(kept["loss"]), \
+        "the test needs a kept model that is not the last one"
+    # best/ holds the kept model: its validation loss is the one recorded at the kept step ...
+    assert longbert.evaluate(result.run_dir, "validation")["loss"] == pytest.approx(kept["loss"], rel=1e-6)
+    # ... and the test metrics reported by training are those a fresh evaluation of best/ gives.
+    fresh = longbert.evaluate(result.run_dir, "test")
+    reported = result.metrics["test"]
+    assert reported["confusion_matrix"] == fresh["confusion_matrix"] and reported["accuracy"] == fresh["accuracy"]
+    assert reported["loss"] == pytest.approx(fresh["loss"], rel=1e-6)
+
+
+def test_a_run_loads_its_backbone_and_tokenizer_once(tiny_recipe, monkeypatch):
+    import transformers
+
+    loads = []
+    for name in ("AutoModel", "AutoTokenizer"):
+        original = getattr(transformers, name).from_pretrained
+        monkeypatch.setattr(getattr(transformers, name), "from_pretrained",
+                            lambda *a, _load=original, _name=name, **k: loads.append(_name) or _load(*a, **k))
+
+    def reload(*args, **kwargs):
+        raise AssertionError("the kept model is evaluated in memory, not reloaded from best/")
+
+    monkeypatch.setattr(longbert.LongDocumentClassifier, "from_pretrained", reload)
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"]))
+    assert sorted(loads) == ["AutoModel", "AutoTokenizer"]
+    assert "test" in result.metrics and (result.run_dir / "best" / "head.safetensors").is_file()
+
+
+def test_a_run_folder_in_use_is_refused(tiny_recipe):
+    """Two trainings started into one run folder: the second gets one clear error, and nothing of it lands there."""
+    import subprocess
+    import sys
+
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1"])
+    run_dir = Path(recipe.output_dir)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from longbert.runs import locked\n"
+         "with locked(Path(sys.argv[1])):\n    print('locked', flush=True); sys.stdin.read()", str(run_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(LongbertError, match=f"run folder {run_dir} is in use by another longbert process"):
+            longbert.train(recipe)
+        assert list(run_dir.iterdir()) == []
+        (run_dir / "recipe.yaml").write_text(recipe_to_yaml(recipe))
+        with pytest.raises(LongbertError, match="in use by another longbert process"):
+            longbert.evaluate(run_dir)  # evaluating writes into the folder too
+        (run_dir / "recipe.yaml").unlink()
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0
+    assert longbert.train(recipe).metrics["steps"] == 1, "the lock goes with the process that held it"
+
+
+def test_resume_refuses_a_checkpoint_written_by_another_recipe(tiny_recipe):
+    """A folder mixed by two runs: recipe.yaml from one, the checkpoint from the other."""
+    first = longbert.load_recipe(None, tiny_recipe)
+    with pytest.raises(TrainingInterrupted):
+        longbert.train(first, stop=StopAfterSteps(2))
+    other = longbert.load_recipe(None, tiny_recipe + ["train.learning_rate=2e-3"])
+    (Path(other.output_dir) / "recipe.yaml").write_text(recipe_to_yaml(other))
+    with pytest.raises(LongbertError, match="checkpoint in .* was written by another recipe"):
+        longbert.train(other, resume=True)
+
+
+def test_a_folder_holding_files_of_no_run_is_not_cleared(tiny_recipe):
+    recipe = longbert.load_recipe(None, tiny_recipe)
+    Path(recipe.output_dir).mkdir()
+    (Path(recipe.output_dir) / "recipe.yaml").write_text("left by a run that crashed while loading")
+    (Path(recipe.output_dir) / "notes.txt").write_text("mine")
+    with pytest.raises(LongbertError, match=r"holds files that no longbert run wrote \(notes.txt\)"):
+        longbert.train(recipe)
+    assert (Path(recipe.output_dir) / "notes.txt").read_text() == "mine"
 
 
 def test_resume_without_checkpoint(tiny_recipe):
