@@ -38,7 +38,6 @@ import copy
 import dataclasses
 import json
 import shlex
-import shutil
 import sys
 from importlib import resources
 from pathlib import Path
@@ -272,7 +271,9 @@ def _raise_problems(problems: dict[str, list[str]], names: list[str]) -> None:
 
 def preflight(recipes: dict, plan: dict[str, str]) -> None:
     """Build each model that is about to train (backbone loaded, strategy fitted to it) so that a setting the
-    backbone cannot hold (a window longer than its positions) fails before the first strategy trains."""
+    backbone cannot hold (a window longer than its positions), or a strategy weight that frozen mode cannot train,
+    fails before the first strategy trains."""
+    from longbert.frozen import refuse_untrainable
     from longbert.model import LongDocumentClassifier
 
     problems: dict[str, list[str]] = {}
@@ -280,7 +281,10 @@ def preflight(recipes: dict, plan: dict[str, str]) -> None:
         if plan[strategy] == "reuse":
             continue
         try:
-            LongDocumentClassifier.from_recipe(recipe, ["a", "b"])
+            model = LongDocumentClassifier.from_recipe(recipe, ["a", "b"])
+            if model.frozen:
+                refuse_untrainable(model)  # a strategy weight frozen mode cannot train fails here, not mid-compare
+            del model
         except LongbertError as error:
             problems.setdefault(str(error), []).append(strategy)
     _release_memory()
@@ -364,11 +368,12 @@ def _run_one(strategy: str, recipe, action: str, command: str, counter: str) -> 
         return {"status": "reused", "metrics": json.loads((run_dir / "metrics.json").read_text())}
     if action == "restart":
         _say(f"{counter} {strategy}: {run_dir} stopped before its first checkpoint; training it again")
-        shutil.rmtree(run_dir)
     verb = "continuing from the checkpoint in" if action == "resume" else "training into"
     _say(f"{counter} {strategy}: {verb} {run_dir}")
     try:
-        result = train(recipe, resume=action == "resume", command=command)
+        # resume=True for a folder that holds a run: train() first recovers what a killed write left (under the
+        # run folder's lock), then continues from the checkpoint or, with none, starts that run again.
+        result = train(recipe, resume=action != "train", command=command)
     except TrainingInterrupted as error:
         raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
                                   "command again to continue where it stopped") from None

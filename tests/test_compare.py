@@ -102,7 +102,7 @@ def test_compare_writes_the_report_with_every_field(compared):
     assert not list((root / "reports").glob(".*"))  # no staging folder left behind
 
 
-def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(compared):
+def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(compared, capsys):
     before = _finished_files(compared)
     again = compare(**compared["settings"])
     assert {s: again["strategies"][s]["status"] for s in STRATEGIES} == {"truncate": "reused", "chunk": "reused"}
@@ -116,6 +116,18 @@ def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(
     assert resumed["strategies"]["chunk"]["status"] == "resumed"
     assert resumed["strategies"]["truncate"]["status"] == "reused"
     assert resumed["strategies"]["chunk"]["accuracy"] == compared["results"]["strategies"]["chunk"]["accuracy"]
+
+    # A run killed between the two renames of a checkpoint swap (only the swapped-out folder is left) is put right
+    # by training's recovery, not deleted by compare; nothing of the swap is left behind.
+    chunk = compared["root"] / "runs" / "tiny" / "chunk"
+    (chunk / "metrics.json").unlink()
+    (chunk / "checkpoint").rename(chunk / ".checkpoint.old-99999")
+    capsys.readouterr()
+    recovered = compare(**compared["settings"])
+    assert "restored checkpoint (a swap was interrupted)" in capsys.readouterr().out
+    assert recovered["strategies"]["chunk"]["accuracy"] == compared["results"]["strategies"]["chunk"]["accuracy"]
+    assert (chunk / "checkpoint" / "state.json").is_file()
+    assert not [p.name for p in chunk.iterdir() if p.name.startswith(".")]
 
 
 def test_a_changed_recipe_fails_before_any_training(compared):
@@ -135,6 +147,10 @@ def test_unknown_strategies_and_bad_settings_fail_before_any_training(tmp_path, 
     too_long = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("chunk.window")]
     with pytest.raises(LongbertError, match="^chunk: strategy.window must leave room"):
         compare(["truncate", "chunk"], overrides=too_long + ["chunk.window=500"], runs_dir=tmp_path / "runs")
+    # A strategy weight that frozen mode cannot train (rmt's initial memory) fails before chunk trains.
+    frozen = tiny_overrides(tiny_backbone_dir, imdb_slice) + ["model.finetune=frozen", "rmt.segment=40"]
+    with pytest.raises(LongbertError, match="^rmt: model.finetune=frozen cannot train strategy.memory"):
+        compare(["chunk", "rmt"], overrides=frozen, runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
 
 
