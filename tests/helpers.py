@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
+from safetensors.torch import load_file
 
 from longbert.config import load_recipe
 from longbert.model import LongDocumentClassifier
@@ -30,3 +34,19 @@ def build_model(backbone_dir: str, strategy: str, extra=(), labels=("neg", "pos"
 def random_documents(lengths, seed: int = 0, vocab: tuple[int, int] = (1000, 30000)):
     generator = torch.Generator().manual_seed(seed)
     return [torch.randint(*vocab, (n,), generator=generator) for n in lengths]
+
+
+def assert_same_run(a: Path, b: Path, weights=("checkpoint/model.safetensors", "best/head.safetensors"),
+                    steps: int | None = None) -> None:
+    """Two run folders hold the same weights (the files named), validation history and test metrics, bit for bit."""
+    for name in weights:
+        x, y = load_file(a / name), load_file(b / name)
+        assert x.keys() == y.keys(), name
+        for key in x:
+            assert torch.equal(x[key], y[key]), f"{name}: {key}"
+    metrics = lambda d: json.loads((d / "metrics.json").read_text())
+    assert metrics(a)["validation_history"] == metrics(b)["validation_history"]
+    if steps is not None:
+        assert metrics(a)["steps"] == metrics(b)["steps"] == steps
+    test = lambda d: {k: v for k, v in metrics(d)["test"].items() if k != "speed"}
+    assert test(a) == test(b)

@@ -3,7 +3,6 @@ write, and the run then completes, leaves nothing behind, and ends exactly as an
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,11 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import longbert
 from longbert.atomic import atomic_folder, recover
 from longbert.errors import LongbertError
+
+from helpers import assert_same_run
+
+WEIGHTS = ("checkpoint/model.safetensors", "best/head.safetensors", "best/backbone/model.safetensors")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,17 +133,6 @@ def kill_during_checkpoint(phase: str, overrides: list[str], run_dir: Path) -> N
     assert not (run_dir / "metrics.json").exists()
 
 
-def assert_same_run(a: Path, b: Path) -> None:
-    for name in ("checkpoint/model.safetensors", "best/head.safetensors", "best/backbone/model.safetensors"):
-        x, y = load_file(a / name), load_file(b / name)
-        assert x.keys() == y.keys(), name
-        for key in x:
-            assert torch.equal(x[key], y[key]), f"{name}: {key}"
-    metrics = lambda d: json.loads((d / "metrics.json").read_text())
-    assert metrics(a)["validation_history"] == metrics(b)["validation_history"]
-    assert metrics(a)["steps"] == metrics(b)["steps"] == 4
-    test = lambda d: {k: v for k, v in metrics(d)["test"].items() if k != "speed"}
-    assert test(a) == test(b)
 
 
 @pytest.mark.parametrize("phase", list(PHASES))
@@ -158,7 +149,7 @@ def test_a_run_killed_while_checkpointing_resumes_and_ends_as_an_uninterrupted_o
         assert "has no checkpoint to continue from (its run stopped before the first one); training from the " \
                "beginning" in capsys.readouterr().out
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")], "no staging or old folders are left"
-    assert_same_run(uninterrupted, run_dir)
+    assert_same_run(uninterrupted, run_dir, WEIGHTS, steps=4)
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_again_on_a_plain_rerun(overrides, uninterrupted, tmp_path,
@@ -168,4 +159,4 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_on_a_plain_rerun(
     longbert.train(longbert.load_recipe(None, overrides + [f"output_dir={run_dir}"]))
     assert "stopped before its first checkpoint; training it again" in capsys.readouterr().out
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")], "no staging or old folders are left"
-    assert_same_run(uninterrupted, run_dir)
+    assert_same_run(uninterrupted, run_dir, WEIGHTS, steps=4)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import longbert
 from longbert.config import recipe_to_yaml
@@ -19,7 +18,7 @@ from longbert.errors import LongbertError
 from longbert.strategies.base import strategy_names
 from longbert.training import TrainingInterrupted
 
-from helpers import TINY_STRATEGY_SETTINGS
+from helpers import TINY_STRATEGY_SETTINGS, assert_same_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,17 +79,6 @@ def with_strategy(tiny_recipe: list[str], name: str) -> list[str]:
                                                                          *TINY_STRATEGY_SETTINGS[name]]
 
 
-def assert_same_run(a, b):
-    """Two run folders hold the same final weights, validation history and test metrics, bit for bit."""
-    for name in ("checkpoint/model.safetensors", "best/head.safetensors"):
-        x, y = load_file(a / name), load_file(b / name)
-        assert x.keys() == y.keys(), name
-        for key in x:
-            assert torch.equal(x[key], y[key]), f"{name}: {key}"
-    metrics = lambda d: json.loads((d / "metrics.json").read_text())
-    assert metrics(a)["validation_history"] == metrics(b)["validation_history"]
-    test = lambda d: {k: v for k, v in metrics(d)["test"].items() if k != "speed"}
-    assert test(a) == test(b)
 
 
 @pytest.fixture
