@@ -248,7 +248,7 @@ def _label_names_from(dataset, column: str, local: Path | None) -> list[str] | N
     names = getattr(feature, "names", None) or getattr(getattr(feature, "feature", None), "names", None)
     if names:
         return list(names)
-    if local is not None:
+    if local is not None and column == "label":  # a data folder's metadata.json names the classes of its `label` field
         metadata = (local if local.is_dir() else local.parent) / "metadata.json"
         if metadata.is_file():
             names = json.loads(metadata.read_text()).get("label_names")
@@ -262,6 +262,10 @@ def label_index(value: Any, names: list[str], where: str) -> int:
     if isinstance(value, bool):
         raise LongbertError(f"{where}: label {value!r} is not an index or a label name")
     if isinstance(value, int):
+        if integer_names(names):  # e.g. star ratings 1..4, 7..10: the integer is the class's name, not its index
+            if str(value) not in names:
+                raise LongbertError(f"{where}: label {value} is not one of label_names {names}")
+            return names.index(str(value))
         if not 0 <= value < len(names):
             raise LongbertError(f"{where}: label {value} is outside 0..{len(names) - 1} (label_names: {names})")
         return value
@@ -333,12 +337,20 @@ def _encode_labels(values: list, names: list[str], multi_label: bool, split: str
     return out
 
 
+def integer_names(names: list[str]) -> bool:
+    """Whether class names are integers other than the indices 0..C-1 (then an integer label is a name)."""
+    return all(n.lstrip("-").isdigit() for n in names) and names != [str(i) for i in range(len(names))]
+
+
 def infer_label_names(values: list, multi_label: bool) -> list[str]:
+    """Class names from the training labels: integers 0..C-1 are indices (names "0".."C-1"); other integers (star
+    ratings 1..10, say) are names themselves, in numeric order, so no empty class is made; strings sort."""
     flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
         if min(flat) < 0:
             raise LongbertError("data: negative label found (unlabelled rows?); drop them or set data.label_names")
-        return [str(i) for i in range(max(flat) + 1)]
+        distinct = sorted(set(flat))
+        return [str(i) for i in (range(max(flat) + 1) if distinct == list(range(len(distinct))) else distinct)]
     return sorted({str(v) for v in flat})
 
 
