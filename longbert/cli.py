@@ -38,9 +38,26 @@ def _command_line() -> str:
     return shlex.join(["longbert", *sys.argv[1:]])
 
 
+def _version(value: bool) -> None:
+    if value:
+        from longbert import __version__
+
+        typer.echo(f"longbert {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+):
+    """Classify long documents with BERT: train, evaluate, predict and compare strategies."""
+
+
 @app.command()
 def train(
-    recipe: Path = typer.Argument(..., help="YAML recipe file, or the name of a packaged recipe (e.g. imdb_sliding)"),
+    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe file, or the name of a packaged recipe (e.g. imdb_sliding); "
+                                                         "leave it out to take every setting from --set"),
     set_: List[str] = typer.Option([], "--set", help="override a recipe field: key.path=value (repeatable)"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its last checkpoint"),
 ):
@@ -49,6 +66,9 @@ def train(
     from longbert.training import train as run_training
 
     def action():
+        if recipe is None and not set_:
+            raise LongbertError("train needs a recipe file (or a packaged recipe name), or its settings as "
+                                "--set key.path=value, e.g. --set data.path=imdb --set strategy.name=chunk")
         result = run_training(load_recipe(recipe, set_), resume=resume, command=_command_line())
         test = result.metrics.get("test")
         summary = f"run folder: {result.run_dir}"
@@ -64,12 +84,14 @@ def evaluate(
     run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
     split: str = typer.Option("test", help="train, validation or test"),
     batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
+    set_: List[str] = typer.Option([], "--set", help="override the run's data or eval settings: key.path=value, e.g. "
+                                                     "data.max_eval_documents=100 (repeatable)"),
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
     from longbert.evaluation import evaluate as run_evaluation
 
     def action():
-        metrics = run_evaluation(run_dir, split, batch_size)
+        metrics = run_evaluation(run_dir, split, batch_size, set_)
         typer.echo(f"{split}: accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
                    f"({metrics['documents']} documents); details in {run_dir}/metrics-{split}.md")
 

@@ -408,8 +408,9 @@ def count_cut(lengths: list[int], cap: int) -> int:
     return sum(n - 2 > cap for n in lengths)
 
 
-def load_corpus(data, tokenizer, seed: int, multi_label: bool = False) -> Corpus:
-    """Load, check, carve, subsample and tokenize the splits a recipe names."""
+def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, roles: list[str] | None = None) -> Corpus:
+    """Load, check, carve, subsample and tokenize the splits a recipe names; with `roles` (some of train,
+    validation, test), tokenize only those (each holds the same documents as without `roles`)."""
     wanted = [data.train_split] + [s for s in (data.validation_split, data.test_split) if s]
     raw, local = load_raw_splits(data, wanted)
     for split in wanted:
@@ -468,6 +469,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False) -> Corpus
         if role == "train":
             _check_classes([labels[source][i] for i in rows], names,
                            "training documents (after carving validation and data.max_train_documents)")
+        if roles is not None and role not in roles:
+            continue  # subsampled all the same, so that the roles asked for draw the same documents
         texts = list(splits[source].select(rows)[data.text_column])
         ids, lengths = tokenize_documents(tokenizer, texts, data.max_document_tokens)
         out[role] = Dataset.from_dict({

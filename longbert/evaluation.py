@@ -163,8 +163,64 @@ def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], mu
     write_text_atomically(path, "".join(lines))
 
 
-def metrics_markdown(metrics: dict, label_names: list[str], title: str) -> str:
-    """A short human-readable page for one split's metrics."""
+MANY_CLASSES = 6  # above this many classes a Markdown matrix is unreadable: top confusions and a plot instead
+TOP_CONFUSIONS = 10
+
+
+def top_confusions(matrix: list[list[int]], label_names: list[str], k: int = TOP_CONFUSIONS) -> list[dict]:
+    """The k largest off-diagonal cells of a (C, C) confusion matrix (rows true, columns predicted), largest first:
+    [{'true', 'predicted', 'count', 'share'}], share being the count over the true class's documents."""
+    cells = [(count, t, p) for t, row in enumerate(matrix) for p, count in enumerate(row) if t != p and count > 0]
+    cells.sort(key=lambda cell: (-cell[0], cell[1], cell[2]))
+    return [{"true": label_names[t], "predicted": label_names[p], "count": int(count),
+             "share": count / (sum(matrix[t]) or 1)} for count, t, p in cells[:k]]
+
+
+def draw_confusion_matrix(ax, matrix: list[list[int]], label_names: list[str], title: str | None = None) -> None:
+    """A heatmap of a (C, C) confusion matrix on a matplotlib axis; counts are printed in the cells while they
+    fit (up to 25 classes; zeros left blank above MANY_CLASSES), tick labels shrink and the predicted ones turn
+    as the classes grow. Callers size the figure (about 0.3-0.35 inch per class)."""
+    n = len(label_names)
+    ax.imshow(matrix, cmap="Blues")
+    if n <= 25:
+        peak = max(max(row) for row in matrix) or 1
+        for r, row in enumerate(matrix):
+            for c, v in enumerate(row):
+                if v or n <= MANY_CLASSES:
+                    ax.text(c, r, str(v), ha="center", va="center", fontsize=8 if n <= MANY_CLASSES else 6,
+                            color="white" if v > peak / 2 else "black")
+    size = 8 if n <= 10 else 6
+    ax.set_xticks(range(n), label_names, rotation=0 if n <= 3 else (45 if n <= 6 else 90), fontsize=size,
+                  ha="center" if n <= 3 else ("right" if n <= 6 else "center"))
+    ax.set_yticks(range(n), label_names, fontsize=size)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if title:
+        ax.set_title(title)
+
+
+def confusion_matrix_png(matrix: list[list[int]], label_names: list[str], title: str | None = None) -> bytes:
+    """One confusion matrix as PNG bytes, the figure growing with the number of classes."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    side = min(4 + 0.35 * len(label_names), 20)
+    fig, ax = plt.subplots(figsize=(side, side))
+    draw_confusion_matrix(ax, matrix, label_names, title)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_path: str | Path | None = None) -> str:
+    """A short human-readable page for one split's metrics. With more than MANY_CLASSES classes (single-label) the
+    page shows the top confusions instead of the whole matrix; given `plot_path`, the whole matrix is written
+    there (atomically) as a PNG heatmap and linked from the page by its file name (keep it beside the page)."""
     lines = [f"# {title}", "", f"- documents: {metrics['documents']}",
              f"- accuracy: {metrics['accuracy']:.4f}", f"- macro-F1: {metrics['macro_f1']:.4f}"]
     speed = metrics.get("speed")
@@ -180,18 +236,39 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str) -> str:
     lines += ["", "## Per class", "", "| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
     for name, row in metrics["per_class"].items():
         lines.append(f"| {name} | {row['precision']:.4f} | {row['recall']:.4f} | {row['f1']:.4f} | {row['support']} |")
-    if not isinstance(metrics["confusion_matrix"][0][0], list):
+    matrix = metrics["confusion_matrix"]
+    if isinstance(matrix[0][0], list):  # multi-label: one 2x2 matrix per class, covered by the per-class table
+        return "\n".join(lines) + "\n"
+    if len(label_names) <= MANY_CLASSES:
         lines += ["", "## Confusion matrix (rows: true, columns: predicted)", "",
                   "| | " + " | ".join(label_names) + " |", "|---" * (len(label_names) + 1) + "|"]
-        for name, row in zip(label_names, metrics["confusion_matrix"]):
+        for name, row in zip(label_names, matrix):
             lines.append(f"| {name} | " + " | ".join(str(v) for v in row) + " |")
+        return "\n".join(lines) + "\n"
+    confusions = top_confusions(matrix, label_names)
+    lines += ["", f"## Top confusions ({len(label_names)} classes; share: of the true class's documents)", ""]
+    if confusions:
+        lines += ["| true | predicted | documents | share |", "|---|---|---|---|"]
+        lines += [f"| {c['true']} | {c['predicted']} | {c['count']} | {100 * c['share']:.1f}% |" for c in confusions]
+    else:
+        lines.append("No document was confused with another class.")
+    if plot_path is not None:
+        plot_path = Path(plot_path)
+        png = confusion_matrix_png(matrix, label_names, f"{title} (rows: true, columns: predicted)")
+        tmp = plot_path.with_name(f".{plot_path.name}.tmp")
+        tmp.write_bytes(png)
+        tmp.replace(plot_path)
+        lines += ["", f"![confusion matrix, rows: true, columns: predicted]({plot_path.name})"]
     return "\n".join(lines) + "\n"
 
 
-def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None) -> dict:
-    """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes).
-    Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder; returns the metrics."""
-    from longbert.config import load_recipe
+def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
+             overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes, with
+    `key.path=value` overrides of its data and eval sections, e.g. "data.max_eval_documents=100"); only that split
+    is tokenized. Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder (and, with many
+    classes, confusion-matrix-<split>.png); returns the metrics."""
+    from longbert.config import load_recipe, parse_override
     from longbert.data import load_corpus
     from longbert.model import LongDocumentClassifier
     from longbert.runs import locked
@@ -200,20 +277,30 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
     recipe_file = run_dir / "recipe.yaml"
     if not recipe_file.is_file():
         raise LongbertError(f"{run_dir} is not a longbert run folder (no recipe.yaml)")
+    for text in overrides:
+        keys, _ = parse_override(text)
+        if keys[0] not in EVALUATE_SECTIONS or len(keys) < 2:
+            raise LongbertError(f"override {text!r}: evaluate can change only the "
+                                f"{' and '.join(EVALUATE_SECTIONS)} sections of a finished run's recipe")
     with locked(run_dir):  # not while a training writes the folder
-        recipe = load_recipe(recipe_file)
+        recipe = load_recipe(recipe_file, overrides)
+        available = ["train", "validation"] + (["test"] if recipe.data.test_split else [])
+        if split not in available:
+            raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(available)}")
         model = LongDocumentClassifier.from_pretrained(run_dir)
-        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label)
-        if split not in corpus.splits:
-            raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
+        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, roles=[split])
         dataset = corpus.splits[split]
         metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size,
                                       description=f"evaluating {split}")
         write_json(run_dir / f"metrics-{split}.json", metrics)
         write_text_atomically(run_dir / f"metrics-{split}.md",
-                              metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}"))
+                              metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}",
+                                               run_dir / f"confusion-matrix-{split}.png"))
         write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label)
     return metrics
+
+
+EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
 
 
 def write_json(path: Path, data) -> None:

@@ -136,6 +136,8 @@ def _against(results: dict, best: str, others: list[str], subset: str) -> str:
 
 
 def build_blocks(results: dict) -> list[tuple]:
+    from longbert.evaluation import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
+
     names = results["strategy_order"]
     s = results["strategies"]
     data = results["data"]
@@ -197,10 +199,21 @@ def build_blocks(results: dict) -> list[tuple]:
         blocks.append(("img", "confusion_matrices", "confusion matrix per strategy"))
     if results["problem_type"] != "multi_label":
         labels = results["label_names"]
+        many = len(labels) > MANY_CLASSES
+        if many:
+            blocks.append(("p", (f"{len(labels)} classes: the plot holds the whole matrices; the tables list each "
+                                 f"strategy's {TOP_CONFUSIONS} most frequent confusions (share: of the true class's "
+                                 "test documents).")))
         for n in names:
             blocks.append(("p", [(n, "strong")]))
-            blocks.append(("table", ["true \\ predicted", *labels],
-                           [[lab, *[str(v) for v in row]] for lab, row in zip(labels, s[n]["confusion_matrix"])]))
+            matrix = s[n]["confusion_matrix"]
+            if many:
+                blocks.append(("table", ["true", "predicted", "documents", "share"],
+                               [[c["true"], c["predicted"], str(c["count"]), _pct(c["share"])]
+                                for c in top_confusions(matrix, labels)]))
+            else:
+                blocks.append(("table", ["true \\ predicted", *labels],
+                               [[lab, *[str(v) for v in row]] for lab, row in zip(labels, matrix)]))
 
     blocks += [("h", 2, "Are the differences real?"), ("p", (
         "Paired on the same test documents: how often only one of two strategies was right, and the exact McNemar "
@@ -394,6 +407,8 @@ def make_plots(results: dict) -> dict[str, bytes]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from longbert.evaluation import MANY_CLASSES, draw_confusion_matrix
+
     names = results["strategy_order"]
     s = results["strategies"]
     plots = {}
@@ -438,23 +453,17 @@ def make_plots(results: dict) -> dict[str, bytes]:
         fig.tight_layout()
         plots["speed_by_length"] = _png(fig)
 
-    # A confusion matrix per strategy (single-label only).
+    # A confusion matrix per strategy (single-label only); with many classes each panel grows and wraps to rows.
     if results["problem_type"] != "multi_label":
         labels = results["label_names"]
-        fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 0.5, 3.4), squeeze=False)
-        for ax, n in zip(axes[0], names):
-            matrix = s[n]["confusion_matrix"]
-            ax.imshow(matrix, cmap="Blues")
-            peak = max(max(row) for row in matrix) or 1
-            for r, row in enumerate(matrix):
-                for c, v in enumerate(row):
-                    ax.text(c, r, str(v), ha="center", va="center", fontsize=8,
-                            color="white" if v > peak / 2 else "black")
-            ax.set_title(n)
-            ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 3 else 0, fontsize=8)
-            ax.set_yticks(range(len(labels)), labels, fontsize=8)
-            ax.set_xlabel("predicted")
-        axes[0][0].set_ylabel("true")
+        side = 3.2 if len(labels) <= MANY_CLASSES else min(3.2 + 0.3 * len(labels), 12)
+        columns = len(names) if len(labels) <= MANY_CLASSES else min(len(names), 2)
+        rows = -(-len(names) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(side * columns + 0.5, (side + 0.2) * rows), squeeze=False)
+        for ax, n in zip(axes.flat, names):
+            draw_confusion_matrix(ax, s[n]["confusion_matrix"], labels, n)
+        for ax in list(axes.flat)[len(names):]:
+            ax.set_visible(False)
         fig.tight_layout()
         plots["confusion_matrices"] = _png(fig)
     return plots

@@ -184,7 +184,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
                               corpus.label_names, multi_label)
     if accelerator.is_main_process:
         write_json(run_dir / "metrics.json", metrics)
-        page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test") if "test" in metrics else ""
+        page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
+                                run_dir / "confusion-matrix.png") if "test" in metrics else ""
         write_text_atomically(run_dir / "metrics.md", page)
     return TrainResult(run_dir, metrics)
 

@@ -62,6 +62,30 @@ def test_train_predict_evaluate(tiny_recipe, tmp_path):
     assert (run_dir / "metrics-validation.json").is_file()
     assert_user_error(run("evaluate", run_dir, "--split", "dev"), "split 'dev' is not in this run's data")
 
+    # --set changes the run's data and eval settings before its data loads; only the asked split is tokenized.
+    import longbert.data
+
+    tokenized = []
+    tokenize = longbert.data.tokenize_documents
+
+    def counting(tokenizer, texts, cap):
+        tokenized.append(len(texts))
+        return tokenize(tokenizer, texts, cap)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(longbert.data, "tokenize_documents", counting)
+        result = run("evaluate", run_dir, "--split", "test", "--set", "data.max_eval_documents=5",
+                     "--set", "eval.batch_size=2")
+    assert result.exit_code == 0, result.output
+    assert "(5 documents)" in result.output
+    assert tokenized == [5], "only the 5 test documents were tokenized"
+    assert json.loads((run_dir / "metrics-test.json").read_text())["documents"] == 5
+    assert "confusion-matrix" not in " ".join(p.name for p in run_dir.iterdir()), "2 classes: no plot"
+    assert_user_error(run("evaluate", run_dir, "--set", "train.epochs=3"),
+                      "override 'train.epochs=3'", "only the data and eval sections")
+    assert_user_error(run("evaluate", run_dir, "--set", "data.max_eval_documents=0"),
+                      "data.max_eval_documents must be >= 1")
+
     # Continuing a finished run's folder without --resume is refused; nothing is touched.
     before = (run_dir / "metrics.json").read_text()
     assert_user_error(run("train", recipe, *sets(tiny_recipe + ["train.max_steps=2"])), "already holds a run")
@@ -212,3 +236,35 @@ def test_a_bare_recipe_name_is_looked_up_in_the_package(tmp_path, monkeypatch):
     monkeypatch.setattr(longbert.config, "PACKAGED_RECIPES", packaged)
     assert_user_error(run("train", "quick"), f"{packaged / 'quick.yaml'}: train.epochs must be >= 1, got 0")
     assert_user_error(run("train", "quik"), "recipe file not found: quik; packaged recipes (usable by name): quick")
+
+
+def test_version():
+    from longbert import __version__
+
+    result = run("--version")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"longbert {__version__}"
+
+
+def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, tmp_path):
+    import longbert.training
+    from longbert.training import TrainResult
+
+    seen = {}
+
+    def fake_train(recipe, resume=False, command=None):
+        seen["recipe"] = recipe
+        return TrainResult(tmp_path / "run", {})
+
+    monkeypatch.setattr(longbert.training, "train", fake_train)
+    result = run("train", "--set", "data.path=imdb", "--set", "strategy.name=sliding", "--set", "train.epochs=3")
+    assert result.exit_code == 0, result.output
+    recipe = seen["recipe"]
+    assert (recipe.data.path, type(recipe.strategy).__name__.lower().startswith("sliding"), recipe.train.epochs) == (
+        "imdb", True, 3)
+    assert f"run folder: {tmp_path / 'run'}" in result.output
+
+    seen.clear()
+    assert_user_error(run("train"), "train needs a recipe file", "--set key.path=value")
+    assert_user_error(run("train", "--set", "train.lr=1"), "unknown recipe key 'train.lr'")
+    assert not seen, "nothing trained"

@@ -102,6 +102,34 @@ def test_compare_writes_the_report_with_every_field(compared):
     assert not list((root / "reports").glob(".*"))  # no staging folder left behind
 
 
+def test_a_report_with_twenty_classes_lists_top_confusions_and_plots_the_matrices(compared, tmp_path):
+    """The tiny comparison's results with 20 synthetic classes: no 20-column table; the plot holds the matrices."""
+    import copy
+
+    from longbert.report import write_report
+
+    results = copy.deepcopy(compared["results"])
+    labels = [f"topic-{k:02d}" for k in range(20)]
+    results["label_names"] = labels
+    for k, name in enumerate(STRATEGIES):
+        matrix = [[0] * 20 for _ in labels]
+        for t in range(20):
+            matrix[t][t] = 8
+            matrix[t][(t + 1 + k) % 20] = t % 3  # each strategy confuses its own pairs
+        results["strategies"][name]["confusion_matrix"] = matrix
+    write_report(results, tmp_path / "report")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert markdown.count("| true | predicted | documents | share |") == 2
+    assert "| topic-02 | topic-03 | 2 | 20.0% |" in markdown  # truncate
+    assert "| topic-02 | topic-04 | 2 | 20.0% |" in markdown  # chunk
+    assert "true \\\\ predicted" not in markdown
+    assert max(line.count("|") for line in markdown.splitlines() if "topic-" in line) <= 5
+    png = (tmp_path / "report" / "confusion-matrices.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and "confusion-matrices.png" in markdown
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert html.count("<th>share</th>") == 2
+
+
 def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(compared, capsys):
     before = _finished_files(compared)
     again = compare(**compared["settings"])
