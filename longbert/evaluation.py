@@ -188,9 +188,10 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None) -> dict:
+def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None, data=None) -> dict:
     """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes).
-    Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder; returns the metrics."""
+    Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder; returns the metrics.
+    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
     from longbert.config import load_recipe
     from longbert.data import load_corpus
     from longbert.model import LongDocumentClassifier
@@ -203,7 +204,7 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
     with locked(run_dir):  # not while a training writes the folder
         recipe = load_recipe(recipe_file)
         model = LongDocumentClassifier.from_pretrained(run_dir)
-        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label)
+        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data)
         if split not in corpus.splits:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
         dataset = corpus.splits[split]
