@@ -588,11 +588,11 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
             )
         except ValueError as error:
             raise LongbertError(f"data: cannot carve a stratified validation split from train: {error}") from None
-        chosen[validation_name] = np.sort(val_rows)
+        chosen["validation"] = np.sort(val_rows)
         splits[validation_name] = splits[data.train_split]
         labels[validation_name] = labels[data.train_split]
     else:
-        chosen[validation_name] = np.arange(len(splits[validation_name]))
+        chosen["validation"] = np.arange(len(splits[validation_name]))
     chosen["train"] = np.sort(train_rows)
     if data.test_split:
         chosen["test"] = np.arange(len(splits[data.test_split]))
