@@ -315,6 +315,9 @@ def data_object_splits(obj: Any, config) -> tuple[dict[str, Any], str, bool]:
     if isinstance(obj, dict) and obj and config.text_column not in obj:
         if not all(isinstance(key, str) for key in obj):
             raise LongbertError(f"data: a dict of splits needs split names as keys, got {list(obj)[:5]}")
+        if any(isinstance(v, list) and v and isinstance(v[0], (str, int, float)) for v in obj.values()):
+            raise LongbertError(f"data: a dict of columns needs data.text_column {config.text_column!r} among its "
+                                f"keys; keys: {', '.join(obj)}")
         splits, kinds = {}, []
         for split, value in obj.items():
             splits[split], kind = _one_split(value, config, f"data[{split!r}]")

@@ -106,6 +106,8 @@ def test_the_recipe_data_settings_apply_to_objects(tokenizer):
     ((TEXTS, LABELS[:3]), {"test_split": None}, "data: 20 texts but 3 labels"),
     ({"text": TEXTS, "label": LABELS[:3]}, {"test_split": None}, "data: the columns differ in length"),
     ({1: frame()}, {}, "data: a dict of splits needs split names as keys"),
+    ({"body": TEXTS, "label": LABELS}, {}, "data: a dict of columns needs data.text_column 'text' among its keys; "
+                                           "keys: body, label"),
     ({"train": 42}, {}, r"data\['train'\]: cannot use a builtins.int; pass a datasets.Dataset or DatasetDict, a "
                         r"pandas DataFrame, a \(texts, labels\) pair"),
     ("reviews.csv", {}, "data: cannot use a builtins.str; pass a datasets.Dataset or DatasetDict"),
