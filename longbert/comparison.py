@@ -71,6 +71,7 @@ def compare(
     speed_documents: int = 48,
     examples: int = 6,
     long_tokens: int = LONG_TOKENS,
+    data=None,
 ) -> dict:
     """Train (or reuse) one run per strategy and write the comparison report.
 
@@ -81,6 +82,7 @@ def compare(
     name: the report's name (reports/<name>/, <runs_dir>/<name>/); default: the base recipe's name.
     speed_documents: at most this many test documents per length bucket are timed for the speed plot.
     examples: at most this many long documents in the error analysis; long_tokens: what counts as long.
+    data: documents in memory for every run instead of data.path (see `longbert.train`'s `data`).
     Returns the results dict that results.json holds (every number in the report), with `report` giving the
     written files."""
     from longbert import report as report_module
@@ -99,15 +101,22 @@ def compare(
         raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     recipes = resolve_recipes(names, base_raw, base_source, overrides, name, runs_dir)
+    if data is not None:  # before planning: a run folder's saved recipe names the object, so reuse still works
+        from longbert.data import recipe_for_data_object
+
+        recipes = {strategy: recipe_for_data_object(r, data) for strategy, r in recipes.items()}
     plan = plan_runs(recipes)
     preflight(recipes, plan)
     if command is None:
         command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir)
+        if data is not None:
+            command += "  # with documents in memory (data=...)"
 
     # Train what is not finished yet, one strategy after another.
     runs: dict[str, dict] = {}
     for number, strategy in enumerate(names, 1):
-        runs[strategy] = _run_one(strategy, recipes[strategy], plan[strategy], command, f"[{number}/{len(names)}]")
+        runs[strategy] = _run_one(strategy, recipes[strategy], plan[strategy], command, f"[{number}/{len(names)}]",
+                                  data)
         _release_memory()
 
     # Measure and analyse with the kept models, then assemble every number the report shows.
@@ -125,7 +134,7 @@ def compare(
         model = _load_model(run_dir)
         if test is None:  # every run shares the backbone, so its tokenizer: the test split is tokenized once
             tokenizer = model.tokenizer
-            test = _load_test_split(recipes[names[0]], tokenizer)
+            test = _load_test_split(recipes[names[0]], tokenizer, data)
         if speed[strategy] is None:
             _say(f"timing {strategy} by document length")
             speed[strategy] = measure_speed_by_length(model, test, batch_size, speed_documents)
@@ -359,7 +368,7 @@ def _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, rep
 # Training each run, and loading what it left for the measurements and the error analysis
 
 
-def _run_one(strategy: str, recipe, action: str, command: str, counter: str) -> dict:
+def _run_one(strategy: str, recipe, action: str, command: str, counter: str, data=None) -> dict:
     from longbert.training import TrainingInterrupted, train
 
     run_dir = Path(recipe.output_dir)
@@ -373,7 +382,7 @@ def _run_one(strategy: str, recipe, action: str, command: str, counter: str) -> 
     try:
         # resume=True for a folder that holds a run: train() first recovers what a killed write left (under the
         # run folder's lock), then continues from the checkpoint or, with none, starts that run again.
-        result = train(recipe, resume=action != "train", command=command)
+        result = train(recipe, resume=action != "train", command=command, data=data)
     except TrainingInterrupted as error:
         raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
                                   "command again to continue where it stopped") from None
@@ -400,10 +409,11 @@ def _load_model(run_dir: Path):
     return LongDocumentClassifier.from_pretrained(run_dir).to(device).eval()
 
 
-def _load_test_split(recipe, tokenizer):
+def _load_test_split(recipe, tokenizer, data=None):
     """The tokenized test split exactly as training saw it (same data settings and seed), read with `tokenizer`,
-    the one the runs were trained with."""
+    the one the runs were trained with (from `data`, the object in memory, when the runs were trained on one)."""
     from longbert.data import load_corpus
 
-    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, recipe.model.problem_type == "multi_label")
+    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, recipe.model.problem_type == "multi_label",
+                         source=data)
     return corpus.splits["test"]

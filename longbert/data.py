@@ -1,11 +1,15 @@
-"""Documents in: a hub dataset id, local csv / jsonl / json(.gz) / parquet files, or an aclImdb-style folder.
-Documents out: whole tokenized documents (no truncation beyond the per-document cap) with integer labels.
+"""Documents in: a hub dataset id, local csv / jsonl / json(.gz) / parquet files, a `save_to_disk` folder, an
+aclImdb-style folder, or an object in memory (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts and labels;
+see `data_object_splits`). Documents out: whole tokenized documents (no truncation beyond the per-document cap) with integer labels.
 
 Where a recipe says `data.path: imdb`, longbert looks for a local copy first, in this order:
   1. the path as given (absolute, or relative to the working directory);
   2. each folder in the environment variable LONGBERT_DATA_DIR (separated by ':'), as <dir>/imdb;
   3. ../shared/data/imdb beside the working directory and beside the longbert checkout;
 and only then asks the Hugging Face hub for a dataset of that id.
+
+A run trained on an object in memory records it in its recipe as `data.path: in-memory <kind> (<split>: <n> rows,
+...)`; reading that run's data again (evaluate, compare) needs the same object, passed as `data=`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">102
 PIECE_CHARS = 100_000
 BATCH_CHARS = 1_000_000
 CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
+IN_MEMORY = "in-memory "  # how data.path begins in the recipe of a run whose documents came from a Python object
+ACCEPTED_OBJECTS = ("a datasets.Dataset or DatasetDict, a pandas DataFrame, a (texts, labels) pair, a list of row "
+                    "dicts, a dict of columns, or a dict of these by split name")
+SAVED_DATASET_FILES = ("dataset_dict.json", "state.json", "dataset_info.json")  # what save_to_disk writes
 
 
 def decode_utf8(raw: bytes, where: str, line: int = 1, offset: int = 0) -> str:
@@ -90,8 +98,9 @@ def _split_of(file: Path) -> str:
     return file.stem
 
 
-def _load_folder_of_files(folder: Path, wanted: list[str]):
+def _load_folder_of_files(folder: Path, wanted: list[str], optional: list[str] = ()):
     files = {_split_of(f): f for f in sorted(folder.iterdir()) if f.is_file() and _kind(f)}
+    wanted = wanted + [s for s in optional if s in files and s not in wanted]
     missing = [s for s in wanted if s not in files]
     if missing:
         raise LongbertError(
@@ -210,9 +219,24 @@ def quiet_datasets() -> None:
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # read errors are logged too, then raised: we name them
 
 
-def load_raw_splits(config, wanted: list[str]):
-    """A DatasetDict holding at least the `wanted` splits, from wherever `config.path` points."""
+def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source: Any = None):
+    """(a DatasetDict holding at least the `wanted` splits and those of `optional` that exist, the local path or
+    None), from `source` (an object in memory, see `data_object_splits`) or else from wherever `config.path`
+    points."""
     quiet_datasets()
+    if source is not None:
+        splits, kind, single = data_object_splits(source, config)
+        given = _describe(splits, kind)
+        if config.path.startswith(IN_MEMORY) and config.path != given:
+            raise LongbertError(f"data: the object given is an {given}, but this run was trained on an {config.path}")
+        _refuse_single_beyond_train(single, wanted, config, f"data: a single {kind}, which",
+                                    "pass a dict of splits, e.g. {'train': ..., 'test': ...}")
+        return _require(splits, wanted), None
+    if config.path.startswith(IN_MEMORY):
+        raise LongbertError(
+            f"data.path: this run's documents came from an {config.path}; pass the same object again as data= "
+            "(e.g. longbert.evaluate(run_dir, split, data=obj))"
+        )
     local = resolve_data_path(config.path)
     if local is None:
         from datasets import load_dataset
@@ -227,20 +251,139 @@ def load_raw_splits(config, wanted: list[str]):
     elif local.is_file():
         if _kind(local) is None:
             raise LongbertError(f"data.path {local} is not a csv, jsonl, json(.gz) or parquet file")
-        if wanted != [config.train_split]:
-            raise LongbertError(
-                f"data.path {local} is a single file, which serves as the train split only; set data.test_split "
-                f"and data.validation_split to null, or point data.path at a folder of <split> files"
-            )
+        _refuse_single_beyond_train(True, wanted, config, f"data.path {local} is a single file, which",
+                                    "point data.path at a folder of <split> files")
         loaded = _load_files(_kind(local), {config.train_split: local})
+    elif is_saved_dataset(local):  # before the aclImdb rule: a saved DatasetDict holds <split>/ folders too
+        loaded = _load_saved_dataset(local, wanted, config)
     elif any((local / s).is_dir() for s in wanted):
-        loaded = _load_aclimdb_folder(local, wanted, config.label_names)
+        loaded = _load_aclimdb_folder(local, wanted + [s for s in optional if (local / s).is_dir()], config.label_names)
     else:
-        loaded = _load_folder_of_files(local, wanted)
+        loaded = _load_folder_of_files(local, wanted, optional)
+    return _require(loaded, wanted), local
+
+
+def _require(loaded, wanted: list[str]):
     missing = [s for s in wanted if s not in loaded]
     if missing:
         raise LongbertError(f"data: split {missing[0]!r} not found; available splits: {', '.join(loaded)}")
-    return loaded, local
+    return loaded
+
+
+def _refuse_single_beyond_train(single: bool, wanted: list[str], config, what: str, instead: str) -> None:
+    if single and wanted != [config.train_split]:
+        raise LongbertError(
+            f"{what} serves as the train split only; set data.test_split and data.validation_split to null, "
+            f"or {instead}"
+        )
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """Whether `folder` was written by datasets' save_to_disk (a Dataset or a DatasetDict)."""
+    return folder.is_dir() and (
+        (folder / "dataset_dict.json").is_file()
+        or ((folder / "state.json").is_file() and (folder / "dataset_info.json").is_file())
+    )
+
+
+def _load_saved_dataset(folder: Path, wanted: list[str], config):
+    """A save_to_disk folder as a DatasetDict; a saved Dataset is the train split."""
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    try:
+        loaded = load_from_disk(str(folder))
+    except Exception as error:  # datasets raises FileNotFoundError, ArrowInvalid, ... for a damaged folder
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise LongbertError(f"data.path {folder} looks like a save_to_disk folder but cannot be loaded: {detail}") from None
+    if isinstance(loaded, Dataset):
+        _refuse_single_beyond_train(True, wanted, config, f"data.path {folder} holds one saved Dataset, which",
+                                    "save a DatasetDict with those splits")
+        return DatasetDict({config.train_split: loaded})
+    return loaded
+
+
+def data_object_splits(obj: Any, config) -> tuple[dict[str, Any], str, bool]:
+    """Documents in memory -> (split name -> datasets.Dataset, what kind of object it was, whether it was a single
+    split). Accepted: a datasets.DatasetDict; a dict of splits by name, each one of the following; or one split
+    (the train split, `config.train_split`): a datasets.Dataset, a pandas DataFrame, a (texts, labels) pair (columns
+    named by data.text_column and data.label_column), a list of row dicts, or a dict of columns (one that holds
+    data.text_column). Anything else raises a LongbertError naming the accepted kinds."""
+    from datasets import DatasetDict
+
+    if isinstance(obj, DatasetDict):
+        return dict(obj), "datasets.DatasetDict", False
+    if isinstance(obj, dict) and obj and config.text_column not in obj:
+        if not all(isinstance(key, str) for key in obj):
+            raise LongbertError(f"data: a dict of splits needs split names as keys, got {list(obj)[:5]}")
+        if any(isinstance(v, list) and v and isinstance(v[0], (str, int, float)) for v in obj.values()):
+            raise LongbertError(f"data: a dict of columns needs data.text_column {config.text_column!r} among its "
+                                f"keys; keys: {', '.join(obj)}")
+        splits, kinds = {}, []
+        for split, value in obj.items():
+            splits[split], kind = _one_split(value, config, f"data[{split!r}]")
+            kinds.append(kind)
+        return splits, f"dict of {', '.join(sorted(set(kinds)))} by split", False
+    dataset, kind = _one_split(obj, config, "data")
+    return {config.train_split: dataset}, kind, True
+
+
+def _one_split(value: Any, config, where: str):
+    """One split in memory -> (datasets.Dataset, what kind of object it was)."""
+    import sys
+
+    from datasets import Dataset
+
+    pandas = sys.modules.get("pandas")  # a DataFrame means pandas is loaded already; never import it for the check
+    try:
+        if isinstance(value, Dataset):
+            return value, "datasets.Dataset"
+        if pandas is not None and isinstance(value, pandas.DataFrame):
+            return Dataset.from_pandas(value, preserve_index=False), "pandas DataFrame"
+        if isinstance(value, dict) and value and all(_is_sequence(v) for v in value.values()):
+            columns = {str(k): list(v) for k, v in value.items()}
+            sizes = {k: len(v) for k, v in columns.items()}
+            if len(set(sizes.values())) > 1:
+                raise LongbertError(f"{where}: the columns differ in length ({sizes})")
+            return Dataset.from_dict(columns), "dict of columns"
+        if isinstance(value, (list, tuple)) and value and all(isinstance(row, dict) for row in value):
+            return Dataset.from_list(list(value)), "list of rows"
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(map(_is_sequence, value)):
+            texts, labels = map(list, value)
+            if len(texts) != len(labels):
+                raise LongbertError(f"{where}: {len(texts)} texts but {len(labels)} labels")
+            return Dataset.from_dict({config.text_column: texts, config.label_column: labels}), "(texts, labels) pair"
+    except LongbertError:
+        raise
+    except Exception as error:  # pyarrow refuses mixed column types and the like
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise LongbertError(f"{where}: cannot read it as documents: {detail}") from None
+    raise LongbertError(f"{where}: cannot use a {type(value).__module__}.{type(value).__qualname__}; "
+                        f"pass {ACCEPTED_OBJECTS}")
+
+
+def _is_sequence(value: Any) -> bool:
+    """A column of values: a list, tuple, numpy array, pandas Series... (not a string, bytes or a dict)."""
+    return (hasattr(value, "__len__") and hasattr(value, "__iter__")
+            and not isinstance(value, (str, bytes, dict)))
+
+
+def describe_data_object(obj: Any, config) -> str:
+    """What data.path records for a run trained on `obj`: 'in-memory <kind> (<split>: <n> rows, ...)'."""
+    splits, kind, _ = data_object_splits(obj, config)
+    return _describe(splits, kind)
+
+
+def _describe(splits: dict, kind: str) -> str:
+    return f"{IN_MEMORY}{kind} ({', '.join(f'{split}: {len(rows)} rows' for split, rows in splits.items())})"
+
+
+def recipe_for_data_object(recipe, obj: Any):
+    """A copy of `recipe` whose data.path says that the documents come from `obj` (see `describe_data_object`);
+    `recipe` itself is left as it was."""
+    import dataclasses
+
+    data = dataclasses.replace(recipe.data, path=describe_data_object(obj, recipe.data))
+    return dataclasses.replace(recipe, data=data)
 
 
 def _label_names_from(dataset, column: str, local: Path | None) -> list[str] | None:
@@ -283,6 +426,14 @@ class Corpus:
     label_names: list[str]
     multi_label: bool
     stats: dict[str, dict] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line for the start of training: documents per split, where validation came from, long documents."""
+        parts = []
+        for role, s in self.stats.items():
+            origin = "" if s["source_split"] == role else f"{s['source_split']}, "
+            parts.append(f"{s['documents']} {role} ({origin}{s['over_512']} over 512 tokens)")
+        return "data: " + ", ".join(parts)
 
 
 def _check_texts(dataset, column: str, split: str) -> None:
@@ -408,11 +559,19 @@ def count_cut(lengths: list[int], cap: int) -> int:
     return sum(n - 2 > cap for n in lengths)
 
 
-def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, roles: list[str] | None = None) -> Corpus:
-    """Load, check, carve, subsample and tokenize the splits a recipe names; with `roles` (some of train,
-    validation, test), tokenize only those (each holds the same documents as without `roles`)."""
+def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: Any = None,
+                roles: list[str] | None = None) -> Corpus:
+    """Load, check, carve, subsample and tokenize the splits a recipe names (`data`, a DataConfig), from `source`
+    when given (an object in memory, see `data_object_splits`), else from data.path. With data.validation_split
+    null, a split named 'validation' is the validation split when the data has one; otherwise validation is carved
+    from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
+    documents as without `roles`)."""
     wanted = [data.train_split] + [s for s in (data.validation_split, data.test_split) if s]
-    raw, local = load_raw_splits(data, wanted)
+    optional = ["validation"] if data.validation_split is None and "validation" not in wanted else []
+    raw, local = load_raw_splits(data, wanted, optional, source)
+    validation_split = data.validation_split or next((s for s in optional if s in raw), None)
+    if validation_split and validation_split not in wanted:
+        wanted.insert(1, validation_split)
     for split in wanted:
         _check_texts(raw[split], data.text_column, split)
         if data.label_column not in raw[split].column_names:
@@ -435,8 +594,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, roles: li
     rng = np.random.default_rng(seed)
     chosen: dict[str, np.ndarray] = {}
     train_rows = np.arange(len(splits[data.train_split]))
-    validation_name = data.validation_split or "validation"
-    if data.validation_split is None:
+    validation_name = validation_split or "validation"
+    if validation_split is None:
         from sklearn.model_selection import train_test_split
 
         stratify = None if multi_label else labels[data.train_split]
@@ -446,15 +605,18 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, roles: li
             )
         except ValueError as error:
             raise LongbertError(f"data: cannot carve a stratified validation split from train: {error}") from None
-        chosen[validation_name] = np.sort(val_rows)
+        chosen["validation"] = np.sort(val_rows)
         splits[validation_name] = splits[data.train_split]
         labels[validation_name] = labels[data.train_split]
     else:
-        chosen[validation_name] = np.arange(len(splits[validation_name]))
+        chosen["validation"] = np.arange(len(splits[validation_name]))
     chosen["train"] = np.sort(train_rows)
     if data.test_split:
         chosen["test"] = np.arange(len(splits[data.test_split]))
     sources = {"train": data.train_split, "validation": validation_name, "test": data.test_split}
+    described = dict(sources)  # where each split came from, as the stats say it
+    if validation_split is None:
+        described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
 
     def subsample(rows: np.ndarray, limit: int | None) -> np.ndarray:
         return rows if limit is None or limit >= len(rows) else np.sort(rng.choice(rows, limit, replace=False))
@@ -481,7 +643,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, roles: li
         })
         stats[role] = {
             "documents": len(rows),
-            "source_split": source,
+            "source_split": described[role],
             "cut_by_token_cap": count_cut(lengths, data.max_document_tokens),
             "median_tokens": int(np.median(lengths)) if lengths else 0,
             "over_512": sum(n > 512 for n in lengths),

@@ -263,11 +263,12 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
 
 
 def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
-             overrides: list[str] | tuple[str, ...] = ()) -> dict:
+             overrides: list[str] | tuple[str, ...] = (), data=None) -> dict:
     """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes, with
     `key.path=value` overrides of its data and eval sections, e.g. "data.max_eval_documents=100"); only that split
     is tokenized. Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder (and, with many
-    classes, confusion-matrix-<split>.png); returns the metrics."""
+    classes, confusion-matrix-<split>.png); returns the metrics.
+    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
     from longbert.config import load_recipe, parse_override
     from longbert.data import load_corpus
     from longbert.model import LongDocumentClassifier
@@ -288,7 +289,9 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         if split not in available:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(available)}")
         model = LongDocumentClassifier.from_pretrained(run_dir)
-        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, roles=[split])
+        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data, roles=[split])
+        if split not in corpus.splits:
+            raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
         dataset = corpus.splits[split]
         metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size,
                                       description=f"evaluating {split}")

@@ -57,14 +57,21 @@ class StopRequest(Protocol):
 
 
 def train(recipe: Recipe, resume: bool = False, command: str | None = None,
-          stop: StopRequest | None = None) -> TrainResult:
+          stop: StopRequest | None = None, data=None) -> TrainResult:
     """Train `recipe` into its run folder (recipe.output_dir) and evaluate the kept model on the test split.
     With `resume`, continue the run from its last checkpoint (the recipe must be the same).
     `stop`: checked once after every optimiser step; once set, training writes a checkpoint and raises
-    TrainingInterrupted. Ctrl-C and SIGTERM set it (in the main thread); a second Ctrl-C interrupts at once."""
+    TrainingInterrupted. Ctrl-C and SIGTERM set it (in the main thread); a second Ctrl-C interrupts at once.
+    `data`: documents in memory instead of data.path (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts
+    and labels; see longbert.data.data_object_splits); the recipe's other data settings apply, and the recipe saved
+    in the run folder says what kind of object it was and its rows per split."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
+    from longbert.data import recipe_for_data_object
+
+    if data is not None:
+        recipe = recipe_for_data_object(recipe, data)
     run_dir = Path(recipe.output_dir)
     stop = threading.Event() if stop is None else stop
     if resume and not run_dir.is_dir():
@@ -75,7 +82,7 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
         decision = [prepare(run_dir, recipe, resume) if process.is_main_process else None]
         if process.num_processes > 1:
             broadcast_object_list(decision)
-        return _train(recipe, run_dir, decision[0], command, stop)
+        return _train(recipe, run_dir, decision[0], command, stop, data)
 
 
 @contextmanager
@@ -100,7 +107,8 @@ def stop_on_signals(stop: StopRequest) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest) -> TrainResult:
+def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
+           data=None) -> TrainResult:
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
@@ -126,9 +134,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
                                         recipe.backbone.hidden_dropout)
     multi_label = recipe.model.problem_type == "multi_label"
-    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label)
-    accelerator.print("data: " + ", ".join(f"{s['documents']} {role} ({s['over_512']} over 512 tokens)"
-                                           for role, s in corpus.stats.items()))
+    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
+    accelerator.print(corpus.summary())
     cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
     if cut:
         accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "

@@ -298,6 +298,6 @@ def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
     import longbert.data
 
     empty = DatasetDict({"train": Dataset.from_dict({"text": [], "label": []})})
-    monkeypatch.setattr(longbert.data, "load_raw_splits", lambda config, wanted: (empty, None))
+    monkeypatch.setattr(longbert.data, "load_raw_splits", lambda config, wanted, *more: (empty, None))
     with pytest.raises(LongbertError, match="there are no documents of split 'train'"):
         load_corpus(DataConfig(path="someone/empty", test_split=None, label_names=["neg", "pos"]), tokenizer, seed=0)
