@@ -317,6 +317,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
 
     def evaluate_and_keep():
         nonlocal best
+        evaluation_started = time.perf_counter()
         metrics, _ = evaluate_split(model, corpus.splits["validation"], recipe.eval.batch_size, accelerator,
                                     description="validation", cached=cached.get("validation"))
         value = metrics[cfg.best_metric]
@@ -332,6 +333,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
             state.validations_without_improvement += 1
         accelerator.print(f"step {state.global_step}: validation {cfg.best_metric} {value:.4f}"
                           f"{' (best so far, kept)' if better else ''}")
+        state.logged_seconds += time.perf_counter() - evaluation_started  # tokens/s counts training time only
         # Early stopping: `patience` validations in a row without a better best_metric end the training.
         if cfg.early_stopping_patience and state.validations_without_improvement >= cfg.early_stopping_patience:
             state.stopped_early_at_step = state.global_step
@@ -343,6 +345,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
         the last entry, the learning rates now, and the document tokens trained on per second since then."""
         totals = accelerator.reduce(torch.tensor([state.loss_sum, state.loss_batches, state.tokens],
                                                  dtype=torch.float64, device=accelerator.device), "sum").tolist()
+        state.train_seconds = time.perf_counter() - started
         seconds = state.train_seconds - state.logged_seconds
         rates = scheduler.get_last_lr()
         entry = {"step": state.global_step, "epoch": state.epoch + 1, "loss": totals[0] / max(totals[1], 1),
@@ -409,17 +412,19 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
                     f"training stopped at step {state.global_step}; the checkpoint is in {run_dir / CHECKPOINT}; "
                     "continue with --resume"
                 )
-        # End of epoch (or of max_steps): evaluate (unless evaluating every N steps already did at this step) and
-        # checkpoint.
+        # End of epoch (or of max_steps, or early stopping): evaluate (unless evaluating every N steps already did at
+        # this step), log the batches since the last log line when training ends here, and checkpoint.
         state.train_seconds = time.perf_counter() - started
         if not cfg.eval_every_steps or state.global_step % cfg.eval_every_steps:
             evaluate_and_keep()
             model.train()
+        ending = (state.epoch + 1 == epochs or state.global_step >= total_steps
+                  or state.stopped_early_at_step is not None)
+        if ending and state.loss_batches:
+            log_training()
         state.epoch += 1
         state.batches_in_epoch = 0
         checkpoint()
         if state.global_step >= total_steps:
             break
-    if state.loss_batches and (not state.train_log or state.train_log[-1]["step"] != state.global_step):
-        log_training()  # the batches since the last entry
     return state, model, best
