@@ -51,7 +51,7 @@ class ModelSettings:
     lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
     max_document_tokens: int = option(16384, "per-document token cap applied when tokenizing texts")
     label_names: list[str] = option([], "class names in index order")
-    thresholds: list[float] | None = option(None, "multi-label decision threshold per label (tuned on validation or set by the recipe); null: 0.5")
+    thresholds: list[float] | None = option(None, "multi-label decision threshold per label (tuned on validation or set by the recipe); null, or absent from the file (as before it existed): 0.5")
 
     @classmethod
     def from_recipe(cls, recipe, label_names: list[str]) -> "ModelSettings":
@@ -90,7 +90,10 @@ class ModelSettings:
         return out
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        raw = dataclasses.asdict(self)
+        if raw["thresholds"] is None:  # format 1 files from before thresholds existed hold none: they mean 0.5
+            del raw["thresholds"]
+        return raw
 
     @classmethod
     def from_dict(cls, raw: Any, source: str) -> "ModelSettings":
