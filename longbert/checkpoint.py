@@ -40,6 +40,13 @@ class LoopState:
     best_step: int | None = None
     history: list = dataclasses.field(default_factory=list)  # one entry per validation
     train_seconds: float = 0.0
+    train_log: list = dataclasses.field(default_factory=list)  # one entry per `train.log_every_steps` steps
+    loss_sum: float = 0.0  # training loss summed over the batches since the last train_log entry ...
+    loss_batches: int = 0  # ... and how many batches that was
+    tokens: int = 0  # document tokens trained on since the last train_log entry
+    logged_seconds: float = 0.0  # train_seconds at the last train_log entry, plus the validation time since
+    validations_without_improvement: int = 0  # for early stopping
+    stopped_early_at_step: int | None = None
 
 
 def recipe_fingerprint(recipe) -> str:

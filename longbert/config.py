@@ -22,7 +22,12 @@ from longbert.fields import one_of, option
 FINETUNE_MODES = ("full", "lora", "frozen")
 PRECISIONS = ("auto", "no", "bf16", "fp16")
 PROBLEM_TYPES = ("single_label", "multi_label")
-BEST_METRICS = ("accuracy", "macro_f1", "loss")
+BEST_METRICS = ("accuracy", "macro_f1", "loss", "micro_f1", "exact_match")
+SINGLE_LABEL_METRICS = ("accuracy",)  # a best_metric that only single-label metrics have
+MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only multi-label metrics have
+TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
+CLASS_WEIGHTS = ("balanced",)
+THRESHOLD_TUNING = ("tune", "tune_per_label")
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a run or report name: one folder, never a path
 PACKAGED_RECIPES = Path(__file__).resolve().parent / "recipes"
 
@@ -112,6 +117,8 @@ class ModelConfig:
     finetune: str = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached embeddings, head only)")
     classifier_dropout: float = option(0.1, "dropout before the classification head")
     lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
+    class_weights: Any = option(None, "loss weight per class: null (none), balanced, or a list with one number per class; single-label: cross-entropy class weights, balanced = n_documents / (n_classes * count); multi-label: pos_weight (each label's positives count that much), balanced = negatives / positives")
+    multi_label_threshold: Any = option(0.5, "multi-label decision threshold: a number in (0, 1), tune (one threshold that maximises validation micro-F1), or tune_per_label (each label's own, maximising its F1)")
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -119,7 +126,20 @@ class ModelConfig:
         out += one_of(f"{path}.finetune", self.finetune, FINETUNE_MODES)
         if not 0 <= self.classifier_dropout < 1:
             out.append(f"{path}.classifier_dropout must be in [0, 1), got {self.classifier_dropout}")
+        weights = self.class_weights
+        if isinstance(weights, list):
+            if not weights or not all(_is_number(w) and w > 0 for w in weights):
+                out.append(f"{path}.class_weights must be a list of numbers > 0, got {weights!r}")
+        elif weights is not None and weights not in CLASS_WEIGHTS:
+            out.append(f"{path}.class_weights must be null, balanced, or a list of numbers (one per class), got {weights!r}")
+        threshold = self.multi_label_threshold
+        if not (_is_number(threshold) and 0 < threshold < 1) and threshold not in THRESHOLD_TUNING:
+            out.append(f"{path}.multi_label_threshold must be a number in (0, 1), tune or tune_per_label, got {threshold!r}")
         return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
@@ -136,15 +156,19 @@ class TrainConfig:
     mixed_precision: str = option("auto", "no, bf16, fp16, or auto (bf16 where the hardware runs it fast, else no)")
     eval_every_steps: int | None = option(None, "evaluate on validation every N optimiser steps; null: after each epoch")
     checkpoint_every_steps: int = option(50, "write a resumable checkpoint every N optimiser steps (and at each epoch end)")
-    best_metric: str = option("macro_f1", "validation metric that picks the kept checkpoint: accuracy, macro_f1 or loss")
+    best_metric: str = option("macro_f1", "validation metric that picks the kept checkpoint: macro_f1, loss, accuracy (single-label), micro_f1 or exact_match (multi-label)")
     frozen_head_epochs: int = option(30, "with model.finetune frozen: epochs over the cached embeddings")
+    log_every_steps: int = option(10, "every N optimiser steps: print and record the mean training loss, learning rate and tokens/s")
+    report_to: str = option("none", "also send the training log to a tracker: none, tensorboard, wandb or mlflow (its package must be installed)")
+    early_stopping_patience: int | None = option(None, "stop after this many validations in a row without a better best_metric; null: never")
 
     def problems(self, path: str) -> list[str]:
         out = []
-        for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs"):
+        for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs",
+                     "log_every_steps"):
             if getattr(self, name) < 1:
                 out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_steps", "eval_every_steps"):
+        for name in ("max_steps", "eval_every_steps", "early_stopping_patience"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
@@ -156,6 +180,7 @@ class TrainConfig:
             out.append(f"{path}.max_grad_norm must be >= 0, got {self.max_grad_norm}")
         out += one_of(f"{path}.mixed_precision", self.mixed_precision, PRECISIONS)
         out += one_of(f"{path}.best_metric", self.best_metric, BEST_METRICS)
+        out += one_of(f"{path}.report_to", self.report_to, TRACKERS)
         return out
 
 
@@ -180,10 +205,16 @@ class Recipe:
     eval: EvalConfig = option(None, "inference settings", default_factory=EvalConfig)
 
     def problems(self, path: str) -> list[str]:
-        if PLAIN_NAME.match(self.name):
-            return []
-        return [f"name {self.name!r} must be a plain folder name (letters, digits, '.', '_', '-', not starting "
-                f"with '.'); a path belongs in output_dir"]
+        out = []
+        if not PLAIN_NAME.match(self.name):
+            out.append(f"name {self.name!r} must be a plain folder name (letters, digits, '.', '_', '-', not starting "
+                       f"with '.'); a path belongs in output_dir")
+        # The metric that picks the kept model must be one the problem type measures.
+        multi_label = self.model.problem_type == "multi_label"
+        if self.train.best_metric in (SINGLE_LABEL_METRICS if multi_label else MULTI_LABEL_METRICS):
+            out.append(f"train.best_metric {self.train.best_metric} is not measured for model.problem_type "
+                       f"{self.model.problem_type}")
+        return out
 
     def __post_init__(self):
         if self.strategy is None:

@@ -1,5 +1,7 @@
-"""Metrics for a trained model: accuracy, macro-F1, per-class precision/recall, confusion matrix, accuracy by
-document length, and inference documents/second and peak memory. Written as JSON and Markdown."""
+"""Metrics for a trained model: accuracy and macro-F1 (single-label) or exact match, micro-/macro-F1 and Hamming loss
+(multi-label, at per-label decision thresholds that `tune_thresholds` can pick on validation), per-class
+precision/recall, confusion matrix, the headline metric by document length, and inference documents/second and peak
+memory. Written as JSON and Markdown."""
 
 from __future__ import annotations
 
@@ -18,39 +20,47 @@ from longbert.strategies.base import Units
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],
-                    multi_label: bool) -> dict:
-    """labels (D,) ints or (D, C) multi-hot; probabilities (D, C) -> metrics dict (plain JSON types)."""
-    from sklearn.metrics import confusion_matrix, f1_score, multilabel_confusion_matrix, precision_recall_fscore_support
+                    multi_label: bool, thresholds: list[float] | None = None) -> dict:
+    """labels (D,) ints or (D, C) multi-hot; probabilities (D, C) -> metrics dict (plain JSON types).
+    Single-label: accuracy, macro_f1. Multi-label (a label is predicted when its probability reaches its threshold,
+    0.5 unless `thresholds` (C,) says otherwise): exact_match (every label right), micro_f1, macro_f1, hamming_loss.
+    by_length holds the headline metric (accuracy, or exact_match) per length bucket."""
+    from sklearn.metrics import (confusion_matrix, f1_score, hamming_loss, multilabel_confusion_matrix,
+                                 precision_recall_fscore_support)
 
     classes = list(range(len(label_names)))
+    truth = labels.astype(int)
     if multi_label:
-        predicted = (probabilities >= 0.5).astype(int)
-        truth = labels.astype(int)
+        predicted = multi_label_predictions(probabilities, thresholds)
         correct = (predicted == truth).all(1)
         eps = 1e-7
         loss = float(-np.mean(truth * np.log(probabilities + eps) + (1 - truth) * np.log(1 - probabilities + eps)))
         matrix = multilabel_confusion_matrix(truth, predicted).tolist()
     else:
         predicted = probabilities.argmax(1)
-        truth = labels.astype(int)
         correct = predicted == truth
         loss = float(-np.mean(np.log(probabilities[np.arange(len(truth)), truth] + 1e-7)))
         matrix = confusion_matrix(truth, predicted, labels=classes).tolist()
     precision, recall, f1, support = precision_recall_fscore_support(
         truth, predicted, labels=classes, zero_division=0
     )
+    headline = "exact_match" if multi_label else "accuracy"
     by_length = {}
     buckets = np.array([length_bucket(n) for n in n_tokens])
     for _, _, name in LENGTH_BUCKETS:
         in_bucket = buckets == name
         by_length[name] = {
             "documents": int(in_bucket.sum()),
-            "accuracy": float(correct[in_bucket].mean()) if in_bucket.any() else None,
+            headline: float(correct[in_bucket].mean()) if in_bucket.any() else None,
         }
-    return {
-        "documents": int(len(truth)),
-        "accuracy": float(correct.mean()),
-        "macro_f1": float(f1_score(truth, predicted, labels=classes, average="macro", zero_division=0)),
+    metrics = {"documents": int(len(truth)), headline: float(correct.mean())}
+    if multi_label:
+        metrics["micro_f1"] = float(f1_score(truth, predicted, average="micro", zero_division=0))
+    metrics["macro_f1"] = float(f1_score(truth, predicted, labels=classes, average="macro", zero_division=0))
+    if multi_label:
+        metrics["hamming_loss"] = float(hamming_loss(truth, predicted))
+        metrics["thresholds"] = [float(t) for t in (thresholds or [0.5] * len(classes))]
+    metrics.update({
         "loss": loss,
         "per_class": {
             name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
@@ -58,7 +68,44 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
         },
         "confusion_matrix": matrix,
         "by_length": by_length,
-    }
+    })
+    return metrics
+
+
+# The numbers a validation entry of the training history keeps.
+HISTORY_METRICS = ("accuracy", "exact_match", "micro_f1", "macro_f1", "hamming_loss", "loss")
+
+
+def multi_label_predictions(probabilities: np.ndarray, thresholds: list[float] | None = None) -> np.ndarray:
+    """probabilities (D, C) -> (D, C) 0/1: a label is predicted when its probability reaches its threshold (0.5)."""
+    limits = np.asarray(thresholds if thresholds is not None else [0.5] * probabilities.shape[1])
+    return (probabilities >= limits[None, :]).astype(int)
+
+
+def tune_thresholds(labels: np.ndarray, probabilities: np.ndarray, per_label: bool) -> list[float]:
+    """The multi-label decision thresholds (C,) that maximise F1 on these (validation) predictions: one threshold for
+    every label that maximises micro-F1, or (`per_label`) each label's own that maximises its F1. Each threshold is
+    halfway between the lowest probability it admits and the next lower one; a label with no positives keeps 0.5."""
+    truth = labels.astype(int)
+    if per_label:
+        return [_best_threshold(truth[:, c], probabilities[:, c]) for c in range(truth.shape[1])]
+    return [_best_threshold(truth.ravel(), probabilities.ravel())] * truth.shape[1]
+
+
+def _best_threshold(truth: np.ndarray, probabilities: np.ndarray) -> float:
+    """truth, probabilities (n,) -> the threshold with the best F1 (the highest such one on a tie)."""
+    positives = int(truth.sum())
+    if positives == 0:
+        return 0.5
+    order = np.argsort(-probabilities, kind="stable")
+    p, t = probabilities[order], truth[order]
+    true_positives = np.cumsum(t)  # predicting the first k+1 documents positive
+    predicted = np.arange(1, len(p) + 1)
+    f1 = 2 * true_positives / (predicted + positives)
+    ends = np.r_[p[1:] != p[:-1], True]  # a threshold cannot split tied probabilities
+    k = int(np.flatnonzero(ends)[np.argmax(f1[ends])])
+    below = p[k + 1] if k + 1 < len(p) else 0.0
+    return float(np.clip((p[k] + below) / 2, 1e-6, 1 - 1e-6))
 
 
 def improves(value: float, best: float | None, metric: str) -> bool:
@@ -138,25 +185,41 @@ def _core(model):
 
 def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
                    cached: list[dict] | None = None) -> tuple[dict, dict]:
-    """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors)."""
+    """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors).
+    Multi-label predictions use the model's thresholds."""
     raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached)
     core = _core(model)
-    metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names, core.multi_label)
+    metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names,
+                              core.multi_label, core.thresholds if core.multi_label else None)
     metrics["speed"] = raw["speed"]
     return metrics, raw
 
 
-def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], multi_label: bool) -> None:
-    """One JSON line per document: label, prediction, probabilities, length, unit weights (for error analysis)."""
+def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], multi_label: bool,
+                      thresholds: list[float] | None = None) -> None:
+    """One JSON line per document (for error analysis): its id (the dataset's `id` column, else the row index), label
+    and prediction as indices and as names (label_name, predicted_label; lists of names for multi-label, predicted
+    at `thresholds`, 0.5 by default), probabilities, length, unit weights."""
     n_tokens = list(dataset["n_tokens"])
+    ids = list(dataset["id"]) if "id" in dataset.column_names else range(len(dataset))
+    predicted = (multi_label_predictions(raw["probabilities"], thresholds) if multi_label
+                 else raw["probabilities"].argmax(1))
     lines = []
-    for i, (probs, label) in enumerate(zip(raw["probabilities"], raw["labels"])):
+    for i, (probs, label, guess) in enumerate(zip(raw["probabilities"], raw["labels"], predicted)):
+        if multi_label:
+            names = lambda hot: [n for n, h in zip(label_names, hot) if h]
+            label_name, predicted_label = names(label), names(guess)
+        else:
+            label_name, predicted_label = label_names[int(label)], label_names[int(guess)]
         row = {
             "index": i,
+            "id": ids[i],
             "n_tokens": int(n_tokens[i]),
             "label": label.tolist(),
+            "label_name": label_name,
             "probabilities": [round(float(p), 6) for p in probs],
-            "predicted": (probs >= 0.5).astype(int).tolist() if multi_label else int(probs.argmax()),
+            "predicted": guess.tolist() if multi_label else int(guess),
+            "predicted_label": predicted_label,
             "unit_weights": raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None,
         }
         lines.append(json.dumps(row) + "\n")
@@ -221,17 +284,28 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
     """A short human-readable page for one split's metrics. With more than MANY_CLASSES classes (single-label) the
     page shows the top confusions instead of the whole matrix; given `plot_path`, the whole matrix is written
     there (atomically) as a PNG heatmap and linked from the page by its file name (keep it beside the page)."""
-    lines = [f"# {title}", "", f"- documents: {metrics['documents']}",
-             f"- accuracy: {metrics['accuracy']:.4f}", f"- macro-F1: {metrics['macro_f1']:.4f}"]
+    lines = [f"# {title}", "", f"- documents: {metrics['documents']}"]
+    multi_label = "exact_match" in metrics
+    if multi_label:
+        thresholds = sorted(set(metrics["thresholds"]))
+        lines += [f"- exact match (every label right): {metrics['exact_match']:.4f}",
+                  f"- micro-F1: {metrics['micro_f1']:.4f}", f"- macro-F1: {metrics['macro_f1']:.4f}",
+                  f"- Hamming loss: {metrics['hamming_loss']:.4f}",
+                  "- decision threshold: " + (f"{thresholds[0]:.4f}" if len(thresholds) == 1 else
+                                              ", ".join(f"{n} {t:.4f}" for n, t in zip(label_names, metrics["thresholds"])))]
+    else:
+        lines += [f"- accuracy: {metrics['accuracy']:.4f}", f"- macro-F1: {metrics['macro_f1']:.4f}"]
+    headline = "exact_match" if multi_label else "accuracy"
     speed = metrics.get("speed")
     if speed:
         lines.append(f"- inference: {speed['documents_per_second']:.2f} documents/s, "
                      f"{speed['tokens_per_second']:.0f} tokens/s, peak memory {speed['peak_memory_mb']} MB "
                      f"({speed['memory_kind']})")
-    lines += ["", "## Accuracy by document length (WordPiece tokens with [CLS]/[SEP])", "",
-              "| length | documents | accuracy |", "|---|---|---|"]
+    section = "Exact match" if multi_label else "Accuracy"
+    lines += ["", f"## {section} by document length (WordPiece tokens with [CLS]/[SEP])", "",
+              f"| length | documents | {headline.replace('_', ' ')} |", "|---|---|---|"]
     for name, row in metrics["by_length"].items():
-        acc = "n/a" if row["accuracy"] is None else f"{row['accuracy']:.4f}"
+        acc = "n/a" if row[headline] is None else f"{row[headline]:.4f}"
         lines.append(f"| {name} | {row['documents']} | {acc} |")
     lines += ["", "## Per class", "", "| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
     for name, row in metrics["per_class"].items():
@@ -299,7 +373,8 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         write_text_atomically(run_dir / f"metrics-{split}.md",
                               metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}",
                                                run_dir / f"confusion-matrix-{split}.png"))
-        write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label)
+        write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label,
+                          model.thresholds if model.multi_label else None)
     return metrics
 
 

@@ -51,6 +51,7 @@ class ModelSettings:
     lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
     max_document_tokens: int = option(16384, "per-document token cap applied when tokenizing texts")
     label_names: list[str] = option([], "class names in index order")
+    thresholds: list[float] | None = option(None, "multi-label decision threshold per label (tuned on validation or set by the recipe); null, or absent from the file (as before it existed): 0.5")
 
     @classmethod
     def from_recipe(cls, recipe, label_names: list[str]) -> "ModelSettings":
@@ -83,10 +84,16 @@ class ModelSettings:
             out.append(f"budget.max_padding must be in [0, 1], got {self.budget.max_padding}")
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
             out.append(f"label_names must name each class once, got {self.label_names}")
+        if self.thresholds is not None and (len(self.thresholds) != len(self.label_names)
+                                            or not all(0 < t < 1 for t in self.thresholds)):
+            out.append(f"thresholds must hold one number in (0, 1) per label, got {self.thresholds}")
         return out
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        raw = dataclasses.asdict(self)
+        if raw["thresholds"] is None:  # format 1 files from before thresholds existed hold none: they mean 0.5
+            del raw["thresholds"]
+        return raw
 
     @classmethod
     def from_dict(cls, raw: Any, source: str) -> "ModelSettings":
@@ -217,10 +224,19 @@ class LongDocumentClassifier(nn.Module):
         logits = self.head(self.dropout(pooled.vector))  # (B, C)
         return ClassifierOutput(logits, pooled.weights, units.mask)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """logits (B, C), labels (B,) or (B, C) multi-hot -> the mean loss. `class_weights` (C,): cross-entropy class
+        weights (a weighted mean over documents), or for multi-label the pos_weight of each label."""
+        if class_weights is not None:
+            class_weights = class_weights.to(logits.device, torch.float32)
         if self.multi_label:
-            return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float())
-        return nn.functional.cross_entropy(logits.float(), labels)
+            return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float(), pos_weight=class_weights)
+        return nn.functional.cross_entropy(logits.float(), labels, weight=class_weights)
+
+    @property
+    def thresholds(self) -> list[float]:
+        """The multi-label decision threshold of each label (0.5 unless tuned or set)."""
+        return self.settings.thresholds or [0.5] * len(self.label_names)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits.float()) if self.multi_label else logits.float().softmax(-1)
@@ -250,7 +266,7 @@ class LongDocumentClassifier(nn.Module):
                 for p, n_tokens in zip(probabilities.tolist(), lengths):
                     result = {"probabilities": dict(zip(self.label_names, p))}
                     if self.multi_label:
-                        result["labels"] = [n for n, q in zip(self.label_names, p) if q >= 0.5]
+                        result["labels"] = [n for n, q, t in zip(self.label_names, p, self.thresholds) if q >= t]
                     else:
                         result["label"] = self.label_names[max(range(len(p)), key=p.__getitem__)]
                     result["n_tokens"] = n_tokens

@@ -8,8 +8,10 @@ A run folder holds:
     checkpoint/                the last resumable state (see longbert.checkpoint); written whole or not at all
     best/                      the kept model (best validation metric), loadable by LongDocumentClassifier; written
                                when training ends
-    metrics.json, metrics.md   validation history, test metrics, timing, data statistics
+    metrics.json, metrics.md   training log (loss, learning rate, tokens/s), validation history, test metrics, timing,
+                               data statistics
     predictions-test.jsonl     per-document test predictions (for error analysis)
+    logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
 One process writes a run folder at a time (longbert.runs locks it); what a killed run left there (a half-written
 checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without --resume.
 """
@@ -25,17 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
+import numpy as np
 import torch
 
 from longbert.checkpoint import (LoopState, load_checkpoint, load_trainable_weights, recipe_fingerprint,
                                  save_checkpoint, trainable_weights)
 from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.evaluation import (evaluate_split, improves, metrics_markdown, model_inputs, split_loader, write_json,
-                                 write_predictions)
+from longbert.evaluation import (HISTORY_METRICS, evaluate_split, improves, metrics_markdown, model_inputs,
+                                 predict_dataset, split_loader, tune_thresholds, write_json, write_predictions)
 from longbert.hardware import describe_machine, resolve_precision
 from longbert.progress import progress
 from longbert.runs import BEST, CHECKPOINT, RECIPE, locked, prepare
+
+TRACKER_LOGS = "logs"  # the trackers' folder inside the run folder (tensorboard writes its event files there)
 
 
 class TrainingInterrupted(LongbertError):
@@ -74,6 +79,7 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
         recipe = recipe_for_data_object(recipe, data)
     run_dir = Path(recipe.output_dir)
     stop = threading.Event() if stop is None else stop
+    check_tracker(recipe.train.report_to)
     if resume and not run_dir.is_dir():
         raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (the folder does not exist)")
     process = PartialState()  # which process this is (`accelerate launch` starts one per device)
@@ -83,6 +89,52 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
         if process.num_processes > 1:
             broadcast_object_list(decision)
         return _train(recipe, run_dir, decision[0], command, stop, data)
+
+
+def check_tracker(report_to: str) -> None:
+    """Raise one LongbertError, before anything runs, when `train.report_to` names a tracker that is not installed."""
+    from accelerate.utils import is_mlflow_available, is_tensorboard_available, is_wandb_available
+
+    available = {"none": lambda: True, "tensorboard": is_tensorboard_available, "wandb": is_wandb_available,
+                 "mlflow": is_mlflow_available}[report_to]
+    if not available():
+        raise LongbertError(f"train.report_to={report_to}: the {report_to} package is not installed "
+                            f"(pip install {report_to}), or set train.report_to=none")
+
+
+def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
+    """`model.class_weights` as a (C,) tensor for the loss, or None. balanced: n_documents / (n_classes * count) per
+    class (scikit-learn's "balanced"); for multi-label, each label's negatives / positives (its pos_weight). A list
+    must hold one weight per class."""
+    if setting is None:
+        return None
+    n_classes = len(label_names)
+    if isinstance(setting, list):
+        if len(setting) != n_classes:
+            raise LongbertError(f"model.class_weights has {len(setting)} weights but the data has {n_classes} "
+                                f"classes ({', '.join(label_names)})")
+        return torch.tensor(setting, dtype=torch.float32)
+    labels = np.asarray(train_labels)
+    if multi_label:
+        positives = labels.sum(0)  # (C,)
+        return torch.tensor((len(labels) - positives) / np.maximum(positives, 1), dtype=torch.float32)
+    counts = np.bincount(labels, minlength=n_classes)
+    return torch.tensor(len(labels) / (n_classes * np.maximum(counts, 1)), dtype=torch.float32)
+
+
+def tracker_config(recipe: Recipe) -> dict:
+    """The recipe flattened to `section/key: value` scalars, as trackers take hyperparameters."""
+    flat = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}/")
+            else:
+                flat[prefix + key] = value if isinstance(value, (int, float, str, bool)) else str(value)
+
+    walk(recipe.to_dict(), "")
+    return flat
 
 
 @contextmanager
@@ -126,7 +178,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
 
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.gradient_accumulation)
+    tracker = None if cfg.report_to == "none" else cfg.report_to
+    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.gradient_accumulation,
+                              log_with=tracker, project_dir=run_dir)
     set_seed(recipe.seed)
 
     # The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
@@ -141,6 +195,14 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
                           + ", ".join(f"{n} in {role}" for role, n in cut.items()))
     model = LongDocumentClassifier.from_recipe(recipe, corpus.label_names, loaded=(backbone, tokenizer))
+    class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
+                                      corpus.label_names, multi_label)
+    if class_weights is not None:
+        accelerator.print("class weights: " + ", ".join(f"{n} {w:.3f}" for n, w in zip(corpus.label_names,
+                                                                                     class_weights.tolist())))
+    threshold = recipe.model.multi_label_threshold
+    if multi_label and not isinstance(threshold, str):
+        model.settings.thresholds = [float(threshold)] * len(corpus.label_names)
 
     # Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote.
     cached, cache_seconds = None, 0.0
@@ -157,7 +219,13 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
     accelerator.wait_for_everyone()
 
-    state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop)
+    if tracker is not None:
+        accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
+    try:
+        state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, class_weights)
+    finally:
+        if tracker is not None:
+            accelerator.end_training()
 
     # The kept model: its weights back into the model in memory, saved as best/, evaluated on the test split
     # (token ids, in every mode: the test measures the whole model). No autocast wrapper from training is left on.
@@ -165,6 +233,13 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     if best is not None:
         load_trainable_weights(core, best, "the kept weights")
+    if multi_label and isinstance(threshold, str):
+        # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
+        raw = predict_dataset(core, corpus.splits["validation"], recipe.eval.batch_size,
+                              description="tuning thresholds", cached=cached["validation"] if cached else None)
+        core.settings.thresholds = tune_thresholds(raw["labels"], raw["probabilities"], threshold == "tune_per_label")
+        accelerator.print("multi-label thresholds tuned on validation: " + ", ".join(
+            f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
     metrics = {
@@ -181,14 +256,18 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         "best_step": state.best_step,
         "best_validation": state.best_metric,
         "best_metric": cfg.best_metric,
+        "stopped_early_at_step": state.stopped_early_at_step,
+        "train_log": state.train_log,
         "validation_history": state.history,
     }
+    if multi_label:
+        metrics["thresholds"] = core.thresholds
     if "test" in corpus.splits:
         test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test")
         metrics["test"] = test_metrics
         if accelerator.is_main_process:
             write_predictions(run_dir / "predictions-test.jsonl", corpus.splits["test"], raw,
-                              corpus.label_names, multi_label)
+                              corpus.label_names, multi_label, core.thresholds if multi_label else None)
     if accelerator.is_main_process:
         write_json(run_dir / "metrics.json", metrics)
         page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
@@ -217,9 +296,11 @@ def _param_groups(model, cfg):
     return [g for g in groups if g["params"]]
 
 
-def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest):
-    """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). Returns the loop
-    state, the prepared model and the kept weights (from `trainable_weights`)."""
+def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
+         class_weights: torch.Tensor | None = None):
+    """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). `class_weights`:
+    (C,) loss weights or None. Returns the loop state, the prepared model and the kept weights (from
+    `trainable_weights`)."""
     from transformers import get_linear_schedule_with_warmup
 
     cfg = recipe.train
@@ -244,17 +325,48 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
 
     def evaluate_and_keep():
         nonlocal best
+        evaluation_started = time.perf_counter()
         metrics, _ = evaluate_split(model, corpus.splits["validation"], recipe.eval.batch_size, accelerator,
                                     description="validation", cached=cached.get("validation"))
         value = metrics[cfg.best_metric]
         better = improves(value, state.best_metric, cfg.best_metric)
-        state.history.append({"step": state.global_step, "epoch": state.epoch + 1, "accuracy": metrics["accuracy"],
-                              "macro_f1": metrics["macro_f1"], "loss": metrics["loss"]})
+        entry = {k: metrics[k] for k in HISTORY_METRICS if k in metrics}
+        state.history.append({"step": state.global_step, "epoch": state.epoch + 1, **entry})
+        accelerator.log({f"validation/{k}": v for k, v in entry.items()}, step=state.global_step)
         if better:
             state.best_metric, state.best_step = value, state.global_step
+            state.validations_without_improvement = 0
             best = trainable_weights(core)
+        else:
+            state.validations_without_improvement += 1
         accelerator.print(f"step {state.global_step}: validation {cfg.best_metric} {value:.4f}"
                           f"{' (best so far, kept)' if better else ''}")
+        state.logged_seconds += time.perf_counter() - evaluation_started  # tokens/s counts training time only
+        # Early stopping: `patience` validations in a row without a better best_metric end the training.
+        if cfg.early_stopping_patience and state.validations_without_improvement >= cfg.early_stopping_patience:
+            state.stopped_early_at_step = state.global_step
+            accelerator.print(f"step {state.global_step}: stopping early, {state.validations_without_improvement} "
+                              f"validations without a better {cfg.best_metric} (best at step {state.best_step})")
+
+    def log_training():
+        """One train_log entry (printed, recorded, sent to the tracker): the mean training loss of the batches since
+        the last entry, the learning rates now, and the document tokens trained on per second since then."""
+        totals = accelerator.reduce(torch.tensor([state.loss_sum, state.loss_batches, state.tokens],
+                                                 dtype=torch.float64, device=accelerator.device), "sum").tolist()
+        state.train_seconds = time.perf_counter() - started
+        seconds = state.train_seconds - state.logged_seconds
+        rates = scheduler.get_last_lr()
+        entry = {"step": state.global_step, "epoch": state.epoch + 1, "loss": totals[0] / max(totals[1], 1),
+                 "learning_rate": rates[0], "head_learning_rate": rates[-1],
+                 "tokens_per_second": totals[2] / seconds if cached.get("train") is None and seconds > 0 else None}
+        state.train_log.append(entry)
+        state.loss_sum, state.loss_batches, state.tokens = 0.0, 0, 0
+        state.logged_seconds = state.train_seconds
+        speed = "" if entry["tokens_per_second"] is None else f", {entry['tokens_per_second']:.0f} tokens/s"
+        accelerator.print(f"step {state.global_step}: train loss {entry['loss']:.4f}, "
+                          f"learning rate {entry['learning_rate']:.2e}{speed}")
+        accelerator.log({f"train/{k}": v for k, v in entry.items() if k != "step" and v is not None},
+                        step=state.global_step)
 
     def checkpoint():
         accelerator.wait_for_everyone()
@@ -263,7 +375,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
 
     model.train()
     started = time.perf_counter() - state.train_seconds
-    while state.epoch < epochs:
+    while state.epoch < epochs and state.stopped_early_at_step is None:
         # The epoch's order depends only on the seed and the epoch, so a resumed run sees the same batches.
         loader = accelerator.prepare(split_loader(corpus.splits["train"], cfg.batch_size, cached.get("train"),
                                                   shuffle_seed=recipe.seed + state.epoch))
@@ -275,7 +387,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
             # Forward and backward; accelerate sums gradients over `gradient_accumulation` batches.
             with accelerator.accumulate(model):
                 logits = model(**model_inputs(batch)).logits  # (B, C)
-                loss = core.loss(logits, batch["labels"])
+                loss = core.loss(logits, batch["labels"], class_weights)
                 accelerator.backward(loss)
                 # Clip, step, schedule: these act only when the accumulated gradients are complete.
                 if accelerator.sync_gradients and cfg.max_grad_norm > 0:
@@ -284,14 +396,22 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
                 scheduler.step()
                 optimizer.zero_grad()
             state.batches_in_epoch += 1
+            state.loss_sum += loss.item()
+            state.loss_batches += 1
+            state.tokens += sum(len(d) for d in batch.get("documents", ()))  # real tokens, not padding
             if not accelerator.sync_gradients:
                 continue
             state.global_step += 1
             state.train_seconds = time.perf_counter() - started
-            # Evaluate every N steps when asked; checkpoint every M steps; stop cleanly on request.
+            # Log every L steps; evaluate every N steps when asked; checkpoint every M steps (and when stopping
+            # early); stop cleanly on request.
+            if state.global_step % cfg.log_every_steps == 0:
+                log_training()
             if cfg.eval_every_steps and state.global_step % cfg.eval_every_steps == 0:
                 evaluate_and_keep()
                 model.train()
+            if state.stopped_early_at_step is not None:
+                break
             if state.global_step % cfg.checkpoint_every_steps == 0:
                 checkpoint()
             if stop.is_set():
@@ -300,12 +420,16 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
                     f"training stopped at step {state.global_step}; the checkpoint is in {run_dir / CHECKPOINT}; "
                     "continue with --resume"
                 )
-        # End of epoch (or of max_steps): evaluate (unless evaluating every N steps already did at this step) and
-        # checkpoint.
+        # End of epoch (or of max_steps, or early stopping): evaluate (unless evaluating every N steps already did at
+        # this step), log the batches since the last log line when training ends here, and checkpoint.
         state.train_seconds = time.perf_counter() - started
         if not cfg.eval_every_steps or state.global_step % cfg.eval_every_steps:
             evaluate_and_keep()
             model.train()
+        ending = (state.epoch + 1 == epochs or state.global_step >= total_steps
+                  or state.stopped_early_at_step is not None)
+        if ending and state.loss_batches:
+            log_training()
         state.epoch += 1
         state.batches_in_epoch = 0
         checkpoint()

@@ -42,6 +42,10 @@ def test_end_to_end_run_folder(tiny_recipe, tmp_path):
     assert metrics["trainable_parameters"] > 0 and metrics["steps"] == 12
     lines = (run / "predictions-test.jsonl").read_text().splitlines()
     assert len(lines) == 30 and len(json.loads(lines[0])["unit_weights"]) >= 1
+    rows = [json.loads(line) for line in lines]
+    assert [r["id"] for r in rows] == list(range(30)), "the data has no id column: the row index"
+    assert all(r["label_name"] == ["neg", "pos"][r["label"]] and r["predicted_label"] == ["neg", "pos"][r["predicted"]]
+               for r in rows)
     # The kept model answers predict() and evaluate() gives the same test accuracy.
     model = longbert.LongDocumentClassifier.from_pretrained(run)
     assert model.predict(["What a film."])[0]["label"] in ("neg", "pos")
@@ -90,8 +94,14 @@ def deterministic():
     torch.use_deterministic_algorithms(False)
 
 
-# Dropout on (so the random state matters), accumulation over 2 batches, 3 optimiser steps per epoch.
-RESUMABLE = ["backbone.hidden_dropout=0.1", "train.gradient_accumulation=2", "train.epochs=2"]
+# Dropout on (so the random state matters), accumulation over 2 batches, 3 optimiser steps per epoch, a training
+# log line every 2 steps (the stop at step 4 falls right after one; the resumed run logs the rest).
+RESUMABLE = ["backbone.hidden_dropout=0.1", "train.gradient_accumulation=2", "train.epochs=2",
+             "train.log_every_steps=2"]
+
+
+def training_losses(run: Path) -> list:
+    return [(e["step"], e["loss"], e["learning_rate"]) for e in json.loads((run / "metrics.json").read_text())["train_log"]]
 
 
 @pytest.mark.parametrize("strategy", strategy_names())
@@ -107,6 +117,8 @@ def test_resume_continues_exactly_where_it_stopped(tiny_recipe, tmp_path, strate
     assert not (tmp_path / "b" / "metrics.json").exists()
     longbert.train(stopped, resume=True)
     assert_same_run(tmp_path / "a", tmp_path / "b")
+    assert training_losses(tmp_path / "a") == training_losses(tmp_path / "b")
+    assert [step for step, _, _ in training_losses(tmp_path / "b")] == [2, 4, 6]
 
 
 def test_frozen_mode_resumes_exactly(tiny_recipe, tmp_path, deterministic):
@@ -263,3 +275,99 @@ def test_a_run_that_stopped_before_its_first_checkpoint_starts_again(tiny_recipe
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "recipe.yaml").write_text("left by a run that crashed while loading")
     assert longbert.train(recipe).metrics["steps"] == 1
+
+
+def test_the_training_loss_is_printed_and_recorded(tiny_recipe, capsys):
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.log_every_steps=5"]))
+    log = result.metrics["train_log"]
+    assert [e["step"] for e in log] == [5, 10, 12], "every 5 steps, and the steps left at the end"
+    assert json.loads((result.run_dir / "metrics.json").read_text())["train_log"] == log
+    for entry in log:
+        assert entry["loss"] > 0 and entry["tokens_per_second"] > 0
+    rates = [e["learning_rate"] for e in log]
+    assert rates == sorted(rates, reverse=True) and rates[-1] == 0, "linear decay to 0 after the warmup"
+    assert log[0]["epoch"] == 1 and log[-1]["epoch"] == 2
+    printed = capsys.readouterr().out
+    for entry in log:
+        assert f"step {entry['step']}: train loss {entry['loss']:.4f}, learning rate {entry['learning_rate']:.2e}, " \
+               f"{entry['tokens_per_second']:.0f} tokens/s\n" in printed
+    assert result.metrics["stopped_early_at_step"] is None
+
+
+def test_a_tracker_that_is_not_installed_is_refused_before_training(tiny_recipe, monkeypatch):
+    monkeypatch.setattr("accelerate.utils.is_wandb_available", lambda: False)
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.report_to=wandb"])
+    with pytest.raises(LongbertError, match="train.report_to=wandb: the wandb package is not installed"):
+        longbert.train(recipe)
+    assert not Path(recipe.output_dir).exists()
+
+
+def test_tensorboard_receives_the_training_log(tiny_recipe):
+    pytest.importorskip("tensorboard")
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.report_to=tensorboard",
+                                                                      "train.log_every_steps=2", "train.max_steps=4"]))
+    assert list((result.run_dir / "logs").rglob("events.out.tfevents.*")), "tensorboard's event files"
+
+
+def test_early_stopping(tiny_recipe, capsys):
+    # Validation after every step with a learning rate high enough to overshoot: the validation loss stops improving.
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.eval_every_steps=1", "train.learning_rate=0.05",
+                                                      "train.best_metric=loss", "train.warmup_ratio=0",
+                                                      "train.early_stopping_patience=2"])
+    result = longbert.train(recipe)
+    history, stopped = result.metrics["validation_history"], result.metrics["stopped_early_at_step"]
+    assert stopped is not None and stopped < 12 and result.metrics["steps"] == stopped == history[-1]["step"]
+    best = min(range(len(history)), key=lambda i: history[i]["loss"])
+    assert len(history) - 1 - best == 2, "stopped at the second validation in a row without a lower loss"
+    assert history[best]["step"] == result.metrics["best_step"]
+    assert f"step {stopped}: stopping early, 2 validations without a better loss" in capsys.readouterr().out
+    assert json.loads((result.run_dir / "metrics.json").read_text())["stopped_early_at_step"] == stopped
+
+
+@pytest.fixture
+def multi_label_slice(imdb_slice, tmp_path) -> Path:
+    """The IMDb slice with multi-label targets: its sentiment, and `long` for reviews over 700 characters."""
+    folder = tmp_path / "multi"
+    folder.mkdir()
+    for split in ("train", "test"):
+        rows = [json.loads(line) for line in (imdb_slice / f"{split}.jsonl").read_text().splitlines()]
+        with open(folder / f"{split}.jsonl", "w") as out:
+            for row in rows:
+                labels = [row["label"]] + (["long"] if len(row["text"]) > 700 else [])
+                out.write(json.dumps({"text": row["text"], "label": labels}) + "\n")
+    return folder
+
+
+def test_multi_label_run_tunes_and_saves_its_thresholds(tiny_recipe, multi_label_slice):
+    overrides = [o for o in tiny_recipe if not o.startswith(("data.path", "data.label_names"))]
+    recipe = longbert.load_recipe(None, overrides + [
+        f"data.path={multi_label_slice}", "data.label_names=[neg, pos, long]", "model.problem_type=multi_label",
+        "model.multi_label_threshold=tune_per_label", "model.class_weights=balanced", "train.best_metric=micro_f1",
+        "train.max_steps=4"])
+    result = longbert.train(recipe)
+    test, thresholds = result.metrics["test"], result.metrics["thresholds"]
+    assert {"exact_match", "micro_f1", "macro_f1", "hamming_loss"} <= set(test) and "accuracy" not in test
+    assert all("accuracy" not in h and "exact_match" in h for h in result.metrics["validation_history"])
+    assert len(thresholds) == 3 and test["thresholds"] == thresholds and all(0 < t < 1 for t in thresholds)
+    saved = json.loads((result.run_dir / "best" / "longbert_config.json").read_text())
+    assert saved["thresholds"] == thresholds
+    page = (result.run_dir / "metrics.md").read_text()
+    assert "exact match" in page and "Hamming loss" in page and "- accuracy" not in page
+    # predict() and the prediction file decide at the saved thresholds.
+    model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+    [answer] = model.predict(["A long, long review of a film."])
+    assert answer["labels"] == [n for n, t in zip(model.label_names, thresholds) if answer["probabilities"][n] >= t]
+    for line in (result.run_dir / "predictions-test.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert row["predicted_label"] == [n for n, p, t in zip(["neg", "pos", "long"], row["probabilities"], thresholds)
+                                          if p >= t]
+    assert longbert.evaluate(result.run_dir, "test")["exact_match"] == test["exact_match"]
+
+
+def test_a_fixed_multi_label_threshold_is_used_and_saved(tiny_recipe, multi_label_slice):
+    overrides = [o for o in tiny_recipe if not o.startswith(("data.path", "data.label_names"))]
+    recipe = longbert.load_recipe(None, overrides + [
+        f"data.path={multi_label_slice}", "data.label_names=[neg, pos, long]", "model.problem_type=multi_label",
+        "model.multi_label_threshold=0.3", "train.max_steps=1"])
+    result = longbert.train(recipe)
+    assert result.metrics["thresholds"] == result.metrics["test"]["thresholds"] == [0.3] * 3

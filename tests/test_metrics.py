@@ -1,0 +1,141 @@
+"""Metrics without training: multi-label thresholds tuned on synthetic probabilities, the multi-label metrics and
+their names, class weights in the loss checked by hand, and what a prediction row holds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from longbert.evaluation import compute_metrics, metrics_markdown, tune_thresholds, write_predictions
+from longbert.training import class_weights_for
+
+from helpers import build_model
+
+
+def f1(truth, predicted):
+    tp = int((truth & predicted).sum())
+    return 2 * tp / (truth.sum() + predicted.sum()) if truth.sum() + predicted.sum() else 0.0
+
+
+def test_tuning_picks_the_threshold_that_maximises_validation_f1():
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 2, (200, 3))
+    # Label 0 is separable at 0.3, label 1 at 0.7; label 2 is noise.
+    probabilities = np.stack([np.where(truth[:, 0], rng.uniform(0.3, 0.6, 200), rng.uniform(0.0, 0.29, 200)),
+                              np.where(truth[:, 1], rng.uniform(0.71, 1.0, 200), rng.uniform(0.4, 0.7, 200)),
+                              rng.uniform(0, 1, 200)], axis=1)
+    per_label = tune_thresholds(truth, probabilities, per_label=True)
+    grid = np.linspace(0.001, 0.999, 999)
+    for c, threshold in enumerate(per_label):
+        tuned = f1(truth[:, c], probabilities[:, c] >= threshold)
+        assert tuned >= max(f1(truth[:, c], probabilities[:, c] >= t) for t in grid) - 1e-12, c
+    assert f1(truth[:, 0], probabilities[:, 0] >= per_label[0]) == 1.0 and 0.29 < per_label[0] <= 0.3
+    assert f1(truth[:, 1], probabilities[:, 1] >= per_label[1]) == 1.0 and 0.7 < per_label[1] <= 0.71
+    # One global threshold maximises micro-F1 over every label.
+    (shared,) = set(tune_thresholds(truth, probabilities, per_label=False))
+    micro = lambda t: f1(truth.ravel(), probabilities.ravel() >= t)
+    assert micro(shared) >= max(micro(t) for t in grid) - 1e-12
+    assert micro(shared) > micro(0.5)
+
+
+def test_a_label_without_positives_keeps_the_default_threshold():
+    truth = np.array([[1, 0], [0, 0], [1, 0]])
+    probabilities = np.array([[0.9, 0.2], [0.1, 0.7], [0.8, 0.1]])
+    assert tune_thresholds(truth, probabilities, per_label=True)[1] == 0.5
+
+
+def test_multi_label_metrics_are_named_for_what_they_measure():
+    truth = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    probabilities = np.array([[0.9, 0.2, 0.4], [0.1, 0.6, 0.1], [0.7, 0.8, 0.3], [0.2, 0.1, 0.45]])
+    names = ["a", "b", "c"]
+    at_half = compute_metrics(truth, probabilities, [10] * 4, names, multi_label=True)
+    assert "accuracy" not in at_half
+    assert at_half["exact_match"] == 0.5  # rows 2 and 3; rows 1 and 4 miss label c
+    assert at_half["hamming_loss"] == pytest.approx(2 / 12)
+    assert at_half["micro_f1"] == pytest.approx(2 * 4 / (6 + 4))  # 4 true positives, 6 labels, 4 predicted
+    assert at_half["macro_f1"] == pytest.approx(np.mean([1.0, 1.0, 0.0]))
+    assert at_half["by_length"]["<=512"]["exact_match"] == 0.5
+    tuned = compute_metrics(truth, probabilities, [10] * 4, names, multi_label=True, thresholds=[0.5, 0.5, 0.35])
+    assert tuned["exact_match"] == 1.0 and tuned["hamming_loss"] == 0.0 and tuned["thresholds"] == [0.5, 0.5, 0.35]
+    page = metrics_markdown(tuned, names, "t")
+    assert "exact match (every label right): 1.0000" in page and "Hamming loss: 0.0000" in page
+    assert "accuracy" not in page.lower().replace("exact match", "")
+    assert "a 0.5000, b 0.5000, c 0.3500" in page
+
+
+def test_single_label_metrics_keep_accuracy():
+    metrics = compute_metrics(np.array([0, 1]), np.array([[0.8, 0.2], [0.6, 0.4]]), [10, 10], ["x", "y"], False)
+    assert metrics["accuracy"] == 0.5 and "exact_match" not in metrics and "micro_f1" not in metrics
+
+
+def test_class_weights_enter_the_loss_as_computed_by_hand(tiny_backbone_dir):
+    logits = torch.tensor([[2.0, -1.0], [0.5, 0.3], [-1.0, 1.5]])
+    labels = torch.tensor([0, 1, 1])
+    model = build_model(tiny_backbone_dir, "truncate")
+    weights = torch.tensor([1.0, 3.0])
+    log_p = logits.log_softmax(-1)[torch.arange(3), labels]
+    by_hand = -(weights[labels] * log_p).sum() / weights[labels].sum()
+    assert model.loss(logits, labels, weights).item() == pytest.approx(by_hand.item(), rel=1e-6)
+    assert model.loss(logits, labels).item() == pytest.approx(-log_p.mean().item(), rel=1e-6)
+    assert model.loss(logits, labels, weights).item() != pytest.approx(model.loss(logits, labels).item())
+
+    multi = build_model(tiny_backbone_dir, "truncate", ["model.problem_type=multi_label"])
+    hot = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    p = logits.sigmoid()
+    by_hand = -(weights * hot * p.log() + (1 - hot) * (1 - p).log()).mean()  # pos_weight scales the positives
+    assert multi.loss(logits, hot, weights).item() == pytest.approx(by_hand.item(), rel=1e-6)
+
+
+def test_balanced_class_weights():
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = [0, 0, 0, 1, 2, 2]
+    ours = class_weights_for("balanced", labels, ["a", "b", "c"], multi_label=False)
+    sklearn = compute_class_weight("balanced", classes=np.arange(3), y=np.array(labels))
+    assert ours.tolist() == pytest.approx(sklearn.tolist())
+    hot = [[1, 0], [1, 1], [0, 0], [1, 0]]  # label a: 3 positives, 1 negative; label b: 1 positive, 3 negatives
+    assert class_weights_for("balanced", hot, ["a", "b"], multi_label=True).tolist() == pytest.approx([1 / 3, 3.0])
+    assert class_weights_for([1, 2.5], labels, ["a", "b"], False).tolist() == [1.0, 2.5]
+    assert class_weights_for(None, labels, ["a", "b", "c"], False) is None
+    from longbert.errors import LongbertError
+
+    with pytest.raises(LongbertError, match=r"model.class_weights has 2 weights but the data has 3 classes \(a, b, c\)"):
+        class_weights_for([1, 2], labels, ["a", "b", "c"], False)
+
+
+def test_recipe_fields_are_validated_with_their_paths():
+    from longbert.config import load_recipe
+    from longbert.errors import LongbertError
+
+    with pytest.raises(LongbertError) as error:
+        load_recipe(None, ["model.class_weights=heavy", "model.multi_label_threshold=1.5", "train.report_to=comet",
+                           "train.log_every_steps=0", "train.early_stopping_patience=0", "train.best_metric=exact_match"])
+    message = str(error.value)
+    for part in ("model.class_weights must be", "model.multi_label_threshold must be", "train.report_to must be one of",
+                 "train.log_every_steps must be >= 1", "train.early_stopping_patience must be >= 1",
+                 "train.best_metric exact_match is not measured for model.problem_type single_label"):
+        assert part in message, part
+    recipe = load_recipe(None, ["model.problem_type=multi_label", "model.class_weights=[1, 2]",
+                                "model.multi_label_threshold=tune_per_label", "train.best_metric=micro_f1"])
+    assert recipe.model.class_weights == [1, 2]
+
+
+def test_prediction_rows_carry_ids_and_label_names(tmp_path):
+    from datasets import Dataset
+
+    raw = {"probabilities": np.array([[0.2, 0.8], [0.9, 0.1]]), "labels": np.array([1, 1]), "unit_weights": []}
+    with_ids = Dataset.from_dict({"id": ["doc-7", "doc-9"], "n_tokens": [10, 20]})
+    write_predictions(tmp_path / "p.jsonl", with_ids, raw, ["neg", "pos"], multi_label=False)
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["doc-7", "doc-9"]
+    assert [(r["label_name"], r["predicted_label"]) for r in rows] == [("pos", "pos"), ("pos", "neg")]
+
+    multi = {"probabilities": np.array([[0.6, 0.4], [0.2, 0.3]]), "labels": np.array([[1, 1], [0, 0]]), "unit_weights": []}
+    write_predictions(tmp_path / "m.jsonl", Dataset.from_dict({"n_tokens": [10, 20]}), multi, ["a", "b"], True, [0.5, 0.35])
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [0, 1], "no id column: the row index"
+    assert rows[0]["predicted_label"] == ["a", "b"] and rows[0]["label_name"] == ["a", "b"]
+    assert rows[1]["predicted_label"] == [] and rows[1]["predicted"] == [0, 0]
