@@ -7,6 +7,10 @@ Every load passes `trust_remote_code=False`: a folder or hub repository whose co
 (`auto_map`) is loaded as the built-in architecture it declares, or refused; transformers never asks on stdin
 whether to run that code, and it is never run. A bad backbone (unknown id while offline, damaged weights, a
 folder without a tokenizer) is one LongbertError line naming it.
+
+Per architecture: attention runs through sdpa where the model class supports it, eager otherwise (DeBERTa-v2/v3);
+LoRA's default targets are the attention query/value projections under the architecture's own names
+(`default_lora_targets`). Which strategy fits which architecture is each strategy's own check, in `adapt_backbone`.
 """
 
 from __future__ import annotations
