@@ -7,6 +7,10 @@ Every load passes `trust_remote_code=False`: a folder or hub repository whose co
 (`auto_map`) is loaded as the built-in architecture it declares, or refused; transformers never asks on stdin
 whether to run that code, and it is never run. A bad backbone (unknown id while offline, damaged weights, a
 folder without a tokenizer) is one LongbertError line naming it.
+
+Per architecture: attention runs through sdpa where the model class supports it, eager otherwise (DeBERTa-v2/v3);
+LoRA's default targets are the attention query/value projections under the architecture's own names
+(`default_lora_targets`). Which strategy fits which architecture is each strategy's own check, in `adapt_backbone`.
 """
 
 from __future__ import annotations
@@ -55,9 +59,52 @@ def load_encoder(name: str, attention_dropout: float | None = None, hidden_dropo
             config.attention_probs_dropout_prob = attention_dropout
         if hidden_dropout is not None:
             config.hidden_dropout_prob = hidden_dropout
-        kwargs = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "xlm-roberta") else {}
-        return AutoModel.from_pretrained(reference, config=config, trust_remote_code=False, attn_implementation="sdpa",
-                                         **kwargs)
+        model_class = encoder_class(config)
+        kwargs = {"add_pooling_layer": False} if _takes_argument(model_class, "add_pooling_layer") else {}
+        return AutoModel.from_pretrained(reference, config=config, trust_remote_code=False,
+                                         attn_implementation=attention_implementation(model_class), **kwargs)
+
+
+def encoder_class(config):
+    """The transformers model class AutoModel builds for `config` (a built-in architecture)."""
+    from transformers import AutoModel
+
+    try:
+        return AutoModel._model_mapping[type(config)]
+    except KeyError:
+        raise ValueError(f"transformers has no encoder for model type {config.model_type!r}") from None
+
+
+def attention_implementation(model_class) -> str:
+    """sdpa where the class supports it (BERT, RoBERTa, ModernBERT, ...), eager otherwise (DeBERTa-v2/v3). A strategy
+    that runs attention through its own function (bigbird, recurrence) switches to it later, where it can."""
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def _takes_argument(model_class, name: str) -> bool:
+    import inspect
+
+    return name in inspect.signature(model_class.__init__).parameters
+
+
+# The attention query and value projections, under each architecture's names: LoRA's default targets (Hu et al.
+# 2021 adapt W_q and W_v). peft's own table covers most encoders; these are the ones it lacks.
+LORA_TARGETS = {
+    "distilbert": ["q_lin", "v_lin"],
+    "albert": ["query", "value"],
+    "modernbert": ["Wqkv"],  # one fused query/key/value projection
+}
+
+
+def default_lora_targets(config) -> list[str]:
+    """LoRA's default target modules for a backbone config: its attention query/value projections."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+
+    targets = LORA_TARGETS.get(config.model_type) or PEFT_TARGETS.get(config.model_type)
+    if not targets:
+        raise LongbertError(f"model.lora.target_modules: longbert does not know the attention projections of model "
+                            f"type {config.model_type!r}; name them, e.g. model.lora.target_modules=[query,value]")
+    return list(targets)
 
 
 def load_tokenizer(name: str | Path):

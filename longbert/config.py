@@ -98,7 +98,7 @@ class LoraConfig:
     r: int = option(8, "LoRA rank")
     alpha: int = option(16, "LoRA scaling alpha")
     dropout: float = option(0.0, "dropout on the LoRA branch")
-    target_modules: list[str] = option(["query", "value"], "names of the backbone's linear layers that get adapters")
+    target_modules: list[str] | None = option(None, "names of the backbone's linear layers that get adapters; null: the attention query/value projections under the backbone's own names")
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -106,7 +106,7 @@ class LoraConfig:
             out.append(f"{path}.r must be >= 1, got {self.r}")
         if not 0 <= self.dropout < 1:
             out.append(f"{path}.dropout must be in [0, 1), got {self.dropout}")
-        if not self.target_modules:
+        if self.target_modules is not None and not self.target_modules:
             out.append(f"{path}.target_modules must name at least one module")
         return out
 

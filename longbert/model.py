@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from longbert.atomic import atomic_folder
-from longbert.backbone import clear_load_errors, load_backbone, load_encoder, load_tokenizer, prepare_tokenizer
+from longbert.backbone import (clear_load_errors, default_lora_targets, load_backbone, load_encoder, load_tokenizer,
+                               prepare_tokenizer)
 from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
 from longbert.errors import LongbertError
 from longbert.fields import one_of, option
@@ -353,10 +354,11 @@ def _wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None):
     if adapter_dir is not None:
         with clear_load_errors(str(adapter_dir), str(adapter_dir), kind="LoRA adapter"):
             return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=True)
+    targets = default_lora_targets(backbone.config) if lora.target_modules is None else list(lora.target_modules)
     names = {name.rsplit(".", 1)[-1] for name, _ in backbone.named_modules()}
-    missing = [t for t in lora.target_modules if t not in names]
+    missing = [t for t in targets if t not in names]
     if missing:
-        raise LongbertError(f"model.lora.target_modules: the backbone has no module named {missing[0]!r}")
-    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                            target_modules=list(lora.target_modules))
+        raise LongbertError(f"model.lora.target_modules: the backbone has no module named {missing[0]!r} "
+                            f"({type(backbone).__name__}; null picks its attention query/value projections)")
+    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
     return get_peft_model(backbone, config)

@@ -65,12 +65,15 @@ def with_fallback(argument: str, attend: Callable) -> Callable:
     return attention
 
 
-def install_attention(backbone: nn.Module, strategy: str, name: str, argument: str, attend: Callable) -> nn.Module:
+def install_attention(backbone: nn.Module, strategy: str, name: str, argument: str, attend: Callable,
+                      per_layer: bool = False) -> nn.Module:
     """Route the self-attention of `backbone` (a transformers encoder, or a peft wrapper around one) through
     `attend`, registered as attn_implementation `name`; see `with_fallback` for `argument` and `attend`.
+    `per_layer`: `attend` keeps state per layer, so every layer's attention must know its index (`layer_idx`).
     Idempotent. Returns the transformers model whose attention was switched. Raises a LongbertError naming
-    `strategy` when the backbone is a decoder, does not route attention through the AttentionInterface, or does not
-    take the switch."""
+    `strategy` when the backbone is a decoder, does not route attention through the AttentionInterface, has
+    sliding-window (local) attention layers (the installed function attends globally), lacks layer indices that
+    `per_layer` needs, or does not take the switch."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
@@ -81,6 +84,12 @@ def install_attention(backbone: nn.Module, strategy: str, name: str, argument: s
     if not getattr(model, "_supports_attention_backend", False):
         raise LongbertError(f"strategy {strategy} needs a backbone whose attention goes through transformers' "
                             f"AttentionInterface; {kind} does not")
+    if "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
+        raise LongbertError(f"strategy {strategy} replaces every layer's attention with a global one; {kind} has "
+                            f"sliding-window (local) attention layers, which would become global")
+    if per_layer and not has_layer_indices(model):
+        raise LongbertError(f"strategy {strategy} keeps state per layer, so it needs attention modules that know "
+                            f"their layer index (layer_idx, one per layer); {kind}'s do not")
     AttentionInterface.register(name, with_fallback(argument, attend))
     AttentionMaskInterface.register(name, key_padding_mask)
     if model.config._attn_implementation != name:
@@ -89,3 +98,10 @@ def install_attention(backbone: nn.Module, strategy: str, name: str, argument: s
         raise LongbertError(f"strategy {strategy} could not switch the attention of {kind} to {name!r} "
                             f"(it stayed {model.config._attn_implementation!r})")
     return model
+
+
+def has_layer_indices(model: nn.Module) -> bool:
+    """Whether the modules of `model` carry layer indices (`layer_idx`) 0 .. num_hidden_layers - 1, one per layer:
+    not where layers share their weights (ALBERT) or do not number their attention (DistilBERT)."""
+    indices = {getattr(m, "layer_idx", None) for m in model.modules()} - {None}
+    return indices == set(range(model.config.num_hidden_layers))

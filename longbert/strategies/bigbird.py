@@ -189,18 +189,25 @@ def block_sparse_attention(
 # Positions past 512
 
 
+def position_table(backbone: nn.Module) -> nn.Embedding:
+    """The backbone's learned absolute position table, or a LongbertError: bigbird has nothing to extend in a
+    backbone with relative (DeBERTa) or rotary (ModernBERT) positions."""
+    table = getattr(getattr(backbone, "embeddings", None), "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        raise LongbertError(
+            f"strategy bigbird extends a learned absolute position table (embeddings.position_embeddings) past "
+            f"{backbone.config.max_position_embeddings} positions; {type(backbone).__name__} has none"
+        )
+    return table
+
+
 def extend_positions(backbone: nn.Module, tokens: int) -> None:
     """Give the backbone learned positions for `tokens` tokens by copying its learned table: new position p gets
     the vector of position p mod n (n = the learned positions), as Longformer did for RoBERTa. Deterministic, and
     idempotent: a backbone that already has enough positions is left as it is. Updates
     `config.max_position_embeddings`, so `save_pretrained` records the new size and saves the whole table."""
-    embeddings = getattr(backbone, "embeddings", None)
-    table = getattr(embeddings, "position_embeddings", None)
-    if not isinstance(table, nn.Embedding):
-        raise LongbertError(
-            f"strategy bigbird extends learned absolute positions (embeddings.position_embeddings); "
-            f"{type(backbone).__name__} has none"
-        )
+    embeddings = backbone.embeddings
+    table = position_table(backbone)
     # RoBERTa-style tables start at padding_idx + 1: rows before that are kept and never copied.
     offset = table.padding_idx + 1 if table.padding_idx is not None else 0
     needed = tokens + offset
@@ -238,7 +245,8 @@ class BigBirdStrategy(nn.Module):
         self.generator = torch.Generator().manual_seed(config.random_seed)
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
-        # Install first: a backbone that cannot take block-sparse attention is refused before anything changes.
+        # Check first: a backbone that cannot take block-sparse attention is refused before anything changes.
+        position_table(base_model(backbone))
         install_attention(backbone, "bigbird", ATTENTION_NAME, PLAN_ARGUMENT, block_sparse_attention)
         extend_positions(base_model(backbone), self.config.max_tokens)
 

@@ -151,7 +151,7 @@ class StepState:
         return scores[:, :, None, :]  # (E, A, 1, M + L)
 
     def attend(self, module: nn.Module, query, key, value, dropout: float, scaling: float | None) -> torch.Tensor:
-        layer = module.layer_idx
+        layer = getattr(module, "layer_idx", None)
         if layer is None:
             raise LongbertError("strategy recurrence needs attention modules that know their layer (layer_idx)")
         if self.memory is not None:
@@ -218,7 +218,7 @@ class RecurrenceStrategy(nn.Module):
         check_fits(backbone, self.config.segment, "strategy.segment")
         if self.config.memory == 0:
             return
-        install_attention(backbone, "recurrence", ATTENTION_NAME, STATE_ARGUMENT, recurrence_attention)
+        install_attention(backbone, "recurrence", ATTENTION_NAME, STATE_ARGUMENT, recurrence_attention, per_layer=True)
         if self.config.memory_bias:
             settings = base_model(backbone).config
             shape = (settings.num_hidden_layers, settings.num_attention_heads, self.config.memory_segments)

@@ -19,12 +19,15 @@ The document vector comes by default from the last segment, which has read the w
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from longbert.errors import LongbertError
 from longbert.fields import option
+from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import build_pooler, pool_tokens
 from longbert.strategies.segments import read_segments, segment_problems, segment_spans
@@ -68,6 +71,20 @@ class RmtConfig:
         return out
 
 
+def check_takes_memory_tokens(backbone: nn.Module) -> None:
+    """The memory goes in as input embeddings and comes back as output states: the backbone must take
+    `inputs_embeds`, and its input embeddings must have the size of its hidden states (not so in ALBERT, nor in
+    ELECTRA-small, whose smaller embeddings are projected up)."""
+    model = base_model(backbone)
+    kind = type(model).__name__
+    if "inputs_embeds" not in inspect.signature(model.forward).parameters:
+        raise LongbertError(f"strategy rmt prepends memory tokens as input embeddings; {kind} takes no inputs_embeds")
+    embedding_size, hidden_size = model.get_input_embeddings().embedding_dim, model.config.hidden_size
+    if embedding_size != hidden_size:
+        raise LongbertError(f"strategy rmt feeds the memory tokens' output states (size {hidden_size}) back in as "
+                            f"input embeddings, but {kind}'s input embeddings have size {embedding_size}")
+
+
 @register("rmt", RmtConfig, "segments read in order, passing a few learned memory tokens from each segment to the next (RMT)")
 class RmtStrategy(nn.Module):
     def __init__(self, config: RmtConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
@@ -79,6 +96,8 @@ class RmtStrategy(nn.Module):
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
         check_fits(backbone, self.config.segment + self.config.memory_tokens, "strategy.segment + strategy.memory_tokens")
+        if self.config.memory_tokens:
+            check_takes_memory_tokens(backbone)
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         cfg = self.config

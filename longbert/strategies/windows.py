@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
+from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, SpecialTokens, Units
 from longbert.strategies.pooling import pool_tokens
 
@@ -144,9 +145,20 @@ def encode_split(
 
 def check_fits(backbone: nn.Module, tokens: int, what: str) -> None:
     """Fail clearly when `tokens` content tokens plus [CLS]/[SEP] exceed the backbone's positions."""
-    positions = backbone.config.max_position_embeddings
+    positions = usable_positions(backbone)
     if tokens + 2 > positions:
         raise LongbertError(
             f"{what} must leave room for [CLS] and [SEP] in the backbone's {positions} positions "
             f"(at most {positions - 2}), got {tokens}"
         )
+
+
+def usable_positions(backbone: nn.Module) -> int:
+    """How many tokens one pass of the backbone can position: `max_position_embeddings`, less the rows a
+    RoBERTa-style table keeps before its first position (padding_idx + 1: 514 rows hold 512 positions)."""
+    model = base_model(backbone)
+    positions = model.config.max_position_embeddings
+    table = getattr(getattr(model, "embeddings", None), "position_embeddings", None)
+    if isinstance(table, nn.Embedding) and table.padding_idx is not None:
+        positions -= table.padding_idx + 1
+    return positions
