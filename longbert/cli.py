@@ -63,6 +63,7 @@ def train(
 ):
     """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
     from longbert.config import load_recipe
+    from longbert.evaluation import headline
     from longbert.training import train as run_training
 
     def action():
@@ -73,7 +74,7 @@ def train(
         test = result.metrics.get("test")
         summary = f"run folder: {result.run_dir}"
         if test:
-            summary += f"\ntest accuracy {test['accuracy']:.4f}, macro-F1 {test['macro_f1']:.4f} ({test['documents']} documents)"
+            summary += f"\ntest {headline(test)}"
         typer.echo(summary)
 
     _run(action)
@@ -89,11 +90,11 @@ def evaluate(
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
     from longbert.evaluation import evaluate as run_evaluation
+    from longbert.evaluation import headline
 
     def action():
         metrics = run_evaluation(run_dir, split, batch_size, set_)
-        typer.echo(f"{split}: accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
-                   f"({metrics['documents']} documents); details in {run_dir}/metrics-{split}.md")
+        typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{split}.md")
 
     _run(action)
 

@@ -280,6 +280,15 @@ def confusion_matrix_png(matrix: list[list[int]], label_names: list[str], title:
     return buffer.getvalue()
 
 
+def headline(metrics: dict) -> str:
+    """One line of a split's main numbers: accuracy and macro-F1, or for multi-label exact match, micro- and
+    macro-F1."""
+    if "exact_match" in metrics:
+        return (f"exact match {metrics['exact_match']:.4f}, micro-F1 {metrics['micro_f1']:.4f}, "
+                f"macro-F1 {metrics['macro_f1']:.4f} ({metrics['documents']} documents)")
+    return f"accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} ({metrics['documents']} documents)"
+
+
 def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_path: str | Path | None = None) -> str:
     """A short human-readable page for one split's metrics. With more than MANY_CLASSES classes (single-label) the
     page shows the top confusions instead of the whole matrix; given `plot_path`, the whole matrix is written

@@ -20,7 +20,8 @@ RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
 BEST = "best"
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
-RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl")
+RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
+               "logs")  # logs/: what a tracker (train.report_to) writes
 
 
 @contextmanager

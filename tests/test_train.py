@@ -371,3 +371,32 @@ def test_a_fixed_multi_label_threshold_is_used_and_saved(tiny_recipe, multi_labe
         "model.multi_label_threshold=0.3", "train.max_steps=1"])
     result = longbert.train(recipe)
     assert result.metrics["thresholds"] == result.metrics["test"]["thresholds"] == [0.3] * 3
+
+
+def test_multi_label_runs_through_the_cli_and_compare(tiny_recipe, multi_label_slice, tmp_path):
+    from typer.testing import CliRunner
+
+    from longbert.cli import app
+
+    overrides = [o for o in tiny_recipe if not o.startswith(("data.path", "data.label_names", "output_dir",
+                                                               "strategy."))]
+    overrides += [f"data.path={multi_label_slice}", "data.label_names=[neg, pos, long]",
+                  "model.problem_type=multi_label", "train.max_steps=1", "train.best_metric=micro_f1"]
+    args = ["train"] + [a for o in overrides + ["strategy.name=chunk", "strategy.window=62",
+                                                f"output_dir={tmp_path / 'cli'}"] for a in ("--set", o)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "test exact match" in result.output and "micro-F1" in result.output
+    result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "cli"), "--split", "validation"])
+    assert result.exit_code == 0 and "validation: exact match" in result.output, result.output
+
+    compared = longbert.compare(["truncate", "chunk"], overrides=overrides + ["truncate.max_tokens=62", "truncate.head_tokens=16",
+                                                                            "chunk.window=62"],
+                                name="multi", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
+                                speed_documents=4, long_tokens=128)
+    for name in ("truncate", "chunk"):
+        row = compared["strategies"][name]
+        metrics = json.loads((tmp_path / "runs" / "multi" / name / "metrics.json").read_text())
+        assert row["accuracy"] == metrics["test"]["exact_match"]
+    assert any("exact match" in note for note in compared["notes"])
+    assert "exact match" in (tmp_path / "reports" / "multi" / "report.md").read_text()
