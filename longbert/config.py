@@ -41,6 +41,7 @@ class DataConfig:
     test_split: str | None = option("test", "split reported as the final result; null for none")
     text_column: str = option("text", "column holding the document text")
     label_column: str = option("label", "column holding the label (an int index, a label name, or a list of them for multi-label)")
+    id_column: str | None = option("id", "column of document ids, copied into prediction files when the data has it (else the row index)")
     label_names: list[str] | None = option(None, "class names in index order; null reads them from the data")
     validation_fraction: float = option(0.1, "share of train carved (seeded, stratified) into validation when there is no validation split")
     max_train_documents: int | None = option(None, "seeded random subset of train (after carving validation); null for all")

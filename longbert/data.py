@@ -585,7 +585,11 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     if len(names) < 2:
         raise LongbertError(f"data: need at least 2 classes, found {names}")
 
-    splits = {s: raw[s].select_columns([data.text_column, data.label_column]) for s in wanted}
+    def kept_columns(split: str) -> list[str]:
+        has_ids = data.id_column and data.id_column in raw[split].column_names
+        return [data.text_column, data.label_column] + ([data.id_column] if has_ids else [])
+
+    splits = {s: raw[s].select_columns(kept_columns(s)) for s in wanted}
     labels = {s: _encode_labels(list(splits[s][data.label_column]), names, multi_label, s) for s in wanted}
     _check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
 
@@ -633,14 +637,13 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
                            "training documents (after carving validation and data.max_train_documents)")
         if roles is not None and role not in roles:
             continue  # subsampled all the same, so that the roles asked for draw the same documents
-        texts = list(splits[source].select(rows)[data.text_column])
+        chosen_rows = splits[source].select(rows)
+        texts = list(chosen_rows[data.text_column])
         ids, lengths = tokenize_documents(tokenizer, texts, data.max_document_tokens)
-        out[role] = Dataset.from_dict({
-            "text": texts,
-            "input_ids": ids,
-            "labels": [labels[source][i] for i in rows],
-            "n_tokens": lengths,
-        })
+        columns = {"text": texts, "input_ids": ids, "labels": [labels[source][i] for i in rows], "n_tokens": lengths}
+        if data.id_column in chosen_rows.column_names:  # document ids travel to the prediction files
+            columns["id"] = list(chosen_rows[data.id_column])
+        out[role] = Dataset.from_dict(columns)
         stats[role] = {
             "documents": len(rows),
             "source_split": described[role],

@@ -34,3 +34,17 @@ def test_a_rating_column_beside_a_label_column_with_metadata(tmp_path, tokenizer
     assert sorted(set(by_rating.splits["test"]["labels"])) == [0, 1, 2, 3]
     by_label = load_corpus(DataConfig(path=str(tmp_path), validation_fraction=0.34), tokenizer, seed=0)
     assert by_label.label_names == ["neg", "pos"]
+
+
+def test_document_ids_reach_the_tokenized_splits(tmp_path, tokenizer):
+    rows = [{"text": f"review {i}", "label": i % 2, "id": f"doc-{i}"} for i in range(12)]
+    for split in ("train", "test"):
+        with open(tmp_path / f"{split}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    corpus = load_corpus(DataConfig(path=str(tmp_path), validation_fraction=0.34), tokenizer, seed=0)
+    test = corpus.splits["test"]
+    assert list(test["id"]) == [f"doc-{i}" for i in range(12)]
+    assert all(f"review {doc[4:]}" == text for doc, text in zip(corpus.splits["validation"]["id"],
+                                                                 corpus.splits["validation"]["text"]))
+    no_ids = load_corpus(DataConfig(path=str(tmp_path), id_column=None, validation_fraction=0.34), tokenizer, seed=0)
+    assert "id" not in no_ids.splits["test"].column_names
