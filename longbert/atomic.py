@@ -45,12 +45,17 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
         raise
 
 
-def write_text_atomically(path: str | Path, text: str) -> None:
+def write_bytes_atomically(path: str | Path, data: bytes) -> None:
     """Write a file through a temporary sibling and a rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """Write a text file (UTF-8) through a temporary sibling and a rename."""
+    write_bytes_atomically(path, text.encode("utf-8"))
 
 
 def recover(parent: str | Path) -> list[str]:

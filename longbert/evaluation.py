@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longbert.atomic import write_text_atomically
+from longbert.atomic import write_bytes_atomically, write_text_atomically
 from longbert.data import LENGTH_BUCKETS, length_bucket
 from longbert.errors import LongbertError
 from longbert.hardware import autocast_for, measure
@@ -338,9 +338,7 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
     if plot_path is not None:
         plot_path = Path(plot_path)
         png = confusion_matrix_png(matrix, label_names, f"{title} (rows: true, columns: predicted)")
-        tmp = plot_path.with_name(f".{plot_path.name}.tmp")
-        tmp.write_bytes(png)
-        tmp.replace(plot_path)
+        write_bytes_atomically(plot_path, png)
         lines += ["", f"![confusion matrix, rows: true, columns: predicted]({plot_path.name})"]
     return "\n".join(lines) + "\n"
 
