@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from longbert.config import load_recipe
-from longbert.data import resolve_data_path, tokenize_documents
+from longbert.data import tokenize_documents
+from longbert.sources import resolve_data_path
 from longbert.hardware import describe_machine
 from longbert.model import LongDocumentClassifier
 

@@ -43,7 +43,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "recurrence.json"
 def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
     """The first `tokens` content ids of IMDb test reviews laid end to end (repeated if they run out); returns
     (ids, reviews used)."""
-    from longbert.data import resolve_data_path
+    from longbert.sources import resolve_data_path
 
     folder = resolve_data_path("imdb")
     if folder is None or not (folder / "test.jsonl.gz").is_file():

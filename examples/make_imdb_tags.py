@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from longbert.backbone import load_tokenizer
-from longbert.data import resolve_data_path
+from longbert.sources import resolve_data_path
 
 TAGS = ("positive", "extreme", "long")
 

@@ -102,7 +102,7 @@ def compare(
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     recipes = resolve_recipes(names, base_raw, base_source, overrides, name, runs_dir)
     if data is not None:  # before planning: a run folder's saved recipe names the object, so reuse still works
-        from longbert.data import recipe_for_data_object
+        from longbert.sources import recipe_for_data_object
 
         recipes = {strategy: recipe_for_data_object(r, data) for strategy, r in recipes.items()}
     plan = plan_runs(recipes)

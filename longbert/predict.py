@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from longbert.data import count_cut, text_lines
+from longbert.data import count_cut
+from longbert.sources import text_lines
 from longbert.errors import LongbertError
 
 

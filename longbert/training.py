@@ -68,12 +68,12 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     `stop`: checked once after every optimiser step; once set, training writes a checkpoint and raises
     TrainingInterrupted. Ctrl-C and SIGTERM set it (in the main thread); a second Ctrl-C interrupts at once.
     `data`: documents in memory instead of data.path (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts
-    and labels; see longbert.data.data_object_splits); the recipe's other data settings apply, and the recipe saved
+    and labels; see longbert.sources.data_object_splits); the recipe's other data settings apply, and the recipe saved
     in the run folder says what kind of object it was and its rows per split."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    from longbert.data import recipe_for_data_object
+    from longbert.sources import recipe_for_data_object
 
     if data is not None:
         recipe = recipe_for_data_object(recipe, data)

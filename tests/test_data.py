@@ -7,7 +7,8 @@ import json
 import pytest
 
 from longbert.config import DataConfig
-from longbert.data import collate, length_bucket, load_corpus, resolve_data_path, text_pieces, tokenize_documents
+from longbert.data import collate, length_bucket, load_corpus, text_pieces, tokenize_documents
+from longbert.sources import resolve_data_path
 from longbert.errors import LongbertError
 
 TEXTS = ["a good film " * 5, "a bad film " * 5, "great acting " * 5, "boring plot " * 5] * 5
