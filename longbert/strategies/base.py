@@ -8,9 +8,12 @@ backbone can be run once and cached:
     pool(units)                 -> Pooled   # no backbone: the document vector (and, where it exists, how
                                             # much each unit weighed in it)
 
-Two optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
+Optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
     unit_spans(length)        -> for a document of `length` content tokens, each unit's token ranges
                                  [[(start, end), ...], ...] (what compare's error analysis highlights)
+    windows(ids)              -> a window strategy's cut of one document's content ids (T,): the pieces it reads
+                                 independently, each wrapped as [CLS] piece [SEP], one unit each; its `encode`
+                                 uses it, and so does an exported model (longbert/export.py), which needs it
     checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
 

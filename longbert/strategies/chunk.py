@@ -11,7 +11,7 @@ from torch import nn
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
-from longbert.strategies.windows import check_fits, encode_split, window_spans
+from longbert.strategies.windows import check_fits, encode_document_windows, split_windows, window_spans
 
 
 @dataclass
@@ -40,9 +40,12 @@ class ChunkStrategy(nn.Module):
     def adapt_backbone(self, backbone: nn.Module) -> None:
         check_fits(backbone, self.config.window, "strategy.window")
 
+    def windows(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        return split_windows(ids, self.config.window, self.config.window)
+
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
-        w = self.config.window
-        return encode_split(backbone, documents, w, w, self.special, self.budget, self.config.token_pooling)
+        per_document = [self.windows(ids) for ids in documents]
+        return encode_document_windows(backbone, per_document, self.special, self.budget, self.config.token_pooling)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return window_spans(length, self.config.window, self.config.window)

@@ -45,8 +45,10 @@ class MaxPooler(nn.Module):
     def forward(self, units: Units) -> Pooled:
         filled = units.vectors.masked_fill(~units.mask.unsqueeze(-1), float("-inf"))  # (B, N, H)
         vector, winners = filled.max(1)  # (B, H), (B, H)
-        # Weight of a unit = share of hidden dimensions where it held the maximum.
-        weights = nn.functional.one_hot(winners, units.vectors.shape[1]).to(vector.dtype).mean(1)  # (B, N)
+        # Weight of a unit = share of hidden dimensions where it held the maximum. (A comparison with arange rather
+        # than one_hot, whose class count must be a plain int: an exported graph keeps N dynamic.)
+        positions = torch.arange(units.vectors.shape[1], device=winners.device)  # (N,)
+        weights = (winners.unsqueeze(-1) == positions).to(vector.dtype).mean(1)  # (B, N)
         return Pooled(vector, weights)
 
 

@@ -14,7 +14,7 @@ from torch import nn
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
 from longbert.strategies.pooling import TOKEN_POOLINGS
-from longbert.strategies.windows import check_fits, encode_windows, gather_units
+from longbert.strategies.windows import check_fits, encode_document_windows
 
 MODES = ("head", "tail", "head_tail")
 
@@ -58,10 +58,14 @@ class TruncateStrategy(nn.Module):
     def adapt_backbone(self, backbone: nn.Module) -> None:
         check_fits(backbone, self.config.max_tokens, "strategy.max_tokens")
 
+    def windows(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """One window: the kept tokens."""
+        return [keep(ids, self.config)]
+
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
-        windows = [keep(ids, self.config) for ids in documents]
-        vectors = encode_windows(backbone, windows, self.special, self.budget, self.config.token_pooling)  # (B, H)
-        return gather_units(vectors, [1] * len(documents))  # (B, 1, H)
+        per_document = [self.windows(ids) for ids in documents]
+        return encode_document_windows(backbone, per_document, self.special, self.budget,
+                                       self.config.token_pooling)  # (B, 1, H)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         """One unit: the kept ranges (head and tail)."""

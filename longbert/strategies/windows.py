@@ -2,7 +2,8 @@
 
 Cut documents into windows (truncate, chunk, sliding), and run pieces of content through the backbone in bounded,
 dynamically padded passes: `build_pass` lays out one pass ([CLS] piece [SEP], padded) for every strategy, bigbird
-and the segment strategies included; `encode_windows` plans, runs and pools the passes of many windows."""
+and the segment strategies included; `run_passes` plans and runs the passes of many windows (through the backbone
+in `encode_windows`, through an exported graph in longbert/exported.py)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,32 @@ def build_pass(
     return input_ids, attention_mask
 
 
+def run_passes(
+    windows: list[torch.Tensor],
+    special: SpecialTokens,
+    budget: PassBudget,
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device="cpu",
+    multiple: int = 1,
+) -> torch.Tensor:
+    """Lay content windows out in passes and call `run(input_ids (W, L), attention_mask (W, L)) -> (W, H)` on each;
+    returns (W, H) in the windows' order.
+
+    Windows are sorted by length and packed into passes bounded by `budget`; each pass is padded only to its
+    own longest window (rounded up to a multiple of `multiple`), so a batch of short reviews never pays for 512
+    positions. `run` is the backbone and its token pooling (`encode_windows`), or an exported encoder graph."""
+    lengths = [padded_width(w.shape[0] + 2, multiple) for w in windows]
+    out: torch.Tensor | None = None  # (W, H), filled pass by pass
+    for indices in plan_passes(lengths, budget):
+        input_ids, attention_mask = build_pass([windows[i] for i in indices], special, device, multiple)  # (W, L)
+        vectors = run(input_ids, attention_mask)  # (W, H)
+        if out is None:
+            out = vectors.new_zeros((len(windows), vectors.shape[-1]))
+        # Copy into `out` rather than keep views: a view of hidden[:, 0] would keep the whole pass alive.
+        out[torch.tensor(indices, device=vectors.device)] = vectors
+    return out  # (W, H)
+
+
 def encode_windows(
     backbone: nn.Module,
     windows: list[torch.Tensor],
@@ -92,25 +119,16 @@ def encode_windows(
     multiple: int = 1,
     pass_arguments: Callable[[torch.Tensor], dict] | None = None,
 ) -> torch.Tensor:
-    """Run content windows through the backbone, each wrapped as [CLS] window [SEP]; returns (W, H).
+    """Run content windows through the backbone, each wrapped as [CLS] window [SEP], in the passes `run_passes`
+    lays out; returns (W, H). `pass_arguments(attention_mask (W, L))` gives extra keyword arguments for the
+    backbone, per pass (bigbird's attention plan)."""
 
-    Windows are sorted by length and packed into passes bounded by `budget`; each pass is padded only to its
-    own longest window (rounded up to a multiple of `multiple`), so a batch of short reviews never pays for 512
-    positions. `pass_arguments(attention_mask (W, L))` gives extra keyword arguments for the backbone, per pass
-    (bigbird's attention plan)."""
-    device = next(backbone.parameters()).device
-    lengths = [padded_width(w.shape[0] + 2, multiple) for w in windows]
-    out: torch.Tensor | None = None  # (W, H), filled pass by pass
-    for indices in plan_passes(lengths, budget):
-        input_ids, attention_mask = build_pass([windows[i] for i in indices], special, device, multiple)  # (W, L)
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         extra = pass_arguments(attention_mask) if pass_arguments else {}
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state  # (W, L, H)
-        vectors = pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
-        if out is None:
-            out = vectors.new_zeros((len(windows), vectors.shape[-1]))
-        # Copy into `out` rather than keep views: a view of hidden[:, 0] would keep the whole pass alive.
-        out[torch.tensor(indices, device=device)] = vectors
-    return out  # (W, H)
+        return pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
+
+    return run_passes(windows, special, budget, run, next(backbone.parameters()).device, multiple)
 
 
 def gather_units(vectors: torch.Tensor, counts: list[int]) -> Units:
@@ -127,17 +145,15 @@ def gather_units(vectors: torch.Tensor, counts: list[int]) -> Units:
     return Units(padded, mask)
 
 
-def encode_split(
+def encode_document_windows(
     backbone: nn.Module,
-    documents: list[torch.Tensor],
-    window: int,
-    stride: int,
+    per_document: list[list[torch.Tensor]],
     special: SpecialTokens,
     budget: PassBudget,
     token_pooling: str,
 ) -> Units:
-    """Cut every document into windows, run all windows of the batch together, regroup per document."""
-    per_document = [split_windows(ids, window, stride) for ids in documents]
+    """Each document's content windows (what a strategy's `windows` hook cut) -> Units (B, N, H): all windows of
+    the batch go through the backbone together, then are regrouped per document."""
     flat = [w for windows in per_document for w in windows]
     vectors = encode_windows(backbone, flat, special, budget, token_pooling)  # (W, H)
     return gather_units(vectors, [len(windows) for windows in per_document])  # (B, N, H)
