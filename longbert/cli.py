@@ -118,6 +118,35 @@ def predict(
 
 
 @app.command()
+def export(
+    model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder (strategy truncate, chunk or sliding)"),
+    format: str = typer.Option("onnx", "--format", help="onnx: a per-window encoder graph and a pooling+head graph"),
+    quantize: Optional[str] = typer.Option(None, "--quantize", help="int8: also an int8 encoder (onnxruntime dynamic "
+                                                                     "quantization), used by default when present"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="the folder to write (must not exist; "
+                                                                       "default: MODEL_DIR/onnx)"),
+    parity_texts: Optional[str] = typer.Option(None, "--parity-texts", help="texts to check the export on (.txt, "
+                                                                              ".jsonl, or - for stdin); default: test "
+                                                                              "texts of the run's own data"),
+    parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to check on"),
+):
+    """Export a model to ONNX for onnxruntime (documents of any length); writes parity.json against PyTorch fp32."""
+    from longbert.export import export_model, parity_line
+
+    def action():
+        texts = None
+        if parity_texts is not None:
+            from longbert.predict import read_texts
+
+            texts = read_texts(parity_texts)
+        result = export_model(model_dir, output, format, quantize, texts, parity_documents)
+        typer.echo(f"exported to {result.folder}")
+        typer.echo(f"parity: {parity_line(result.parity)}")
+
+    _run(action)
+
+
+@app.command()
 def strategies():
     """List the registered strategies and their recipe fields."""
     from longbert.strategies.base import config_fields, get_entry, strategy_names

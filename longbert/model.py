@@ -253,9 +253,7 @@ class LongDocumentClassifier(nn.Module):
     def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
         """Texts -> one dict each: {'label': name (or 'labels': [names] for multi-label), 'probabilities': {name: p},
         'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2: the text was cut)}."""
-        for row, text in enumerate(texts):
-            if not isinstance(text, str) or not text.strip():
-                raise LongbertError(f"text {row} is empty or whitespace-only")
+        check_texts(texts)
         was_training = self.training
         self.eval()
         results = []
@@ -264,14 +262,7 @@ class LongDocumentClassifier(nn.Module):
                 documents, lengths = self.tokenize(texts[start : start + batch_size])
                 with autocast_for(self):
                     probabilities = self.probabilities(self(documents).logits)  # (B, C)
-                for p, n_tokens in zip(probabilities.tolist(), lengths):
-                    result = {"probabilities": dict(zip(self.label_names, p))}
-                    if self.multi_label:
-                        result["labels"] = [n for n, q, t in zip(self.label_names, p, self.thresholds) if q >= t]
-                    else:
-                        result["label"] = self.label_names[max(range(len(p)), key=p.__getitem__)]
-                    result["n_tokens"] = n_tokens
-                    results.append(result)
+                results += prediction_rows(self.settings, probabilities, lengths)
         finally:
             self.train(was_training)
         return results
@@ -333,6 +324,30 @@ class LongDocumentClassifier(nn.Module):
                                 f"{' '.join(str(error).split())}") from None
         model.eval()
         return model
+
+
+def check_texts(texts: list) -> None:
+    """What `predict` accepts: every text a string with something in it (a LongbertError naming the first that is not)."""
+    for row, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise LongbertError(f"text {row} is empty or whitespace-only")
+
+
+def prediction_rows(settings: ModelSettings, probabilities: torch.Tensor, lengths: list[int]) -> list[dict]:
+    """(B, C) class probabilities and each text's full length -> `predict`'s rows: {'label' (or 'labels', decided at
+    the settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}. Shared by every way of running a model."""
+    names = settings.label_names
+    thresholds = settings.thresholds or [0.5] * len(names)
+    rows = []
+    for p, n_tokens in zip(probabilities.tolist(), lengths):
+        row = {"probabilities": dict(zip(names, p))}
+        if settings.problem_type == "multi_label":
+            row["labels"] = [n for n, q, t in zip(names, p, thresholds) if q >= t]
+        else:
+            row["label"] = names[max(range(len(p)), key=p.__getitem__)]
+        row["n_tokens"] = n_tokens
+        rows.append(row)
+    return rows
 
 
 def _read_head_file(path: Path) -> dict[str, torch.Tensor]:
