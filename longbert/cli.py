@@ -147,6 +147,20 @@ def export(
 
 
 @app.command()
+def serve(
+    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, or an exported folder (onnxruntime)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0: every interface)"),
+    port: int = typer.Option(8000, "--port", help="port to listen on"),
+    max_batch: int = typer.Option(16, "--max-batch", help="at most this many texts of concurrent requests run together"),
+    max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="how long a batch waits for more requests"),
+):
+    """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
+    from longbert.serve import serve as run_server
+
+    _run(lambda: run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo))
+
+
+@app.command()
 def strategies():
     """List the registered strategies and their recipe fields."""
     from longbert.strategies.base import config_fields, get_entry, strategy_names

@@ -1,0 +1,211 @@
+"""`longbert export` and the onnxruntime runtime of exported folders: the graphs give what the PyTorch model gives
+in fp32 on documents of any length (one window, many windows, a batch of both), int8 stays close, parity.json says
+so on the run's own test texts, window strategies only, and every user error is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from helpers import build_model, random_documents
+from longbert.cli import app
+from longbert.errors import LongbertError
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from longbert.export import check_exportable, export_model, exportable_strategies  # noqa: E402
+from longbert.exported import ExportedClassifier  # noqa: E402
+from longbert.model import LongDocumentClassifier  # noqa: E402
+
+runner = CliRunner()
+TEXTS = ["Short.", "A film about a long train journey, and rather too long itself. " * 40,
+         "Fine acting, weak plot; I would not watch it twice. " * 6]
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def fp32_logits(model, documents):
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        return model(documents).logits
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_backbone_dir, imdb_slice, tmp_path_factory):
+    """A run folder: a tiny chunk model (max pooling: its unit count must stay dynamic in the graph), a few steps
+    on the IMDb slice, exported by the CLI with int8 and parity on 6 of the run's test texts."""
+    import longbert
+
+    folder = tmp_path_factory.mktemp("export") / "run"
+    recipe = longbert.load_recipe(None, [
+        f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
+        "data.validation_fraction=0.25", "data.max_document_tokens=400", "strategy.name=chunk", "strategy.window=40",
+        "strategy.pooling=max", "train.max_steps=4", "train.batch_size=8", "train.mixed_precision=no",
+        f"output_dir={folder}"])
+    longbert.train(recipe)
+    result = run("export", folder, "--quantize", "int8", "--parity-documents", 6)
+    assert result.exit_code == 0, result.output
+    assert f"exported to {folder / 'onnx'}" in result.output
+    assert "6 texts" in result.output and "int8 labels agree" in result.output
+    return folder
+
+
+def test_the_export_folder_and_its_parity(tiny_run):
+    folder = tiny_run / "onnx"
+    assert {p.name for p in folder.iterdir()} >= {"export.json", "encoder.onnx", "encoder.int8.onnx", "head.onnx",
+                                                   "parity.json", "tokenizer.json"}
+    parity = json.loads((folder / "parity.json").read_text())
+    # Half of them longer than 512 tokens where there are enough: the slice's test split has 2, both are taken.
+    assert parity["texts"] == 6 and parity["long_texts"] == 2
+    assert "test split" in parity["source"]
+    assert parity["onnx_fp32"]["label_agreement"] == 1.0
+    assert parity["onnx_fp32"]["max_abs_probability_difference"] < 1e-5
+    assert parity["onnx_int8"]["max_abs_probability_difference"] < 0.05
+
+
+def test_the_graphs_keep_batch_sequence_and_unit_axes_dynamic(tiny_run):
+    import onnx
+
+    def dims(path, name):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        (value,) = [v for v in graph.input if v.name == name]
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    folder = tiny_run / "onnx"
+    assert all(isinstance(d, str) for d in dims(folder / "encoder.onnx", "input_ids"))  # (W, L) symbolic
+    assert all(isinstance(d, str) for d in dims(folder / "encoder.onnx", "attention_mask"))
+    vectors = dims(folder / "head.onnx", "vectors")
+    assert isinstance(vectors[0], str) and isinstance(vectors[1], str) and vectors[2] == 32  # (B, N, H)
+
+
+@pytest.mark.parametrize("lengths", [[1], [39], [40, 41], [5, 400, 1000, 81]], ids=["one-token", "one-window",
+                                                                                      "edge", "mixed"])
+def test_the_runtime_equals_pytorch_fp32_at_any_length(tiny_run, lengths):
+    model = LongDocumentClassifier.from_pretrained(tiny_run)
+    runtime = ExportedClassifier(tiny_run / "onnx", "fp32")
+    documents = random_documents(lengths)  # windows of 40: up to 25 per document, past the backbone's 128 positions
+    torch.testing.assert_close(runtime.logits(documents), fp32_logits(model, documents), atol=1e-5, rtol=1e-4)
+    int8 = ExportedClassifier(tiny_run / "onnx", "int8")
+    assert (int8.probabilities(int8.logits(documents)) - model.probabilities(fp32_logits(model, documents))).abs().max() < 0.05
+
+
+def test_runtime_predict_gives_predicts_rows(tiny_run):
+    model = LongDocumentClassifier.from_pretrained(tiny_run)
+    runtime = ExportedClassifier(tiny_run / "onnx")
+    assert runtime.precision == "int8"  # the quantized encoder is the default when there is one
+    fp32 = ExportedClassifier(tiny_run / "onnx", "fp32")
+    got, expected = fp32.predict(TEXTS, batch_size=2), model.predict(TEXTS)
+    assert [r["n_tokens"] for r in got] == [r["n_tokens"] for r in expected]
+    assert [set(r) for r in got] == [set(r) for r in expected]
+    for a, b in zip(got, expected):  # model.predict runs under bf16 autocast on a bf16 CPU: close, not equal
+        assert a["probabilities"] == pytest.approx(b["probabilities"], abs=2e-2)
+    with pytest.raises(LongbertError, match="text 1 is empty or whitespace-only"):
+        runtime.predict(["fine", " "])
+
+
+@pytest.mark.parametrize("strategy, extra", [
+    ("truncate", ["strategy.token_pooling=mean", "strategy.mode=head_tail"]),
+    ("sliding", ["strategy.pooling=transformer", "model.finetune=lora"]),
+], ids=["truncate-mean-tokens", "sliding-transformer-lora"])
+def test_every_window_strategy_exports(tiny_backbone_dir, tmp_path, strategy, extra):
+    model = build_model(tiny_backbone_dir, strategy, extra)
+    model.save_pretrained(tmp_path / "model")
+    if strategy == "truncate":  # a saved model, not a run folder: no data of its own to check parity on
+        result = run("export", tmp_path / "model", "-o", tmp_path / "out")
+        assert result.exit_code == 0, result.output
+        assert "is not a run folder (no recipe.yaml); give some with --parity-texts" in result.output
+        assert json.loads((tmp_path / "out" / "parity.json").read_text())["texts"] == 0
+    else:
+        parity = export_model(tmp_path / "model", tmp_path / "out", parity_texts=TEXTS).parity
+        assert parity["onnx_fp32"]["label_agreement"] == 1.0 and "onnx_int8" not in parity
+        assert parity["source"] == "the texts given"
+    runtime = ExportedClassifier(tmp_path / "out")
+    assert runtime.precision == "fp32"
+    documents = random_documents([3, 130, 700])
+    torch.testing.assert_close(runtime.logits(documents), fp32_logits(model, documents), atol=1e-5, rtol=1e-4)
+
+
+def test_the_windows_hook_cuts_what_unit_spans_describe():
+    from longbert.config import load_recipe
+    from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
+
+    for name in exportable_strategies():
+        config = load_recipe(None, [f"strategy.name={name}", "strategy.window=40", "strategy.stride=15"]
+                             if name == "sliding" else [f"strategy.name={name}"]).strategy
+        strategy = build_strategy(config, 8, SpecialTokens(101, 102, 0), PassBudget())
+        for length in (0, 1, 40, 41, 1000):
+            ids = torch.arange(length)
+            cut = [w.tolist() for w in strategy.windows(ids)]
+            described = [[i for a, b in unit for i in range(a, b)] for unit in strategy.unit_spans(length)]
+            assert cut == described, (name, length)
+
+
+@pytest.mark.parametrize("strategy", ["bigbird", "recurrence", "rmt"])
+def test_strategies_that_read_the_whole_document_are_refused(tiny_backbone_dir, strategy):
+    model = build_model(tiny_backbone_dir, strategy)
+    with pytest.raises(LongbertError, match=rf"strategy {strategy} cannot be exported: it does not read a document as "
+                                            r"independent windows .*; export supports chunk, sliding, truncate$"):
+        check_exportable(model.strategy, strategy)
+
+
+def test_user_errors_are_one_line(tiny_backbone_dir, tiny_run, tmp_path):
+    model_dir = tmp_path / "rmt"
+    build_model(tiny_backbone_dir, "rmt").save_pretrained(model_dir)
+    assert_user_error(run("export", model_dir, "--output", tmp_path / "x"), "strategy rmt cannot be exported")
+    assert not (tmp_path / "x").exists()
+    assert_user_error(run("export", tiny_run, "--format", "tflite"), "--format must be one of onnx, got 'tflite'")
+    assert_user_error(run("export", tiny_run, "--quantize", "int4"), "--quantize must be one of int8, got 'int4'")
+    assert_user_error(run("export", tiny_run), f"--output {tiny_run / 'onnx'} already exists; remove it or name another")
+    assert_user_error(run("export", tiny_run, "-o", tmp_path / "missing" / "out"), "the folder", "does not exist")
+    assert_user_error(run("export", tmp_path / "nothing", "-o", tmp_path / "y"), "is not a longbert model folder")
+    with pytest.raises(LongbertError, match="is not a longbert export folder \\(no export.json\\)"):
+        ExportedClassifier(tiny_run)
+
+
+@pytest.mark.parametrize("missing", ["onnxruntime", "onnxscript"])
+def test_a_missing_extra_is_one_line(tiny_run, tmp_path, monkeypatch, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # `import missing` now fails
+    assert_user_error(run("export", tiny_run, "-o", tmp_path / "out"),
+                      f"longbert export needs {missing}, which is not installed: pip install 'longbert[export]'")
+    with pytest.raises(LongbertError, match=r"pip install 'longbert\[export\]'"):
+        ExportedClassifier(tiny_run / "onnx")
+
+
+def test_importing_longbert_loads_no_export_or_server_library():
+    code = ("import sys, longbert, longbert.cli, longbert.export, longbert.exported, longbert.serve, longbert.explain; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('onnx', 'onnxruntime', 'onnxscript', 'fastapi', 'uvicorn', 'starlette')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_serving_an_exported_folder(tiny_run):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from longbert.serve import build_app, load_predictor
+
+    predictor, backend = load_predictor(tiny_run / "onnx")
+    assert backend == "onnx-int8"
+    with TestClient(build_app(predictor, backend=backend)) as client:
+        assert client.get("/health").json()["backend"] == "onnx-int8"
+        got = client.post("/predict", json={"texts": TEXTS}).json()["predictions"]
+    expected = predictor.predict(TEXTS)
+    assert [r["label"] for r in got] == [r["label"] for r in expected]
+    for a, b in zip(got, expected):
+        assert a["probabilities"] == pytest.approx(b["probabilities"], abs=1e-6)

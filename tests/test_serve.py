@@ -1,0 +1,164 @@
+"""`longbert serve`: the HTTP endpoint answers what `model.predict` answers, refuses bad requests with 4xx and one
+line, and groups concurrent requests into fewer forward calls. Loopback only: starlette's TestClient, and a real
+uvicorn server on 127.0.0.1 on a free port."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import build_model
+from longbert.cli import app as cli
+from longbert.errors import LongbertError
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from longbert.serve import BadRequest, build_app, listen, parse_request, serve  # noqa: E402
+
+runner = CliRunner()
+TEXTS = ["A fine film.", "Dull and far too long. " * 30, "I laughed, I cried, I left early."]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_backbone_dir):
+    return build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=attention"])
+
+
+@pytest.fixture(scope="module")
+def model_dir(model, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve") / "model"
+    model.save_pretrained(folder)
+    return folder
+
+
+def assert_same_rows(got, expected):
+    assert [r["label"] for r in got] == [r["label"] for r in expected]
+    assert [r["n_tokens"] for r in got] == [r["n_tokens"] for r in expected]
+    for a, b in zip(got, expected):  # batches padded differently: the same up to float rounding
+        assert a["probabilities"] == pytest.approx(b["probabilities"], abs=1e-4)
+
+
+def test_health_and_predict_equal_model_predict(model):
+    with TestClient(build_app(model, max_batch=4, name="tiny")) as client:
+        health = client.get("/health").json()
+        assert health == {"status": "ok", "model": "tiny", "backend": "pytorch", "labels": ["neg", "pos"], "max_batch": 4}
+        many = client.post("/predict", json={"texts": TEXTS})
+        one = client.post("/predict", json={"text": TEXTS[1]})
+    assert many.status_code == 200 and one.status_code == 200
+    expected = model.predict(TEXTS)
+    assert_same_rows(many.json()["predictions"], expected)
+    assert_same_rows([one.json()], expected[1:2])
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b'{"texts": ["a", ', 400, "the body is not valid JSON (Expecting value, line 1 column 17)"),
+    (b"\xff\xfe", 400, "the body is not UTF-8 text"),
+    (b"", 400, "the body is not valid JSON"),
+    (b'["a text"]', 422, 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings), got a list'),
+    (b"{}", 422, "got an empty object"),
+    (b'{"text": "a", "texts": ["b"]}', 422, "not both"),
+    (b'{"txt": "a"}', 422, "unknown field 'txt'"),
+    (b'{"text": 5}', 422, '"text" must be a string, got a number'),
+    (b'{"text": "  \\n "}', 422, '"text" is empty or whitespace-only'),
+    (b'{"texts": []}', 422, '"texts" must be a non-empty list of strings, got an empty list'),
+    (b'{"texts": "one"}', 422, '"texts" must be a non-empty list of strings, got a string'),
+    (b'{"texts": ["fine", null]}', 422, '"texts"[1] must be a string, got null'),
+    (b'{"texts": ["fine", ""]}', 422, '"texts"[1] is empty or whitespace-only'),
+], ids=["bad-json", "not-utf8", "no-body", "list", "empty-object", "both", "unknown-field", "number", "blank-text",
+        "empty-list", "texts-string", "null-text", "empty-text"])
+def test_bad_requests_get_4xx_and_one_line(model, body, status, message):
+    with pytest.raises(BadRequest) as raised:
+        parse_request(body)
+    assert raised.value.status == status and message in str(raised.value)
+    client = TestClient(build_app(model))
+    response = client.post("/predict", content=body)
+    assert response.status_code == status
+    assert list(response.json()) == ["error"] and message in response.json()["error"]
+    assert "\n" not in response.json()["error"]
+
+
+def test_unknown_routes_and_methods_answer_in_the_same_form(model):
+    client = TestClient(build_app(model))
+    assert (client.get("/nope").status_code, client.get("/nope").json()) == (404, {"error": "Not Found"})
+    assert (client.get("/predict").status_code, client.get("/predict").json()) == (405, {"error": "Method Not Allowed"})
+
+
+def test_concurrent_requests_share_forward_calls(model):
+    """Eight clients at once on a real server: answered correctly, in fewer forward calls than requests."""
+    import uvicorn
+
+    calls = []
+    forward = model.forward
+    model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)  # count calls into the model
+    app = build_app(model, max_batch=8, max_wait_ms=300)
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        texts = [f"{TEXTS[i % 3]} Review number {i}." for i in range(8)]
+        with httpx.Client(base_url=url, timeout=60) as client:
+            with ThreadPoolExecutor(8) as pool:
+                responses = list(pool.map(lambda t: client.post("/predict", json={"text": t}), texts))
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        del model.forward
+    assert [r.status_code for r in responses] == [200] * 8
+    assert_same_rows([r.json() for r in responses], model.predict(texts))
+    assert 1 <= app.state.batcher.calls < 8 and len(calls) == app.state.batcher.calls
+
+
+def test_serve_wires_the_model_into_uvicorn(model_dir, monkeypatch):
+    import uvicorn
+
+    served = {}
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: served.update(app=self.config.app, sockets=sockets))
+    said = []
+    serve(model_dir, "127.0.0.1", 0, max_batch=2, announce=said.append)
+    assert said[0].startswith(f"serving {model_dir} (pytorch) on http://127.0.0.1:") and "POST /predict" in said[0]
+    with TestClient(served["app"]) as client:
+        assert client.get("/health").json()["max_batch"] == 2
+        assert client.post("/predict", json={"text": "good"}).json()["label"] in ("neg", "pos")
+
+
+def assert_user_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_user_errors_are_one_line(model_dir, tmp_path, monkeypatch):
+    taken = listen("127.0.0.1", 0)
+    try:
+        port = taken.getsockname()[1]
+        taken.listen()
+        assert_user_error(runner.invoke(cli, ["serve", str(model_dir), "--port", str(port)]),
+                          f"cannot listen on 127.0.0.1:{port}")
+    finally:
+        taken.close()
+    run = lambda *args: runner.invoke(cli, ["serve", str(model_dir), "--port", "0", *args])
+    assert_user_error(run("--max-batch", "0"), "--max-batch must be >= 1, got 0")
+    assert_user_error(run("--max-wait-ms", "-1"), "--max-wait-ms must be between 0 and 1000, got -1.0")
+    assert_user_error(runner.invoke(cli, ["serve", str(model_dir), "--port", "70000"]), "--port must be between 0 and 65535")
+    assert_user_error(runner.invoke(cli, ["serve", str(tmp_path), "--port", "0"]), "is not a longbert model folder")
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    assert_user_error(run(), "longbert serve needs uvicorn, which is not installed: pip install 'longbert[serve]'")
+    with pytest.raises(LongbertError, match="--max-batch must be >= 1"):
+        build_app(object(), max_batch=0)
