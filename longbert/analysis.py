@@ -151,7 +151,7 @@ def excerpt(text: str, offsets: list[tuple[int, int]], span: tuple[int, int], co
     return [s for s in segments if s["text"]]
 
 
-def _offsets(tokenizer, text: str, ids: list[int]) -> list[tuple[int, int]] | None:
+def token_offsets(tokenizer, text: str, ids: list[int]) -> list[tuple[int, int]] | None:
     """Character offsets of each content token, when the tokenizer gives them and they match the stored ids."""
     if not getattr(tokenizer, "is_fast", False):
         return None
@@ -159,6 +159,19 @@ def _offsets(tokenizer, text: str, ids: list[int]) -> list[tuple[int, int]] | No
     if encoded["input_ids"][: len(ids)] != list(ids):
         return None
     return [tuple(o) for o in encoded["offset_mapping"][: len(ids)]]
+
+
+def decisive_excerpt(text: str, ids: list[int], decisive: dict | None, tokenizer,
+                     offsets: list[tuple[int, int]] | None = None) -> list[dict] | None:
+    """The excerpt (segments [{text, highlight}], see `excerpt`) around the unit `decisive_units` chose, or None when
+    it chose none among several units. `offsets`: `token_offsets(tokenizer, text, ids)`, when already known."""
+    if not decisive or decisive.get("method") not in ("weight", "occlusion"):
+        return None
+    start, end = decisive["spans"][0]
+    offsets = offsets if offsets is not None else token_offsets(tokenizer, text, ids)
+    if offsets is not None:
+        return excerpt(text, offsets, (start, end))
+    return [{"text": tokenizer.decode(ids[start:end]), "highlight": True}]  # a slow tokenizer: decode the tokens
 
 
 def _label_text(value, label_names: list[str]) -> str:
@@ -179,7 +192,7 @@ def build_examples(chosen, predictions, decisive, test, tokenizer, label_names) 
         i = choice["index"]
         row0 = predictions[choice["right"]][i]
         text, ids = test[i]["text"], test[i]["input_ids"]
-        offsets = _offsets(tokenizer, text, ids)
+        offsets = token_offsets(tokenizer, text, ids)
         per = {}
         for strategy, rows in predictions.items():
             row = rows[i]
@@ -190,13 +203,7 @@ def build_examples(chosen, predictions, decisive, test, tokenizer, label_names) 
                 "decisive": decisive.get(strategy, {}).get(i),
                 "excerpt": None,
             }
-            d = entry["decisive"]
-            if d and d.get("method") in ("weight", "occlusion"):
-                start, end = d["spans"][0]
-                if offsets is not None:
-                    entry["excerpt"] = excerpt(text, offsets, (start, end))
-                else:  # a slow tokenizer: decode the tokens instead of cutting the original text
-                    entry["excerpt"] = [{"text": tokenizer.decode(ids[start:end]), "highlight": True}]
+            entry["excerpt"] = decisive_excerpt(text, ids, entry["decisive"], tokenizer, offsets)
             per[strategy] = entry
         out.append({
             "index": i,

@@ -105,12 +105,22 @@ def predict(
     input: str = typer.Argument("-", help="a .txt file (one text per line), a .jsonl file (a 'text' field per line), or - for stdin lines"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
     batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
+    explain: Optional[Path] = typer.Option(None, "--explain", metavar="HTML_OR_DIR",
+                                           help="also say how much each chunk/window weighed: 'units' and 'decisive' "
+                                                "fields in every line, and an HTML page highlighting the decisive "
+                                                "passage (a .html file, or a folder that gets explain.html)"),
 ):
     """Predict labels for new texts; JSON lines out with the label, the class probabilities and the length in tokens."""
     from longbert.predict import predict_file
 
     def action():
-        message = predict_file(model_dir, input, output, batch_size).cut_message()
+        if explain is not None:
+            from longbert.explain import explain_file
+
+            prediction = explain_file(model_dir, input, output, batch_size, explain)
+        else:
+            prediction = predict_file(model_dir, input, output, batch_size)
+        message = prediction.cut_message()
         if message:
             typer.echo(message, err=True)
 

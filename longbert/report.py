@@ -268,18 +268,18 @@ def _error_blocks(results: dict) -> list[tuple]:
         for n, entry in ex["strategies"].items():
             p = entry["probability_of_truth"]
             rows.append([n, f"{entry['predicted']} {'✓' if entry['correct'] else '✗'}",
-                         "n/a" if p is None else f"{p:.2f}", _decisive_text(entry["decisive"])])
+                         "n/a" if p is None else f"{p:.2f}", decisive_text(entry["decisive"])])
         blocks.append(("table", ["strategy", "predicted", "p(true label)", "decisive part"], rows))
         for n, entry in ex["strategies"].items():
             if entry.get("excerpt"):
                 blocks.append(("p", [(f"{n}", "strong"), (f" ({'right' if entry['correct'] else 'wrong'}), "
-                                                           f"{_decisive_text(entry['decisive'])}:", None)]))
+                                                           f"{decisive_text(entry['decisive'])}:", None)]))
                 segments = [(seg["text"], "mark" if seg["highlight"] else None) for seg in entry["excerpt"]]
                 blocks.append(("quote", segments))
     return blocks
 
 
-def _decisive_text(d: dict | None) -> str:
+def decisive_text(d: dict | None) -> str:
     if not d or d.get("method") is None:
         return (d or {}).get("note", "n/a")
     ranges = " + ".join(f"tokens {a + 1:,}–{b:,}" for a, b in d["spans"])  # 1-based, inclusive

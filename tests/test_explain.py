@@ -1,0 +1,83 @@
+"""`longbert predict --explain`: each row says which tokens every unit covers and how much it weighed, names the unit
+that decided as compare's error analysis does, and the HTML page highlights it with the text escaped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from helpers import build_model
+from longbert.cli import app
+from longbert.explain import explain, page_path
+
+runner = CliRunner()
+WORDS = "film plot actor scene music camera ending story director cast dull brilliant awful moving slow funny".split()
+# A long text of varied words (so that chunk vectors differ), with markup throughout that must come out escaped.
+LONG = " ".join(WORDS[(7 * i) % 13] + (" <script>alert('x')</script> & <b>" if i % 25 == 0 else "") for i in range(700))
+TEXTS = ["A short review.", LONG]
+
+
+@pytest.fixture(scope="module")
+def attention_model(tiny_backbone_dir):
+    model = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=attention", "strategy.token_pooling=mean"])
+    with torch.no_grad():  # sharper than a fresh pooler's near-uniform weights, as a trained one would be
+        model.strategy.pooler.score.weight.mul_(100)
+    return model
+
+
+def test_rows_are_predicts_rows_with_units_and_the_decisive_one(attention_model):
+    rows, read = explain(attention_model, TEXTS)
+    expected = attention_model.predict(TEXTS)
+    for row, same in zip(rows, expected):
+        assert {k: row[k] for k in same} == same
+    long = rows[1]
+    windows = attention_model.strategy.windows(torch.tensor(read[1]))
+    assert len(long["units"]) == len(windows) > 1  # one unit per 40-token chunk, in order
+    assert [u["tokens"] for u in long["units"]] == [[[40 * i, 40 * i + len(w)]] for i, w in enumerate(windows)]
+    weights = [u["weight"] for u in long["units"]]
+    assert sum(weights) == pytest.approx(1.0, abs=1e-3)  # attention weights
+    decisive = long["decisive"]
+    assert decisive["method"] == "weight" and decisive["unit"] == max(range(len(weights)), key=weights.__getitem__)
+    assert decisive["spans"] == long["units"][decisive["unit"]]["tokens"]
+    assert rows[0]["decisive"]["method"] == "kept" and len(rows[0]["units"]) == 1
+
+
+def test_mean_pooling_finds_the_decisive_unit_by_occlusion(tiny_backbone_dir):
+    model = build_model(tiny_backbone_dir, "sliding")
+    rows, _ = explain(model, [LONG])
+    weights = {u["weight"] for u in rows[0]["units"]}
+    assert len(weights) == 1  # mean pooling: every window weighs the same
+    assert rows[0]["decisive"]["method"] == "occlusion"
+
+
+def test_cli_writes_rows_and_an_escaped_page(attention_model, tmp_path):
+    attention_model.save_pretrained(tmp_path / "model")
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    result = runner.invoke(app, ["predict", str(tmp_path / "model"), str(tmp_path / "in.jsonl"), "-o",
+                                 str(tmp_path / "out.jsonl"), "--explain", str(tmp_path / "view")])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [set(r) >= {"label", "probabilities", "n_tokens", "units", "decisive"} for r in rows] == [True, True]
+    page = (tmp_path / "view" / "explain.html").read_text()
+    assert page.count("<mark>") >= 1 and "<script>" not in page and "&lt;script&gt;" in page
+    assert "Text 2: " in page and "(decisive)" in page
+
+    result = runner.invoke(app, ["predict", str(tmp_path / "model"), str(tmp_path / "in.jsonl"), "--explain",
+                                 str(tmp_path / "page.html")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "page.html").is_file() and len(result.output.splitlines()) == 2
+
+
+def test_a_bad_explain_path_is_one_line(attention_model, tmp_path):
+    (tmp_path / "in.txt").write_text("a text\n")
+    (tmp_path / "file").write_text("")
+    for target, message in ((tmp_path / "missing" / "page.html", "the folder"), (tmp_path / "file", "is a file"),
+                            (tmp_path / "missing" / "dir", "does not exist")):
+        result = runner.invoke(app, ["predict", str(tmp_path), str(tmp_path / "in.txt"), "--explain", str(target)])
+        assert result.exit_code == 2
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: --explain ") and message in lines[0], result.output
+    assert page_path(tmp_path / "new") == tmp_path / "new" / "explain.html"
