@@ -59,8 +59,11 @@ class ExportedClassifier:
         self.settings = ModelSettings.from_dict(info["settings"], f"{self.folder / EXPORT_FILE} (settings)")
         self.tokenizer = prepare_tokenizer(load_tokenizer(self.folder))
         self.special = SpecialTokens.from_tokenizer(self.tokenizer)
-        # The strategy module is built only for its `windows` hook (its pooler's weights live in head.onnx).
-        self.strategy = build_strategy(self.settings.strategy, info["hidden_size"], self.special, self.settings.budget)
+        # The strategy module is built only for its `windows` hook (its pooler's weights live in head.onnx); building
+        # it initialises those weights, which must not move the caller's random numbers.
+        with torch.random.fork_rng(devices=[]):
+            self.strategy = build_strategy(self.settings.strategy, info["hidden_size"], self.special,
+                                           self.settings.budget)
         encoders = info["encoders"]
         self.precision = precision or ("int8" if "int8" in encoders else "fp32")
         if self.precision not in encoders:
