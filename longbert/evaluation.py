@@ -131,7 +131,7 @@ def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shu
 def model_inputs(batch: dict) -> dict:
     """The keyword arguments of LongDocumentClassifier.forward for a batch from `split_loader`."""
     if "unit_vectors" in batch:
-        return {"units": Units(batch["unit_vectors"], batch["unit_mask"])}
+        return {"units": Units(batch["unit_vectors"], batch["unit_mask"], batch.get("unit_sizes"))}
     return {"documents": batch["documents"]}
 
 

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from longbert.atomic import atomic_folder
-from longbert.backbone import (clear_load_errors, default_lora_targets, load_backbone, load_encoder, load_tokenizer,
+from longbert.backbone import (backbone_token_pooling, clear_load_errors, default_lora_targets, load_backbone,
+                               load_encoder, load_tokenizer,
                                prepare_tokenizer)
 from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
 from longbert.errors import LongbertError
@@ -168,6 +169,7 @@ class LongDocumentClassifier(nn.Module):
         self.settings = settings  # everything save/load needs to rebuild this object
         self.dropout = nn.Dropout(settings.classifier_dropout)
         self.head = nn.Linear(backbone.config.hidden_size, len(settings.label_names))
+        self.notes: list[str] = []
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -185,6 +187,10 @@ class LongDocumentClassifier(nn.Module):
 
     @classmethod
     def _assemble(cls, backbone, tokenizer, settings: ModelSettings, adapter_dir: Path | None):
+        notes = []
+        if getattr(settings.strategy, "token_pooling", None) == "auto":  # the saved settings record what it became
+            settings.strategy.token_pooling, why = backbone_token_pooling(backbone)
+            notes.append(f"strategy.token_pooling: auto -> {settings.strategy.token_pooling} ({why})")
         special = SpecialTokens.from_tokenizer(tokenizer)
         strategy = build_strategy(settings.strategy, backbone.config.hidden_size, special, settings.budget)
         strategy.adapt_backbone(backbone)
@@ -192,7 +198,9 @@ class LongDocumentClassifier(nn.Module):
             backbone = _wrap_lora(backbone, settings.lora, adapter_dir)
         elif settings.finetune == "frozen":
             backbone.requires_grad_(False)
-        return cls(backbone, tokenizer, strategy, settings)
+        model = cls(backbone, tokenizer, strategy, settings)
+        model.notes = notes  # what building decided on the recipe's behalf; training prints it
+        return model
 
     # -- running ----------------------------------------------------------------------------------------------
 

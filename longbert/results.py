@@ -70,7 +70,8 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         strategies[s] = {
             "status": runs[s]["status"],
             "run_dir": recipes[s].output_dir,
-            "settings": dataclasses.asdict(recipes[s].strategy),
+            # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
+            "settings": metrics.get("strategy_settings") or dataclasses.asdict(recipes[s].strategy),
             # For multi-label runs a row is right when every label is (exact match): the same number as the test
             # metrics' accuracy or exact_match, recomputed from the rows the paired tests use.
             "accuracy": right / len(rows) if rows else None,

@@ -18,6 +18,8 @@ checkpoint, a swap cut between its two renames) is put right when the next run s
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import signal
 import threading
@@ -195,6 +197,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
                           + ", ".join(f"{n} in {role}" for role, n in cut.items()))
     model = LongDocumentClassifier.from_recipe(recipe, corpus.label_names, loaded=(backbone, tokenizer))
+    for note in model.notes:
+        accelerator.print(note)
     class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
                                       corpus.label_names, multi_label)
     if class_weights is not None:
@@ -245,6 +249,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     metrics = {
         "recipe": recipe.name,
         "strategy": recipe.strategy.name,
+        # The strategy's settings as the model was built with them (token_pooling's auto resolved).
+        "strategy_settings": dataclasses.asdict(core.settings.strategy),
         "command": command,
         "machine": describe_machine(),
         "mixed_precision": precision,

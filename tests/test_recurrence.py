@@ -53,11 +53,11 @@ def randomize_memory_bias(strategy, seed: int = 1, same_for_every_layer: bool = 
 
 
 def recurrence(**kw) -> RecurrenceConfig:
-    return RecurrenceConfig(**{"segment": SEGMENT, "memory": SEGMENT + 2, **kw})
+    return RecurrenceConfig(**{"segment": SEGMENT, "memory": SEGMENT + 2, "token_pooling": "cls", **kw})
 
 
 def rmt(**kw) -> RmtConfig:
-    return RmtConfig(**{"segment": SEGMENT, "memory_tokens": 3, **kw})
+    return RmtConfig(**{"segment": SEGMENT, "memory_tokens": 3, "token_pooling": "cls", **kw})
 
 
 # -- memory 0 is plain segments --------------------------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_config_problems_name_their_yaml_path():
     (message,) = RecurrenceConfig(segment=100, memory=300).problems("strategy")
     assert message.startswith("strategy.memory must be <= memory_segments * (segment + 2) = 102")
     assert RmtConfig(memory_tokens=-1, token_pooling="max").problems("strategy") == [
-        "strategy.token_pooling must be one of cls, mean, got 'max'", "strategy.memory_tokens must be >= 0, got -1"]
+        "strategy.token_pooling must be one of auto, cls, mean, got 'max'", "strategy.memory_tokens must be >= 0, got -1"]
     with pytest.raises(LongbertError, match="strategy.memory_segments"):
         load_recipe(None, ["strategy.name=recurrence", "strategy.memory_segments=0"])
 

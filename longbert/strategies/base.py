@@ -80,6 +80,9 @@ class Units:
 
     vectors: torch.Tensor  # (B, N, H)
     mask: torch.Tensor  # (B, N) bool, True where a unit exists
+    # (B, N) float: how many content tokens each unit adds to those of the units before it (a window overlapping its
+    # predecessor adds only its new tokens); None where every unit counts the same. Mean pooling weighs by it.
+    sizes: torch.Tensor | None = None
 
 
 @dataclass

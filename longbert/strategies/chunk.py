@@ -10,7 +10,7 @@ from torch import nn
 
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, UNIT_WEIGHTS, build_pooler
 from longbert.strategies.windows import check_fits, encode_split, window_spans
 
 
@@ -19,14 +19,16 @@ class ChunkConfig:
     name: str = "chunk"
     window: int = option(510, "content tokens per chunk ([CLS]/[SEP] come on top)")
     pooling: str = option("mean", "how chunk vectors become the document vector: mean, max, attention or transformer")
-    token_pooling: str = option("cls", "chunk vector: cls ([CLS] state) or mean (mean of token states)")
+    token_pooling: str = option("auto", "chunk vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's own pooling config says (mean for sentence-transformers models that mean-pool, cls otherwise)")
+    unit_weights: str = option("new_tokens", "how mean pooling weighs the chunks: new_tokens (by the tokens each adds to those before it, so a short tail counts little) or equal")
 
     def problems(self, path: str) -> list[str]:
         out = []
         if self.window < 1:
             out.append(f"{path}.window must be >= 1, got {self.window}")
         out += one_of(f"{path}.pooling", self.pooling, UNIT_POOLINGS)
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
+        out += one_of(f"{path}.unit_weights", self.unit_weights, UNIT_WEIGHTS)
         return out
 
 
@@ -42,7 +44,8 @@ class ChunkStrategy(nn.Module):
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         w = self.config.window
-        return encode_split(backbone, documents, w, w, self.special, self.budget, self.config.token_pooling)
+        return encode_split(backbone, documents, w, w, self.special, self.budget, self.config.token_pooling,
+                            self.config.unit_weights)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return window_spans(length, self.config.window, self.config.window)

@@ -190,7 +190,7 @@ class RecurrenceConfig:
     backprop_segments: int | None = option(0, "segment boundaries gradients cross through the memory: 0 stops them (Transformer-XL), null = the whole document")
     memory_bias: bool = option(True, "learned attention bias on memory keys, per layer, head and segment age (zero at start)")
     pooling: str = option("mean", "document vector from segment vectors: last, mean, max, attention or transformer")
-    token_pooling: str = option("cls", "segment vector: cls ([CLS] state) or mean (mean of token states)")
+    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = segment_problems(self, path)

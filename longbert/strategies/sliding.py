@@ -12,7 +12,7 @@ from torch import nn
 
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, UNIT_WEIGHTS, build_pooler
 from longbert.strategies.windows import check_fits, encode_split, window_spans
 
 
@@ -22,7 +22,8 @@ class SlidingConfig:
     window: int = option(510, "content tokens per window ([CLS]/[SEP] come on top)")
     stride: int = option(255, "tokens between the starts of consecutive windows (window - stride = overlap)")
     pooling: str = option("mean", "how window vectors become the document vector: mean, max, attention or transformer")
-    token_pooling: str = option("cls", "window vector: cls ([CLS] state) or mean (mean of token states)")
+    token_pooling: str = option("auto", "window vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's own pooling config says (mean for sentence-transformers models that mean-pool, cls otherwise)")
+    unit_weights: str = option("new_tokens", "how mean pooling weighs the windows: new_tokens (by the tokens each adds to those before it, so a short tail counts little) or equal")
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -33,7 +34,8 @@ class SlidingConfig:
         elif self.stride > self.window:
             out.append(f"{path}.stride must be <= {path}.window, got {self.stride} > {self.window}")
         out += one_of(f"{path}.pooling", self.pooling, UNIT_POOLINGS)
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
+        out += one_of(f"{path}.unit_weights", self.unit_weights, UNIT_WEIGHTS)
         return out
 
 
@@ -49,7 +51,8 @@ class SlidingStrategy(nn.Module):
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         c = self.config
-        return encode_split(backbone, documents, c.window, c.stride, self.special, self.budget, c.token_pooling)
+        return encode_split(backbone, documents, c.window, c.stride, self.special, self.budget, c.token_pooling,
+                            c.unit_weights)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return window_spans(length, self.config.window, self.config.stride)

@@ -31,6 +31,19 @@ def split_windows(ids: torch.Tensor, window: int, stride: int) -> list[torch.Ten
         start += stride
 
 
+def new_tokens(windows: list[torch.Tensor], stride: int) -> list[int]:
+    """How many tokens each window of `split_windows` adds to the windows before it: the first all of its tokens,
+    each later one what lies past the previous window's end (the window ends at start + length, starts `stride`
+    after its predecessor). Chunks (stride = window) add all their tokens; overlapping windows add about `stride`,
+    and a last window that reaches one token past its predecessor adds one."""
+    out, reached = [], 0
+    for k, w in enumerate(windows):
+        end = k * stride + w.shape[0]
+        out.append(max(end - reached, 0))
+        reached = max(reached, end)
+    return out
+
+
 def window_spans(length: int, window: int, stride: int) -> list[list[tuple[int, int]]]:
     """The token range of each window `split_windows` cuts from a document of `length` tokens (one range a unit)."""
     return [[(int(w[0]), int(w[-1]) + 1)] if len(w) else [(0, 0)]
@@ -113,18 +126,23 @@ def encode_windows(
     return out  # (W, H)
 
 
-def gather_units(vectors: torch.Tensor, counts: list[int]) -> Units:
-    """Regroup flat window vectors (W, H) into padded per-document units (B, N, H) with a mask (B, N)."""
+def gather_units(vectors: torch.Tensor, counts: list[int], sizes: list[float] | None = None) -> Units:
+    """Regroup flat window vectors (W, H) into padded per-document units (B, N, H) with a mask (B, N), and the flat
+    `sizes` (W,) (see `Units.sizes`), when given, into (B, N)."""
     n_max = max(counts)
     batch = len(counts)
     padded = vectors.new_zeros((batch, n_max, vectors.shape[-1]))  # (B, N, H)
     mask = torch.zeros((batch, n_max), dtype=torch.bool, device=vectors.device)  # (B, N)
+    flat_sizes = None if sizes is None else torch.as_tensor(sizes, dtype=torch.float32, device=vectors.device)  # (W,)
+    padded_sizes = None if sizes is None else torch.zeros((batch, n_max), device=vectors.device)  # (B, N)
     start = 0
     for b, count in enumerate(counts):
         padded[b, :count] = vectors[start : start + count]
         mask[b, :count] = True
+        if padded_sizes is not None:
+            padded_sizes[b, :count] = flat_sizes[start : start + count]
         start += count
-    return Units(padded, mask)
+    return Units(padded, mask, padded_sizes)
 
 
 def encode_split(
@@ -135,12 +153,18 @@ def encode_split(
     special: SpecialTokens,
     budget: PassBudget,
     token_pooling: str,
+    unit_weights: str = "equal",
 ) -> Units:
-    """Cut every document into windows, run all windows of the batch together, regroup per document."""
+    """Cut every document into windows, run all windows of the batch together, regroup per document. With
+    `unit_weights` new_tokens the units carry their new-token counts (`new_tokens`) as sizes; with equal, none."""
     per_document = [split_windows(ids, window, stride) for ids in documents]
     flat = [w for windows in per_document for w in windows]
     vectors = encode_windows(backbone, flat, special, budget, token_pooling)  # (W, H)
-    return gather_units(vectors, [len(windows) for windows in per_document])  # (B, N, H)
+    sizes = None
+    if unit_weights == "new_tokens":  # an empty document's one empty window still counts, as one token
+        sizes = [max(n, 1) if len(windows) == 1 else n
+                 for windows in per_document for n in new_tokens(windows, stride)]
+    return gather_units(vectors, [len(windows) for windows in per_document], sizes)  # (B, N, H)
 
 
 def check_fits(backbone: nn.Module, tokens: int, what: str) -> None:
