@@ -174,6 +174,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
             "tokens_per_second": tokens / seconds if seconds else None,
             "seconds": seconds,
             "peak_memory_mb": cost["peak_memory_mb"],
+            "added_memory_mb": cost["added_memory_mb"],
             "memory_kind": cost["memory_kind"],
         },
     }

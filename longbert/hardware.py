@@ -74,6 +74,33 @@ def _rss_peak_bytes() -> int | None:
     return None
 
 
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def release_freed_memory() -> None:
+    """Hand memory that Python and the C allocator hold but no longer use back to the operating system (glibc's
+    malloc_trim), so that a peak measured next counts what the measured block uses, not what earlier work (a training
+    run, another strategy) left in the allocator's free lists."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
 def _reset_rss_peak() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -85,15 +112,20 @@ def _reset_rss_peak() -> bool:
 
 @contextmanager
 def measure(device: torch.device | str):
-    """Time a block and its peak memory. Yields a dict filled on exit with seconds and peak_memory_mb:
-    CUDA -> peak allocated by torch; CPU (Linux) -> peak resident set size of the process during the block."""
+    """Time a block and its peak memory. Yields a dict filled on exit with seconds, peak_memory_mb and
+    added_memory_mb (the peak less what was in use when the block started: what the block itself needed):
+    CUDA -> torch's peak allocation; CPU (Linux) -> the process's peak resident set size during the block, measured
+    after freed memory was handed back (`release_freed_memory`), so that what earlier work left behind does not count."""
     device = torch.device(device)
     result: dict = {}
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
         result["memory_kind"] = "cuda_max_allocated"
     else:
+        release_freed_memory()
+        before = _rss_bytes()
         result["memory_kind"] = "process_peak_rss" if _reset_rss_peak() else "process_peak_rss_since_start"
     start = time.perf_counter()
     try:
@@ -106,3 +138,4 @@ def measure(device: torch.device | str):
             peak = _rss_peak_bytes()
         result["seconds"] = time.perf_counter() - start
         result["peak_memory_mb"] = None if peak is None else round(peak / 2**20, 1)
+        result["added_memory_mb"] = None if peak is None or before is None else round(max(peak - before, 0) / 2**20, 1)
