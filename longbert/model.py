@@ -106,6 +106,7 @@ class ModelSettings:
         if raw.get("format") != FORMAT_VERSION:
             raise LongbertError(f"{source} was written by another longbert format ({raw.get('format')!r}); "
                                 f"this longbert reads format {FORMAT_VERSION}")
+        raw = _with_absent_means(raw)
         problems: list[str] = []
         settings = build(cls, raw, "", problems)
         where = [_path_of(p) for p in problems]
@@ -127,6 +128,19 @@ class ModelSettings:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise LongbertError(f"{path} is damaged: {error}") from None
         return cls.from_dict(raw, str(path))
+
+
+def _with_absent_means(raw: dict) -> dict:
+    """A saved strategy section from before a setting existed: the setting takes the value that reproduces how that
+    model was trained (the strategy config's ABSENT_MEANS, e.g. chunk's unit_weights: equal), not today's default."""
+    from longbert.strategies.base import REGISTRY
+
+    section = raw.get("strategy")
+    entry = REGISTRY.get(section.get("name")) if isinstance(section, dict) else None
+    absent = getattr(entry.config_cls, "ABSENT_MEANS", {}) if entry is not None else {}
+    if not any(key not in section for key in absent):
+        return raw
+    return {**raw, "strategy": {**{k: v for k, v in absent.items() if k not in section}, **section}}
 
 
 def _path_of(problem: str) -> str:

@@ -25,6 +25,9 @@ class SlidingConfig:
     token_pooling: str = option("auto", "window vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's own pooling config says (mean for sentence-transformers models that mean-pool, cls otherwise)")
     unit_weights: str = option("new_tokens", "how mean pooling weighs the windows: new_tokens (by the tokens each adds to those before it, so a short tail counts little) or equal")
 
+    # What a key missing from a model saved before the key existed means (see model.ModelSettings.from_dict).
+    ABSENT_MEANS = {"unit_weights": "equal"}
+
     def problems(self, path: str) -> list[str]:
         out = []
         if self.window < 1:
