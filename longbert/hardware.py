@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import torch
 
+from longbert.errors import LongbertError
+
 
 def fast_bf16(device: torch.device | str) -> bool:
     """True where bf16 autocast is the faster choice: GPUs with bf16 support, CPUs with AVX512-BF16 or AMX
@@ -29,11 +31,16 @@ def resolve_precision(requested: str, device: torch.device | str) -> str:
     return "bf16" if fast_bf16(device) else "no"
 
 
-def autocast_for(model: torch.nn.Module):
-    """bf16 autocast for inference where the model's device runs it fast (CPUs with AVX512-BF16/AMX, recent
-    GPUs); a disabled autocast elsewhere."""
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")  # what `predict --precision` and `model.predict(precision=)` take
+
+
+def autocast_for(model: torch.nn.Module, precision: str = "auto"):
+    """The autocast for inference on the model's device: `bf16` -> bf16 autocast; `fp32` -> a disabled autocast;
+    `auto` -> bf16 where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs), fp32 elsewhere."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     device = next(model.parameters()).device
-    if fast_bf16(device):
+    if precision == "bf16" or (precision == "auto" and fast_bf16(device)):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return torch.autocast(device.type, enabled=False)
 
