@@ -15,7 +15,7 @@ import torch
 from longbert.atomic import write_bytes_atomically, write_text_atomically
 from longbert.data import LENGTH_BUCKETS, length_bucket
 from longbert.errors import LongbertError
-from longbert.hardware import autocast_for, measure
+from longbert.hardware import autocast_for, measure, process_state
 from longbert.progress import progress
 from longbert.strategies.base import Units
 
@@ -383,8 +383,6 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
     is tokenized. Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder (and, with many
     classes, confusion-matrix-<split>.png); returns the metrics.
     `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
-    from accelerate import PartialState
-
     from longbert.config import load_recipe, parse_override
     from longbert.data import load_corpus
     from longbert.model import LongDocumentClassifier
@@ -399,7 +397,7 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         if keys[0] not in EVALUATE_SECTIONS or len(keys) < 2:
             raise LongbertError(f"override {text!r}: evaluate can change only the "
                                 f"{' and '.join(EVALUATE_SECTIONS)} sections of a finished run's recipe")
-    process = PartialState()  # which process this is, and its device (`accelerate launch` starts one per device)
+    process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     # Not while a training writes the folder; only the main process writes, so only it holds the lock.
     with locked(run_dir) if process.is_main_process else nullcontext():
         recipe = load_recipe(recipe_file, overrides)

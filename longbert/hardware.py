@@ -1,4 +1,5 @@
-"""What the machine is and what it does fast: bf16 support, peak-memory measurement, a one-line description."""
+"""What the machine is and what it does fast: bf16 support, the process group and device (accelerate), peak-memory
+measurement, a one-line description."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ def resolve_precision(requested: str, device: torch.device | str) -> str:
 
 
 INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")  # what `predict --precision` and `model.predict(precision=)` take
+
+
+def process_state():
+    """accelerate's PartialState: which process this is, how many there are, and the device it runs on. Under
+    torchrun or `accelerate launch` on a machine without an accelerator, the CPU processes form one group (gloo),
+    as `accelerate launch --cpu` makes them; otherwise accelerate would leave each one alone, all of them main
+    processes writing the same files."""
+    import os
+
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    cpu_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or cpu_group)
 
 
 def autocast_for(model: torch.nn.Module, precision: str = "auto"):

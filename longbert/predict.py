@@ -26,7 +26,7 @@ from typing import Iterator, TextIO
 
 from longbert.data import count_cut
 from longbert.errors import LongbertError
-from longbert.hardware import INFERENCE_PRECISIONS
+from longbert.hardware import INFERENCE_PRECISIONS, process_state
 from longbert.sources import is_data_file, load_table, text_lines
 
 BATCHES_PER_BLOCK = 64  # documents sorted by length together: this many batches per process
@@ -148,8 +148,6 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     name beside it and renamed when complete, so it appears whole or not at all.
     Under `accelerate launch` / torchrun the documents are split between the processes and the main process writes
     them all, in input order."""
-    from accelerate import PartialState
-
     from longbert.model import LongDocumentClassifier
 
     if batch_size < 1:
@@ -157,7 +155,7 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     if precision not in INFERENCE_PRECISIONS:
         raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     check_output(output)
-    process = PartialState()  # which process this is, and its device (`accelerate launch` starts one per device)
+    process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     if source == "-" and process.num_processes > 1:
         raise LongbertError("stdin reaches only one process; give the input as a file to predict with several")
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
