@@ -184,17 +184,19 @@ def rows_in_input_order(model, documents, process, batch_size: int, precision: s
     from accelerate.utils import gather_object
 
     per_block = batch_size * BATCHES_PER_BLOCK * process.num_processes
+    texts_of = documents.select_columns([text_column])  # reading a block's rows reads only the columns needed
+    carried = documents.select_columns(([id_column] if id_column else []) + list(keep))
     waiting: dict[int, dict] = {}  # finished rows whose predecessors are not all finished yet
     next_row = 0
     for start in range(0, len(documents), per_block):
         block = list(range(start, min(start + per_block, len(documents))))
         with process.split_between_processes(block) as share:
             mine = list(share)
-        texts = documents[mine[0] : mine[-1] + 1][text_column] if mine else []
+        texts = texts_of[mine[0] : mine[-1] + 1][text_column] if mine else []
         done = ((mine[i], row) for i, row in model.predictions_as_done(texts, batch_size, precision))
         if process.num_processes > 1:
             done = gather_object(list(done))  # every process's (index, row) pairs, to every process
-        columns = documents.select_columns(([id_column] if id_column else []) + list(keep))[block[0] : block[-1] + 1]
+        columns = carried[block[0] : block[-1] + 1]
         for index, prediction in done:
             waiting[index] = prediction
             while next_row in waiting:
