@@ -102,15 +102,25 @@ def evaluate(
 @app.command()
 def predict(
     model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder"),
-    input: str = typer.Argument("-", help="a .txt file (one text per line), a .jsonl file (a 'text' field per line), or - for stdin lines"),
+    input: str = typer.Argument("-", help="a .txt file (one text per line) or - for stdin lines; a csv, jsonl, "
+                                          "jsonl.gz, json or parquet file; a save_to_disk folder; or a hub dataset id"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
     batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
+    text_column: str = typer.Option("text", "--text-column", help="the column holding the texts (tables only)"),
+    id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
+                                                                      "(default: the row number, from 0)"),
+    keep: List[str] = typer.Option([], "--keep", help="copy this input column into every output row (repeatable)"),
+    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, or auto (bf16 where the device runs it fast)"),
+    split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several "
+                                                              "(a hub dataset, a saved DatasetDict, a folder of split files)"),
 ):
-    """Predict labels for new texts; JSON lines out with the label, the class probabilities and the length in tokens."""
+    """Predict labels for new texts; JSON lines out, in input order, with the id, the label, the class probabilities
+    and the length in tokens. Several processes: accelerate launch -m longbert.cli predict ..."""
     from longbert.predict import predict_file
 
     def action():
-        message = predict_file(model_dir, input, output, batch_size).cut_message()
+        message = predict_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision,
+                               split).cut_message()
         if message:
             typer.echo(message, err=True)
 

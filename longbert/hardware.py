@@ -1,4 +1,5 @@
-"""What the machine is and what it does fast: bf16 support, peak-memory measurement, a one-line description."""
+"""What the machine is and what it does fast: bf16 support, the process group and device (accelerate), peak-memory
+measurement, a one-line description."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 from contextlib import contextmanager
 
 import torch
+
+from longbert.errors import LongbertError
 
 
 def fast_bf16(device: torch.device | str) -> bool:
@@ -29,11 +32,30 @@ def resolve_precision(requested: str, device: torch.device | str) -> str:
     return "bf16" if fast_bf16(device) else "no"
 
 
-def autocast_for(model: torch.nn.Module):
-    """bf16 autocast for inference where the model's device runs it fast (CPUs with AVX512-BF16/AMX, recent
-    GPUs); a disabled autocast elsewhere."""
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")  # what `predict --precision` and `model.predict(precision=)` take
+
+
+def process_state():
+    """accelerate's PartialState: which process this is, how many there are, and the device it runs on. Under
+    torchrun or `accelerate launch` on a machine without an accelerator, the CPU processes form one group (gloo),
+    as `accelerate launch --cpu` makes them; otherwise accelerate would leave each one alone, all of them main
+    processes writing the same files."""
+    import os
+
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    cpu_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or cpu_group)
+
+
+def autocast_for(model: torch.nn.Module, precision: str = "auto"):
+    """The autocast for inference on the model's device: `bf16` -> bf16 autocast; `fp32` -> a disabled autocast;
+    `auto` -> bf16 where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs), fp32 elsewhere."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     device = next(model.parameters()).device
-    if fast_bf16(device):
+    if precision == "bf16" or (precision == "auto" and fast_bf16(device)):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return torch.autocast(device.type, enabled=False)
 

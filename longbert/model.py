@@ -16,7 +16,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -271,32 +271,48 @@ class LongDocumentClassifier(nn.Module):
         ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings.max_document_tokens)
         return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
 
-    @torch.no_grad()
-    def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
-        """Texts -> one dict each: {'label': name (or 'labels': [names] for multi-label), 'probabilities': {name: p},
-        'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2: the text was cut)}."""
+    def predict(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> list[dict]:
+        """Texts -> one dict each, in the order of `texts`: {'label': name (or 'labels': [names] for multi-label),
+        'probabilities': {name: p}, 'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2:
+        the text was cut)}. `precision`: fp32, bf16, or auto (bf16 where the model's device runs it fast)."""
+        rows: list = [None] * len(texts)
+        for index, row in self.predictions_as_done(texts, batch_size, precision):
+            rows[index] = row
+        return rows
+
+    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
+                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
+        """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
+        All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
+        biggest batch comes first; hence rows arrive out of order."""
         for row, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise LongbertError(f"text {row} is empty or whitespace-only")
+        if batch_size < 1:
+            raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
+        autocast = autocast_for(self, precision)
+        documents, lengths = self.tokenize(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(documents[i]), reverse=True)
         was_training = self.training
         self.eval()
-        results = []
         try:
-            for start in range(0, len(texts), batch_size):
-                documents, lengths = self.tokenize(texts[start : start + batch_size])
-                with autocast_for(self):
-                    probabilities = self.probabilities(self(documents).logits)  # (B, C)
-                for p, n_tokens in zip(probabilities.tolist(), lengths):
-                    result = {"probabilities": dict(zip(self.label_names, p))}
-                    if self.multi_label:
-                        result["labels"] = [n for n, q, t in zip(self.label_names, p, self.thresholds) if q >= t]
-                    else:
-                        result["label"] = self.label_names[max(range(len(p)), key=p.__getitem__)]
-                    result["n_tokens"] = n_tokens
-                    results.append(result)
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                with torch.no_grad(), autocast:
+                    probabilities = self.probabilities(self([documents[i] for i in batch]).logits)  # (B, C)
+                for index, p in zip(batch, probabilities.tolist()):
+                    yield index, self._row(p, lengths[index])
         finally:
             self.train(was_training)
-        return results
+
+    def _row(self, probabilities: list[float], n_tokens: int) -> dict:
+        row = {"probabilities": dict(zip(self.label_names, probabilities))}
+        if self.multi_label:
+            row["labels"] = [n for n, q, t in zip(self.label_names, probabilities, self.thresholds) if q >= t]
+        else:
+            row["label"] = self.label_names[max(range(len(probabilities)), key=probabilities.__getitem__)]
+        row["n_tokens"] = n_tokens
+        return row
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
