@@ -207,6 +207,8 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
             "tokens_per_second": tokens / seconds if seconds else None,
             "seconds": seconds,
             "peak_memory_mb": max(peaks) if peaks else None,
+            "added_memory_mb": max((p["speed"]["added_memory_mb"] for p in parts
+                                    if p["speed"].get("added_memory_mb") is not None), default=None),
             "memory_kind": parts[0]["speed"]["memory_kind"],
             "processes": process.num_processes,
         },
