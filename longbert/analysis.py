@@ -111,7 +111,8 @@ def _occlusion(model, ids: list[int], predicted: int) -> list[float] | None:
         full = model.probabilities(model(units=units).logits)[0, predicted]
         vectors = units.vectors.expand(n, -1, -1).contiguous()  # (N, N, H): row i is the document ...
         mask = units.mask.expand(n, -1) & ~torch.eye(n, dtype=torch.bool, device=device)  # ... without unit i
-        without = model.probabilities(model(units=Units(vectors, mask)).logits)[:, predicted]  # (N,)
+        sizes = None if units.sizes is None else units.sizes.expand(n, -1)  # (N, N)
+        without = model.probabilities(model(units=Units(vectors, mask, sizes)).logits)[:, predicted]  # (N,)
     return (full - without).float().cpu().tolist()
 
 

@@ -4,7 +4,7 @@ and putting right what a killed write left behind.
 Beside a target `name`, a write in progress leaves at most:
     .name.staging-XXXXXXXX    the new folder being written (atomic_folder)
     .name.old-PID             the folder it replaces, between the swap's two renames and its removal
-    .name.tmp                 a file being written (write_text_atomically)
+    .name.tmp                 a file being written (write_text_atomically, atomic_stream)
 `recover(parent)` restores or removes them; call it while no other process writes into `parent`.
 """
 
@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TextIO
 
 _LEFTOVER = re.compile(r"^\.(?P<target>.+)\.(?:(?P<old>old-\d+)|staging-\w+|tmp)$")
 
@@ -56,6 +56,21 @@ def write_bytes_atomically(path: str | Path, data: bytes) -> None:
 def write_text_atomically(path: str | Path, text: str) -> None:
     """Write a text file (UTF-8) through a temporary sibling and a rename."""
     write_bytes_atomically(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_stream(path: str | Path) -> Iterator[TextIO]:
+    """A text file (UTF-8) written progressively: the block writes into a temporary sibling (.name.tmp), which is
+    renamed to `path` when the block finishes and removed when it fails, so `path` never holds a half-written file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as stream:
+            yield stream
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def recover(parent: str | Path) -> list[str]:

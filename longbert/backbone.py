@@ -42,6 +42,52 @@ def resolve_backbone(name: str) -> str:
     return name
 
 
+def backbone_token_pooling(backbone) -> tuple[str, str]:
+    """How the backbone's own authors pool its token states into one vector, as (cls or mean, why). A
+    sentence-transformers model says so in its Pooling module's config (modules.json names the module's folder,
+    whose config.json has pooling_mode_mean_tokens / pooling_mode_cls_token); all-MiniLM-L6-v2 was trained so that
+    the mean of its token states is the sentence vector. Without such a config (plain BERT, a fine-tuned copy
+    saved by transformers), cls. Looked for in the folder the backbone was loaded from, or in the local hub cache
+    of its hub id (nothing is downloaded)."""
+    import json
+
+    reference = getattr(getattr(backbone, "config", None), "name_or_path", "") or ""
+
+    def read(name: str) -> dict | list | None:
+        folder = Path(reference)
+        path = folder / name if folder.is_dir() else _cached_hub_file(reference, name)
+        try:
+            return json.loads(Path(path).read_text()) if path and Path(path).is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    modules = read("modules.json")
+    pooling_dirs = [m.get("path", "") for m in modules or [] if isinstance(m, dict)
+                    and str(m.get("type", "")).endswith("Pooling")]
+    for folder in pooling_dirs:
+        config = read(f"{folder}/config.json" if folder else "config.json")
+        if not isinstance(config, dict):
+            continue
+        if config.get("pooling_mode_mean_tokens"):
+            return "mean", "the backbone's sentence-transformers pooling config mean-pools its token states"
+        if config.get("pooling_mode_cls_token"):
+            return "cls", "the backbone's sentence-transformers pooling config takes the [CLS] state"
+    return "cls", "the backbone has no sentence-transformers pooling config"
+
+
+def _cached_hub_file(repo_id: str, name: str) -> str | None:
+    """A file of a hub repository if the local hub cache holds it (never downloads), else None."""
+    if not repo_id or Path(repo_id).is_absolute() or repo_id.count("/") > 1:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, name)
+    except Exception:  # not a valid repository id: nothing cached under it
+        return None
+    return found if isinstance(found, str) else None
+
+
 def load_backbone(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
     """Returns (encoder model, tokenizer) for a backbone name (see `resolve_backbone`)."""
     return load_encoder(name, attention_dropout, hidden_dropout), load_tokenizer(name)

@@ -102,25 +102,29 @@ def evaluate(
 @app.command()
 def predict(
     model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder"),
-    input: str = typer.Argument("-", help="a .txt file (one text per line), a .jsonl file (a 'text' field per line), or - for stdin lines"),
+    input: str = typer.Argument("-", help="a .txt file (one text per line) or - for stdin lines; a csv, jsonl, "
+                                          "jsonl.gz, json or parquet file; a save_to_disk folder; or a hub dataset id"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
     batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
+    text_column: str = typer.Option("text", "--text-column", help="the column holding the texts (tables only)"),
+    id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
+                                                                      "(default: the row number, from 0)"),
+    keep: List[str] = typer.Option([], "--keep", help="copy this input column into every output row (repeatable)"),
+    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, or auto (bf16 where the device runs it fast)"),
+    split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several "
+                                                              "(a hub dataset, a saved DatasetDict, a folder of split files)"),
     explain: Optional[Path] = typer.Option(None, "--explain", metavar="HTML_OR_DIR",
                                            help="also say how much each chunk/window weighed: 'units' and 'decisive' "
                                                 "fields in every line, and an HTML page highlighting the decisive "
                                                 "passage (a .html file, or a folder that gets explain.html)"),
 ):
-    """Predict labels for new texts; JSON lines out with the label, the class probabilities and the length in tokens."""
+    """Predict labels for new texts; JSON lines out, in input order, with the id, the label, the class probabilities
+    and the length in tokens. Several processes: accelerate launch -m longbert.cli predict ..."""
     from longbert.predict import predict_file
 
     def action():
-        if explain is not None:
-            from longbert.explain import explain_file
-
-            prediction = explain_file(model_dir, input, output, batch_size, explain)
-        else:
-            prediction = predict_file(model_dir, input, output, batch_size)
-        message = prediction.cut_message()
+        message = predict_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision,
+                               split, explain).cut_message()
         if message:
             typer.echo(message, err=True)
 
@@ -135,9 +139,9 @@ def export(
                                                                      "quantization), used by default when present"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="the folder to write (must not exist; "
                                                                        "default: MODEL_DIR/onnx)"),
-    parity_texts: Optional[str] = typer.Option(None, "--parity-texts", help="texts to check the export on (.txt, "
-                                                                              ".jsonl, or - for stdin); default: test "
-                                                                              "texts of the run's own data"),
+    parity_texts: Optional[str] = typer.Option(None, "--parity-texts", help="texts to check the export on: what "
+                                                                              "predict reads (a 'text' column); "
+                                                                              "default: test texts of the run's data"),
     parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to check on"),
 ):
     """Export a model to ONNX for onnxruntime (documents of any length); writes parity.json against PyTorch fp32."""
@@ -146,9 +150,9 @@ def export(
     def action():
         texts = None
         if parity_texts is not None:
-            from longbert.predict import read_texts
+            from longbert.predict import read_documents
 
-            texts = read_texts(parity_texts)
+            texts = list(read_documents(parity_texts)["text"])
         result = export_model(model_dir, output, format, quantize, texts, parity_documents)
         typer.echo(f"exported to {result.folder}")
         typer.echo(f"parity: {parity_line(result.parity)}")

@@ -87,6 +87,7 @@ def compare(
     written files."""
     from longbert import report as report_module
     from longbert.analysis import build_examples, decisive_units, select_examples
+    from longbert.baseline import BASELINE, prediction_rows
     from longbert.hardware import describe_machine
     from longbert.results import assemble_results, read_predictions
     from longbert.speed import cached_speed, measure_speed_by_length, save_speed
@@ -123,6 +124,17 @@ def compare(
     predictions = {s: read_predictions(Path(recipes[s].output_dir)) for s in names}
     chosen = select_examples(predictions, long_tokens, examples)
     label_names = runs[names[0]]["metrics"]["label_names"]
+    corpus = None  # every run shares the data and the backbone's tokenizer: the splits are tokenized once, if at all
+
+    def splits():
+        nonlocal corpus
+        if corpus is None:
+            corpus = _load_corpus(recipes[names[0]], data)
+        return corpus
+
+    baseline = _tfidf_baseline(recipes[names[0]], runs_dir / name, splits)
+    predictions_with_baseline = {**predictions, BASELINE: prediction_rows(baseline, [r["n_tokens"] for r in
+                                                                                     predictions[names[0]]])}
     test = tokenizer = None
     speed: dict[str, dict] = {}
     decisive: dict[str, dict] = {}
@@ -132,9 +144,8 @@ def compare(
         if speed[strategy] is not None and not chosen:
             continue
         model = _load_model(run_dir)
-        if test is None:  # every run shares the backbone, so its tokenizer: the test split is tokenized once
-            tokenizer = model.tokenizer
-            test = _load_test_split(recipes[names[0]], tokenizer, data)
+        if test is None:
+            tokenizer, test = model.tokenizer, splits().splits["test"]
         if speed[strategy] is None:
             _say(f"timing {strategy} by document length")
             speed[strategy] = measure_speed_by_length(model, test, batch_size, speed_documents)
@@ -145,9 +156,9 @@ def compare(
     error_examples = build_examples(chosen, predictions, decisive, test, tokenizer, label_names) if chosen else []
 
     results = assemble_results(
-        name=name, names=names, recipes=recipes, runs=runs, predictions=predictions, speed=speed,
+        name=name, names=names, recipes=recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,
         examples=error_examples, command=command, base_source=base_source, overrides=overrides,
-        machine=describe_machine(), long_tokens=long_tokens, label_names=label_names,
+        machine=describe_machine(), long_tokens=long_tokens, label_names=label_names, baseline=baseline,
     )
     folder = reports_dir / name
     results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),
@@ -409,11 +420,42 @@ def _load_model(run_dir: Path):
     return LongDocumentClassifier.from_pretrained(run_dir).to(device).eval()
 
 
-def _load_test_split(recipe, tokenizer, data=None):
-    """The tokenized test split exactly as training saw it (same data settings and seed), read with `tokenizer`,
-    the one the runs were trained with (from `data`, the object in memory, when the runs were trained on one)."""
+def _load_corpus(recipe, data=None):
+    """The splits exactly as training saw them (same data settings and seed), tokenized with the tokenizer the runs
+    were trained with (the recipe's backbone's), from `data`, the object in memory, when the runs were trained on one."""
+    from longbert.backbone import load_tokenizer
     from longbert.data import load_corpus
 
-    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, recipe.model.problem_type == "multi_label",
-                         source=data)
-    return corpus.splits["test"]
+    return load_corpus(recipe.data, load_tokenizer(recipe.backbone.name), recipe.seed,
+                       recipe.model.problem_type == "multi_label", source=data)
+
+
+BASELINE_FILE = "tfidf-baseline.json"
+
+
+def _tfidf_baseline(recipe, folder: Path, splits) -> dict:
+    """The TF-IDF baseline on the recipe's data (see longbert.baseline), kept in <folder>/tfidf-baseline.json and
+    reused while the data settings, seed and baseline settings are the same. `splits()` gives the Corpus."""
+    import numpy as np
+
+    from longbert.baseline import SETTINGS, tfidf_baseline
+    from longbert.evaluation import write_json
+
+    key = {"data": dataclasses.asdict(recipe.data), "seed": recipe.seed, "backbone": recipe.backbone.name,
+           "problem_type": recipe.model.problem_type, "settings": SETTINGS}
+    path = folder / BASELINE_FILE
+    try:
+        saved = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        saved = None
+    if saved is not None and saved.get("key") == json.loads(json.dumps(key)):
+        result = saved["result"]
+        return {**result, "probabilities": np.asarray(result["probabilities"]), "labels": np.asarray(result["labels"])}
+    _say("training the TF-IDF + logistic regression baseline")
+    result = tfidf_baseline(splits())
+    _say(f"baseline: test {100 * result['metrics'].get('accuracy', result['metrics'].get('exact_match', 0)):.1f}% "
+         f"(C={result['settings']['C']} chosen on validation) in {result['train_seconds']:.0f}s")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"key": key, "result": {**result, "probabilities": result["probabilities"].tolist(),
+                                             "labels": result["labels"].tolist()}})
+    return result

@@ -46,18 +46,22 @@ class DataConfig:
     validation_fraction: float = option(0.1, "share of train carved (seeded, stratified) into validation when there is no validation split")
     max_train_documents: int | None = option(None, "seeded random subset of train (after carving validation); null for all")
     max_eval_documents: int | None = option(None, "seeded random subset of validation and of test; null for all")
+    max_test_documents: int | None = option(None, "seeded random subset of test when it should differ from validation's; null: data.max_eval_documents applies to test too")
+    test_longer_than: int = option(0, "evaluate only the test documents longer than this many tokens ([CLS]/[SEP] included; 512: every document truncation cuts), before any subset is drawn; 0 keeps all")
     max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut is reported")
 
     def problems(self, path: str) -> list[str]:
         out = []
         if not 0 < self.validation_fraction < 1:
             out.append(f"{path}.validation_fraction must be between 0 and 1, got {self.validation_fraction}")
-        for name in ("max_train_documents", "max_eval_documents"):
+        for name in ("max_train_documents", "max_eval_documents", "max_test_documents"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
         if self.max_document_tokens < 1:
             out.append(f"{path}.max_document_tokens must be >= 1, got {self.max_document_tokens}")
+        if self.test_longer_than < 0:
+            out.append(f"{path}.test_longer_than must be >= 0, got {self.test_longer_than}")
         if self.label_names is not None and len(set(self.label_names)) != len(self.label_names):
             out.append(f"{path}.label_names has duplicates: {self.label_names}")
         return out

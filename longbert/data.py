@@ -256,6 +256,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     described = dict(sources)  # where each split came from, as the stats say it
     if validation_split is None:
         described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
+    if data.test_split and data.test_longer_than:
+        described["test"] = f"{data.test_split}, documents over {data.test_longer_than} tokens"
 
     def subsample(rows: np.ndarray, limit: int | None) -> np.ndarray:
         return rows if limit is None or limit >= len(rows) else np.sort(rng.choice(rows, limit, replace=False))
@@ -264,9 +266,19 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
 
     out, stats = {}, {}
     for role, rows in chosen.items():
-        limit = data.max_train_documents if role == "train" else data.max_eval_documents
-        rows = subsample(rows, limit)
         source = sources[role]
+        tokenized = None  # {row: (ids, length)} of a whole split tokenized to select by length
+        if role == "test" and data.test_longer_than and (roles is None or role in roles):
+            every = list(splits[source][data.text_column])
+            tokenized = dict(zip(rows.tolist(), zip(*tokenize_documents(tokenizer, every, data.max_document_tokens))))
+            rows = np.array([r for r in rows.tolist() if tokenized[r][1] > data.test_longer_than], dtype=np.int64)
+            if not len(rows):
+                raise LongbertError(f"data.test_longer_than={data.test_longer_than}: no document of split "
+                                    f"{source!r} is that long (its longest has {max(n for _, n in tokenized.values())} "
+                                    "tokens)")
+        limit = {"train": data.max_train_documents, "validation": data.max_eval_documents,
+                 "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
+        rows = subsample(rows, limit)
         if role == "train":
             _check_classes([labels[source][i] for i in rows], names,
                            "training documents (after carving validation and data.max_train_documents)")
@@ -274,7 +286,10 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
             continue  # subsampled all the same, so that the roles asked for draw the same documents
         chosen_rows = splits[source].select(rows)
         texts = list(chosen_rows[data.text_column])
-        ids, lengths = tokenize_documents(tokenizer, texts, data.max_document_tokens)
+        if tokenized is not None:
+            ids, lengths = [tokenized[r][0] for r in rows.tolist()], [tokenized[r][1] for r in rows.tolist()]
+        else:
+            ids, lengths = tokenize_documents(tokenizer, texts, data.max_document_tokens)
         columns = {"text": texts, "input_ids": ids, "labels": [labels[source][i] for i in rows], "n_tokens": lengths}
         if data.id_column in chosen_rows.column_names:  # document ids travel to the prediction files
             columns["id"] = list(chosen_rows[data.id_column])

@@ -6,6 +6,7 @@ memory. Written as JSON and Markdown."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from longbert.atomic import write_bytes_atomically, write_text_atomically
 from longbert.data import LENGTH_BUCKETS, length_bucket
 from longbert.errors import LongbertError
-from longbert.hardware import autocast_for, measure
+from longbert.hardware import autocast_for, measure, process_state
 from longbert.progress import progress
 from longbert.strategies.base import Units
 
@@ -131,7 +132,7 @@ def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shu
 def model_inputs(batch: dict) -> dict:
     """The keyword arguments of LongDocumentClassifier.forward for a batch from `split_loader`."""
     if "unit_vectors" in batch:
-        return {"units": Units(batch["unit_vectors"], batch["unit_mask"])}
+        return {"units": Units(batch["unit_vectors"], batch["unit_mask"], batch.get("unit_sizes"))}
     return {"documents": batch["documents"]}
 
 
@@ -174,6 +175,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
             "tokens_per_second": tokens / seconds if seconds else None,
             "seconds": seconds,
             "peak_memory_mb": cost["peak_memory_mb"],
+            "added_memory_mb": cost["added_memory_mb"],
             "memory_kind": cost["memory_kind"],
         },
     }
@@ -183,11 +185,45 @@ def _core(model):
     return getattr(model, "module", model)
 
 
+def predict_across_processes(model, dataset, batch_size: int, process, description: str = "evaluating") -> dict:
+    """`predict_dataset` with the split divided between the processes of `process` (accelerate's PartialState):
+    each predicts a contiguous share, and every process gets the whole result back in the split's order. The speed
+    is that of the slowest process over all documents; the peak memory, the highest of any process."""
+    from accelerate.utils import gather_object
+
+    with process.split_between_processes(list(range(len(dataset)))) as share:
+        mine = list(share)
+    part = predict_dataset(model, dataset.select(mine), batch_size, description=description) if mine else None
+    parts = [p for p in gather_object([part]) if p is not None]  # in process order: the split's order
+    seconds = max(p["speed"]["seconds"] for p in parts)
+    peaks = [p["speed"]["peak_memory_mb"] for p in parts if p["speed"]["peak_memory_mb"] is not None]
+    tokens = int(np.sum(list(dataset["n_tokens"])))
+    return {
+        "probabilities": np.concatenate([p["probabilities"] for p in parts]),
+        "labels": np.concatenate([p["labels"] for p in parts]),
+        "unit_weights": [w for p in parts for w in p["unit_weights"]],
+        "speed": {
+            "documents_per_second": len(dataset) / seconds if seconds else None,
+            "tokens_per_second": tokens / seconds if seconds else None,
+            "seconds": seconds,
+            "peak_memory_mb": max(peaks) if peaks else None,
+            "added_memory_mb": max((p["speed"]["added_memory_mb"] for p in parts
+                                    if p["speed"].get("added_memory_mb") is not None), default=None),
+            "memory_kind": parts[0]["speed"]["memory_kind"],
+            "processes": process.num_processes,
+        },
+    }
+
+
 def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
-                   cached: list[dict] | None = None) -> tuple[dict, dict]:
+                   cached: list[dict] | None = None, process=None) -> tuple[dict, dict]:
     """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors).
-    Multi-label predictions use the model's thresholds."""
-    raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached)
+    Multi-label predictions use the model's thresholds. Given `process` (accelerate's PartialState) of several
+    processes and no `accelerator`, the split is divided between them (see `predict_across_processes`)."""
+    if accelerator is None and cached is None and process is not None and process.num_processes > 1:
+        raw = predict_across_processes(model, dataset, batch_size, process, description)
+    else:
+        raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached)
     core = _core(model)
     metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names,
                               core.multi_label, core.thresholds if core.multi_label else None)
@@ -364,18 +400,22 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         if keys[0] not in EVALUATE_SECTIONS or len(keys) < 2:
             raise LongbertError(f"override {text!r}: evaluate can change only the "
                                 f"{' and '.join(EVALUATE_SECTIONS)} sections of a finished run's recipe")
-    with locked(run_dir):  # not while a training writes the folder
+    process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
+    # Not while a training writes the folder; only the main process writes, so only it holds the lock.
+    with locked(run_dir) if process.is_main_process else nullcontext():
         recipe = load_recipe(recipe_file, overrides)
         available = ["train", "validation"] + (["test"] if recipe.data.test_split else [])
         if split not in available:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(available)}")
-        model = LongDocumentClassifier.from_pretrained(run_dir)
+        model = LongDocumentClassifier.from_pretrained(run_dir).to(process.device)
         corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data, roles=[split])
         if split not in corpus.splits:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
         dataset = corpus.splits[split]
         metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size,
-                                      description=f"evaluating {split}")
+                                      description=f"evaluating {split}", process=process)
+        if not process.is_main_process:
+            return metrics
         write_json(run_dir / f"metrics-{split}.json", metrics)
         write_text_atomically(run_dir / f"metrics-{split}.md",
                               metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}",

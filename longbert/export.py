@@ -58,14 +58,15 @@ class WindowEncoder(nn.Module):
 
 
 class UnitHead(nn.Module):
-    """The head graph: each document's unit vectors and mask -> logits (the strategy's pooling, then the head)."""
+    """The head graph: each document's unit vectors, mask and sizes -> logits (the strategy's pooling, then the
+    head). Sizes of 1 weigh every unit the same, as no sizes do."""
 
     def __init__(self, strategy: nn.Module, head: nn.Linear):
         super().__init__()
         self.strategy, self.head = strategy, head
 
-    def forward(self, vectors: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.head(self.strategy.pool(Units(vectors, mask)).vector)  # (B, N, H), (B, N) -> (B, C)
+    def forward(self, vectors: torch.Tensor, mask: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        return self.head(self.strategy.pool(Units(vectors, mask, sizes)).vector)  # (B, N, H), (B, N) x2 -> (B, C)
 
 
 def check_choices(format: str, quantize: str | None) -> None:
@@ -176,14 +177,15 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
     documents, units = Dim("documents"), Dim("units")
     vectors = torch.zeros((2, 3, hidden))
     mask = torch.tensor([[True, True, True], [True, False, False]])
+    sizes = torch.tensor([[40.0, 40.0, 7.0], [12.0, 0.0, 0.0]])
     with torch.no_grad(), _quiet_exporter():
         torch.onnx.export(encoder, (input_ids, attention_mask), str(folder / ENCODER_FILES["fp32"]), dynamo=True,
                           input_names=["input_ids", "attention_mask"], output_names=["vectors"],
                           dynamic_shapes=({0: windows, 1: tokens}, {0: windows, 1: tokens}),
                           external_data=False, verbose=False)
-        torch.onnx.export(head, (vectors, mask), str(folder / HEAD_FILE), dynamo=True,
-                          input_names=["vectors", "mask"], output_names=["logits"],
-                          dynamic_shapes=({0: documents, 1: units}, {0: documents, 1: units}),
+        torch.onnx.export(head, (vectors, mask, sizes), str(folder / HEAD_FILE), dynamo=True,
+                          input_names=["vectors", "mask", "sizes"], output_names=["logits"],
+                          dynamic_shapes=({0: documents, 1: units}, {0: documents, 1: units}, {0: documents, 1: units}),
                           external_data=False, verbose=False)
     encoders = {"fp32": ENCODER_FILES["fp32"]}
     if quantize == "int8":

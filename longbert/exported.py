@@ -8,8 +8,10 @@ of any length with it through onnxruntime, without the PyTorch model.
                                (the backbone and the strategy's token pooling, cls or mean; W and L dynamic)
     <dir>/encoder.int8.onnx    with `--quantize int8`: the same graph with int8 weights (dynamic quantization)
     <dir>/head.onnx            the window vectors of each document -> logits:
-                               vectors (B, N, H) float32, mask (B, N) bool -> logits (B, C) float32
-                               (the strategy's unit pooling and the classification head; B and N dynamic)
+                               vectors (B, N, H) float32, mask (B, N) bool, sizes (B, N) float32 -> logits (B, C)
+                               (the strategy's unit pooling and the classification head; B and N dynamic; sizes:
+                               how much each window counts in mean pooling, `Units.sizes`, 1 where the strategy
+                               gives none; a graph whose pooling does not use an input does not have it)
     <dir>/tokenizer files
     <dir>/parity.json          the graphs against PyTorch fp32 on real texts (see export.py)
 
@@ -92,19 +94,21 @@ class ExportedClassifier:
 
     def logits(self, documents: list[torch.Tensor]) -> torch.Tensor:
         """B documents' content ids -> (B, C) logits, through both graphs."""
-        from longbert.strategies.windows import gather_units, run_passes
+        from longbert.strategies.windows import run_passes, units_of_cuts
 
-        per_document = [self.strategy.windows(ids) for ids in documents]
-        flat = [w for windows in per_document for w in windows]
+        cuts = [self.strategy.windows(ids) for ids in documents]  # (windows, sizes) of each document
+        flat = [w for windows, _ in cuts for w in windows]
 
         def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:  # (W, L) -> (W, H)
             feed = {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
             return torch.from_numpy(self.encoder.run(["vectors"], feed)[0])
 
         vectors = run_passes(flat, self.special, self.settings.budget, run)  # (W, H)
-        units = gather_units(vectors, [len(windows) for windows in per_document])  # (B, N, H)
-        feed = {"vectors": units.vectors.numpy(), "mask": units.mask.numpy()}
-        return torch.from_numpy(self.head.run(["logits"], feed)[0])  # (B, C)
+        units = units_of_cuts(vectors, cuts)  # (B, N, H)
+        sizes = units.mask.float() if units.sizes is None else units.sizes  # (B, N); 1 = every unit counts the same
+        feed = {"vectors": units.vectors.numpy(), "mask": units.mask.numpy(), "sizes": sizes.numpy()}
+        wanted = {i.name for i in self.head.get_inputs()}
+        return torch.from_numpy(self.head.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0])  # (B, C)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits) if self.multi_label else logits.softmax(-1)

@@ -19,7 +19,8 @@ from longbert.strategies.windows import gather_units
 @torch.no_grad()
 def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]:
     """Each document of a tokenized split, run once through the frozen backbone: a list of
-    {'unit_vectors': (N_i, H) float32 on the CPU, 'labels': the document's label}."""
+    {'unit_vectors': (N_i, H) float32 on the CPU, 'labels': the document's label}, and 'unit_sizes' (N_i,) where the
+    strategy weighs its units (`Units.sizes`)."""
     from torch.utils.data import DataLoader
 
     from longbert.data import collate
@@ -33,16 +34,24 @@ def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]
         for batch in progress(loader, description):
             units = model.encode([d.to(device) for d in batch["documents"]])  # (B, N, H)
             for b, label in enumerate(batch["labels"]):
-                cached.append({"unit_vectors": units.vectors[b][units.mask[b]].float().cpu(), "labels": label})
+                row = {"unit_vectors": units.vectors[b][units.mask[b]].float().cpu(), "labels": label}
+                if units.sizes is not None:
+                    row["unit_sizes"] = units.sizes[b][units.mask[b]].float().cpu()
+                cached.append(row)
     model.train(was_training)
     return cached
 
 
 def collate_units(rows: list[dict]) -> dict:
-    """Cached documents -> {'unit_vectors': (B, N, H) padded, 'unit_mask': (B, N), 'labels': (B,) or (B, C)}."""
+    """Cached documents -> {'unit_vectors': (B, N, H) padded, 'unit_mask': (B, N), 'labels': (B,) or (B, C)}, and
+    'unit_sizes' (B, N) when the rows have them."""
     vectors = [r["unit_vectors"] for r in rows]
-    units = gather_units(torch.cat(vectors), [v.shape[0] for v in vectors])  # (B, N, H)
-    return {"unit_vectors": units.vectors, "unit_mask": units.mask, "labels": torch.stack([r["labels"] for r in rows])}
+    sizes = torch.cat([r["unit_sizes"] for r in rows]).tolist() if "unit_sizes" in rows[0] else None
+    units = gather_units(torch.cat(vectors), [v.shape[0] for v in vectors], sizes)  # (B, N, H)
+    out = {"unit_vectors": units.vectors, "unit_mask": units.mask, "labels": torch.stack([r["labels"] for r in rows])}
+    if units.sizes is not None:
+        out["unit_sizes"] = units.sizes
+    return out
 
 
 def refuse_untrainable(model) -> None:

@@ -1,4 +1,5 @@
-"""What the machine is and what it does fast: bf16 support, peak-memory measurement, a one-line description."""
+"""What the machine is and what it does fast: bf16 support, the process group and device (accelerate), peak-memory
+measurement, a one-line description."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 from contextlib import contextmanager
 
 import torch
+
+from longbert.errors import LongbertError
 
 
 def fast_bf16(device: torch.device | str) -> bool:
@@ -29,11 +32,30 @@ def resolve_precision(requested: str, device: torch.device | str) -> str:
     return "bf16" if fast_bf16(device) else "no"
 
 
-def autocast_for(model: torch.nn.Module):
-    """bf16 autocast for inference where the model's device runs it fast (CPUs with AVX512-BF16/AMX, recent
-    GPUs); a disabled autocast elsewhere."""
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")  # what `predict --precision` and `model.predict(precision=)` take
+
+
+def process_state():
+    """accelerate's PartialState: which process this is, how many there are, and the device it runs on. Under
+    torchrun or `accelerate launch` on a machine without an accelerator, the CPU processes form one group (gloo),
+    as `accelerate launch --cpu` makes them; otherwise accelerate would leave each one alone, all of them main
+    processes writing the same files."""
+    import os
+
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    cpu_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or cpu_group)
+
+
+def autocast_for(model: torch.nn.Module, precision: str = "auto"):
+    """The autocast for inference on the model's device: `bf16` -> bf16 autocast; `fp32` -> a disabled autocast;
+    `auto` -> bf16 where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs), fp32 elsewhere."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     device = next(model.parameters()).device
-    if fast_bf16(device):
+    if precision == "bf16" or (precision == "auto" and fast_bf16(device)):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return torch.autocast(device.type, enabled=False)
 
@@ -74,6 +96,33 @@ def _rss_peak_bytes() -> int | None:
     return None
 
 
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def release_freed_memory() -> None:
+    """Hand memory that Python and the C allocator hold but no longer use back to the operating system (glibc's
+    malloc_trim), so that a peak measured next counts what the measured block uses, not what earlier work (a training
+    run, another strategy) left in the allocator's free lists."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
 def _reset_rss_peak() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -85,15 +134,20 @@ def _reset_rss_peak() -> bool:
 
 @contextmanager
 def measure(device: torch.device | str):
-    """Time a block and its peak memory. Yields a dict filled on exit with seconds and peak_memory_mb:
-    CUDA -> peak allocated by torch; CPU (Linux) -> peak resident set size of the process during the block."""
+    """Time a block and its peak memory. Yields a dict filled on exit with seconds, peak_memory_mb and
+    added_memory_mb (the peak less what was in use when the block started: what the block itself needed):
+    CUDA -> torch's peak allocation; CPU (Linux) -> the process's peak resident set size during the block, measured
+    after freed memory was handed back (`release_freed_memory`), so that what earlier work left behind does not count."""
     device = torch.device(device)
     result: dict = {}
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
         result["memory_kind"] = "cuda_max_allocated"
     else:
+        release_freed_memory()
+        before = _rss_bytes()
         result["memory_kind"] = "process_peak_rss" if _reset_rss_peak() else "process_peak_rss_since_start"
     start = time.perf_counter()
     try:
@@ -106,3 +160,4 @@ def measure(device: torch.device | str):
             peak = _rss_peak_bytes()
         result["seconds"] = time.perf_counter() - start
         result["peak_memory_mb"] = None if peak is None else round(peak / 2**20, 1)
+        result["added_memory_mb"] = None if peak is None or before is None else round(max(peak - before, 0) / 2**20, 1)

@@ -16,13 +16,14 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
 from longbert.atomic import atomic_folder
-from longbert.backbone import (clear_load_errors, default_lora_targets, load_backbone, load_encoder, load_tokenizer,
+from longbert.backbone import (backbone_token_pooling, clear_load_errors, default_lora_targets, load_backbone,
+                               load_encoder, load_tokenizer,
                                prepare_tokenizer)
 from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
 from longbert.errors import LongbertError
@@ -105,6 +106,7 @@ class ModelSettings:
         if raw.get("format") != FORMAT_VERSION:
             raise LongbertError(f"{source} was written by another longbert format ({raw.get('format')!r}); "
                                 f"this longbert reads format {FORMAT_VERSION}")
+        raw = _with_absent_means(raw)
         problems: list[str] = []
         settings = build(cls, raw, "", problems)
         where = [_path_of(p) for p in problems]
@@ -126,6 +128,19 @@ class ModelSettings:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise LongbertError(f"{path} is damaged: {error}") from None
         return cls.from_dict(raw, str(path))
+
+
+def _with_absent_means(raw: dict) -> dict:
+    """A saved strategy section from before a setting existed: the setting takes the value that reproduces how that
+    model was trained (the strategy config's ABSENT_MEANS, e.g. chunk's unit_weights: equal), not today's default."""
+    from longbert.strategies.base import REGISTRY
+
+    section = raw.get("strategy")
+    entry = REGISTRY.get(section.get("name")) if isinstance(section, dict) else None
+    absent = getattr(entry.config_cls, "ABSENT_MEANS", {}) if entry is not None else {}
+    if not any(key not in section for key in absent):
+        return raw
+    return {**raw, "strategy": {**{k: v for k, v in absent.items() if k not in section}, **section}}
 
 
 def _path_of(problem: str) -> str:
@@ -168,6 +183,7 @@ class LongDocumentClassifier(nn.Module):
         self.settings = settings  # everything save/load needs to rebuild this object
         self.dropout = nn.Dropout(settings.classifier_dropout)
         self.head = nn.Linear(backbone.config.hidden_size, len(settings.label_names))
+        self.notes: list[str] = []
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -185,6 +201,10 @@ class LongDocumentClassifier(nn.Module):
 
     @classmethod
     def _assemble(cls, backbone, tokenizer, settings: ModelSettings, adapter_dir: Path | None):
+        notes = []
+        if getattr(settings.strategy, "token_pooling", None) == "auto":  # the saved settings record what it became
+            settings.strategy.token_pooling, why = backbone_token_pooling(backbone)
+            notes.append(f"strategy.token_pooling: auto -> {settings.strategy.token_pooling} ({why})")
         special = SpecialTokens.from_tokenizer(tokenizer)
         strategy = build_strategy(settings.strategy, backbone.config.hidden_size, special, settings.budget)
         strategy.adapt_backbone(backbone)
@@ -192,7 +212,9 @@ class LongDocumentClassifier(nn.Module):
             backbone = _wrap_lora(backbone, settings.lora, adapter_dir)
         elif settings.finetune == "frozen":
             backbone.requires_grad_(False)
-        return cls(backbone, tokenizer, strategy, settings)
+        model = cls(backbone, tokenizer, strategy, settings)
+        model.notes = notes  # what building decided on the recipe's behalf; training prints it
+        return model
 
     # -- running ----------------------------------------------------------------------------------------------
 
@@ -249,23 +271,37 @@ class LongDocumentClassifier(nn.Module):
         ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings.max_document_tokens)
         return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
 
-    @torch.no_grad()
-    def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
-        """Texts -> one dict each: {'label': name (or 'labels': [names] for multi-label), 'probabilities': {name: p},
-        'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2: the text was cut)}."""
+    def predict(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> list[dict]:
+        """Texts -> one dict each, in the order of `texts`: {'label': name (or 'labels': [names] for multi-label),
+        'probabilities': {name: p}, 'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2:
+        the text was cut)}. `precision`: fp32, bf16, or auto (bf16 where the model's device runs it fast)."""
+        rows: list = [None] * len(texts)
+        for index, row in self.predictions_as_done(texts, batch_size, precision):
+            rows[index] = row
+        return rows
+
+    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
+                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
+        """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
+        All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
+        biggest batch comes first; hence rows arrive out of order."""
         check_texts(texts)
+        if batch_size < 1:
+            raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
+        autocast = autocast_for(self, precision)
+        documents, lengths = self.tokenize(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(documents[i]), reverse=True)
         was_training = self.training
         self.eval()
-        results = []
         try:
-            for start in range(0, len(texts), batch_size):
-                documents, lengths = self.tokenize(texts[start : start + batch_size])
-                with autocast_for(self):
-                    probabilities = self.probabilities(self(documents).logits)  # (B, C)
-                results += prediction_rows(self.settings, probabilities, lengths)
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                with torch.no_grad(), autocast:
+                    probabilities = self.probabilities(self([documents[i] for i in batch]).logits)  # (B, C)
+                for index, p in zip(batch, probabilities.tolist()):
+                    yield index, prediction_row(self.settings, p, lengths[index])
         finally:
             self.train(was_training)
-        return results
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -333,21 +369,23 @@ def check_texts(texts: list) -> None:
             raise LongbertError(f"text {row} is empty or whitespace-only")
 
 
-def prediction_rows(settings: ModelSettings, probabilities: torch.Tensor, lengths: list[int]) -> list[dict]:
-    """(B, C) class probabilities and each text's full length -> `predict`'s rows: {'label' (or 'labels', decided at
-    the settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}. Shared by every way of running a model."""
+def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int) -> dict:
+    """One text's class probabilities and full length -> `predict`'s row: {'label' (or 'labels', decided at the
+    settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}. Shared by every way of running a model."""
     names = settings.label_names
-    thresholds = settings.thresholds or [0.5] * len(names)
-    rows = []
-    for p, n_tokens in zip(probabilities.tolist(), lengths):
-        row = {"probabilities": dict(zip(names, p))}
-        if settings.problem_type == "multi_label":
-            row["labels"] = [n for n, q, t in zip(names, p, thresholds) if q >= t]
-        else:
-            row["label"] = names[max(range(len(p)), key=p.__getitem__)]
-        row["n_tokens"] = n_tokens
-        rows.append(row)
-    return rows
+    row = {"probabilities": dict(zip(names, probabilities))}
+    if settings.problem_type == "multi_label":
+        thresholds = settings.thresholds or [0.5] * len(names)
+        row["labels"] = [n for n, q, t in zip(names, probabilities, thresholds) if q >= t]
+    else:
+        row["label"] = names[max(range(len(probabilities)), key=probabilities.__getitem__)]
+    row["n_tokens"] = n_tokens
+    return row
+
+
+def prediction_rows(settings: ModelSettings, probabilities: torch.Tensor, lengths: list[int]) -> list[dict]:
+    """(B, C) probabilities and each text's full length -> B rows (`prediction_row`)."""
+    return [prediction_row(settings, p, n) for p, n in zip(probabilities.tolist(), lengths)]
 
 
 def _read_head_file(path: Path) -> dict[str, torch.Tensor]:

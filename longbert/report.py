@@ -61,6 +61,23 @@ def _ci(interval) -> str:
     return "" if not interval else f" ({100 * interval[0]:.1f}–{100 * interval[1]:.1f})"
 
 
+def _memory(speed: dict) -> str:
+    """'1,572 MB (+96)': the peak, and in brackets what the measured pass added (absent in older results)."""
+    added = speed.get("added_memory_mb")
+    return f"{_num(speed['peak_memory_mb'], 0)} MB" + ("" if added is None else f" (+{_num(added, 0)})")
+
+
+def _class_balance(data: dict) -> str:
+    """'Test documents per class: neg 314 (50.0%), pos 314 (50.0%); over 512 tokens: ...' (per label, multi-label)."""
+    def shares(counts: dict, total: int) -> str:
+        return ", ".join(f"{n} {c:,} ({_pct(c / total if total else None)})" for n, c in counts.items())
+
+    if not data.get("class_counts"):
+        return "Class balance: see results.json."
+    return (f"Test documents per class: {shares(data['class_counts'], data['test_documents'])}; over "
+            f"{data['long_tokens']} tokens: {shares(data['long_class_counts'], data['long_documents'])}.")
+
+
 def _settings(settings: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items() if k != "name") or "defaults"
 
@@ -95,6 +112,19 @@ def verdict(results: dict) -> list[str]:
                      f"({_pct(s[best_long]['long']['accuracy'])} of {s[best_long]['long']['documents']}"
                      f"{_ci(s[best_long]['long']['ci95'])}); "
                      + _against(results, best_long, [n for n in names if n != best_long], "long") + ".")
+        reference = "truncate" if "truncate" in names and best_long != "truncate" else next(
+            (n for n in names if n != best_long), None)
+        pair = _comparison(results, best_long, reference, "long") if reference else None
+        if pair is not None:
+            detectable = pair.get("detectable_difference")
+            lines.append(
+                f"Power on the long documents: {pair['n']} documents, of which {best_long} and {reference} disagree "
+                f"on {pair['only_a_right'] + pair['only_b_right']}; at that size and disagreement the paired test "
+                + (f"detects a true difference of {100 * detectable:.1f} accuracy points 80% of the time (α = 0.05); "
+                   "smaller differences can go unseen." if detectable is not None else
+                   "cannot reliably detect any difference: evaluate on more long documents "
+                   "(data.test_min_tokens, data.max_test_documents)."))
+    lines += _baseline_verdict(results)
     fastest = min(names, key=cost)
     costs = ", ".join(f"{s[n]['relative_cost']['inference']:.1f}× ({n})" for n in names
                       if n != fastest and s[n]["relative_cost"]["inference"])
@@ -114,11 +144,46 @@ def verdict(results: dict) -> list[str]:
     return lines
 
 
-def _p(results: dict, a: str, b: str, subset: str) -> float:
+def _comparison(results: dict, a: str, b: str, subset: str) -> dict | None:
+    """The paired comparison of a and b on `subset` (all or long), oriented so that only_a_right counts a."""
     for c in results["comparisons"]:
         if {c["a"], c["b"]} == {a, b} and c["documents"] == subset:
-            return c["p_value"]
-    return 1.0
+            if c["a"] == a:
+                return c
+            return {**c, "a": a, "b": b, "only_a_right": c["only_b_right"], "only_b_right": c["only_a_right"]}
+    return None
+
+
+def _p(results: dict, a: str, b: str, subset: str) -> float:
+    c = _comparison(results, a, b, subset)
+    return 1.0 if c is None else c["p_value"]
+
+
+def _baseline_verdict(results: dict) -> list[str]:
+    """Whether each strategy beats the TF-IDF baseline, on all documents, said plainly."""
+    base = results.get("baseline")
+    if not base:
+        return []
+    names, s = results["strategy_order"], results["strategies"]
+    groups: dict[str, list[str]] = {"better": [], "same": [], "worse": []}
+    for n in names:
+        p = _p(results, n, base["name"], "all")
+        groups["same" if p >= 0.05 else "better" if s[n]["accuracy"] > base["accuracy"] else "worse"].append(
+            f"{n} {100 * (s[n]['accuracy'] - base['accuracy']):+.1f} points, p = {p:.3g}")
+    line = (f"Classical baseline (TF-IDF words+bigrams + logistic regression, C chosen on validation, trained in "
+            f"{_seconds(base['train_seconds'])}): {_pct(base['accuracy'])}{_ci(base['accuracy_ci95'])}. ")
+    parts = []
+    if groups["better"]:
+        parts.append("significantly better than it: " + "; ".join(groups["better"]))
+    if groups["same"]:
+        parts.append("not distinguishable from it: " + "; ".join(groups["same"]))
+    if groups["worse"]:
+        parts.append("significantly worse than it: " + "; ".join(groups["worse"]))
+    line += ". ".join(p[0].upper() + p[1:] for p in parts) + "."
+    if len(groups["better"]) < len(names):
+        line += (" A strategy that does not beat this baseline has not earned its cost here: the baseline trains in "
+                 "seconds and needs no GPU.")
+    return [line]
 
 
 def _against(results: dict, best: str, others: list[str], subset: str) -> str:
@@ -159,21 +224,28 @@ def build_blocks(results: dict) -> list[tuple]:
     # The main table.
     counts = {b: s[names[0]]["by_length"].get(b, {}).get("documents", 0) for b in BUCKETS}
     headers = (["strategy", "accuracy (95% CI)", "macro-F1"] + [f"{BUCKET_TITLES[b]} (n={counts[b]})" for b in BUCKETS]
-               + ["training time", "inference docs/s", "peak memory", "trainable parameters"])
+               + ["training time", "inference docs/s", "peak memory (added by inference)", "trainable parameters"])
     rows = []
     for n in names:
         r = s[n]
         rows.append([n, _pct(r["accuracy"]) + _ci(r["accuracy_ci95"]), f"{r['macro_f1']:.3f}"]
                     + [_pct(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
                     + [_seconds(r["train_seconds"]), _num(r["speed"]["documents_per_second"]),
-                       f"{_num(r['speed']['peak_memory_mb'], 0)} MB", f"{r['trainable_parameters']:,}"])
-    blocks += [("h", 2, "Results on the test split"), ("table", headers, rows)]
+                       _memory(r["speed"]), f"{r['trainable_parameters']:,}"])
+    base = results.get("baseline")
+    if base:
+        rows.append([f"{base['name']} (baseline)", _pct(base["accuracy"]) + _ci(base["accuracy_ci95"]),
+                     f"{base['macro_f1']:.3f}"] + [_pct(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + [_seconds(base["train_seconds"]), "–", "–", "–"])
+    blocks += [("h", 2, "Results on the test split"), ("p", _class_balance(data)), ("table", headers, rows)]
     kinds = {s[n]["speed"]["memory_kind"] for n in names}
     blocks.append(("p", (
         "Lengths are WordPiece tokens with [CLS]/[SEP]. Inference speed is the test-split pass of the kept model "
         f"(batch {s[names[0]]['eval_batch_size']}); peak memory is "
         f"{' / '.join(sorted(k for k in kinds if k))}"
-        " (process_peak_rss: the whole process, model and data included; cuda_max_allocated: torch's GPU peak). "
+        " (process_peak_rss: the whole process's peak resident memory during the pass, model and data included, "
+        "measured after memory freed by earlier work was handed back; cuda_max_allocated: torch's GPU peak); in "
+        "brackets, what the pass added to the memory in use before it. "
         "Timings on a shared machine vary by tens of percent between runs."
     )))
 
@@ -190,9 +262,9 @@ def build_blocks(results: dict) -> list[tuple]:
             if row.get("documents"):
                 speed_rows.append([n, BUCKET_TITLES[b], str(row["documents"]), _num(row["mean_tokens"], 0),
                                    _num(row["documents_per_second"]), _num(row["tokens_per_second"], 0),
-                                   f"{_num(row['peak_memory_mb'], 0)} MB"])
+                                   _memory(row)])
     blocks.append(("table", ["strategy", "length", "documents timed", "mean tokens", "docs/s", "tokens/s",
-                             "peak memory"], speed_rows))
+                             "peak memory (added)"], speed_rows))
 
     blocks += [("h", 2, "Confusion matrices (rows: true label, columns: predicted)")]
     if "confusion_matrices" in results.get("plots", {}):
@@ -218,10 +290,16 @@ def build_blocks(results: dict) -> list[tuple]:
     blocks += [("h", 2, "Are the differences real?"), ("p", (
         "Paired on the same test documents: how often only one of two strategies was right, and the exact McNemar "
         "test's two-sided p-value (small p: the difference is unlikely to be chance)."))]
-    blocks.append(("table", ["strategies", "documents", "only the first right", "only the second right", "p-value"],
+    blocks.append(("table", ["strategies", "documents", "n", "only the first right", "only the second right",
+                             "p-value", "detectable difference"],
                    [[f"{c['a']} vs {c['b']}", "all" if c["documents"] == "all" else f">{data['long_tokens']} tokens",
-                     str(c["only_a_right"]), str(c["only_b_right"]), f"{c['p_value']:.3g}"]
+                     str(c.get("n", "")), str(c["only_a_right"]), str(c["only_b_right"]), f"{c['p_value']:.3g}",
+                     "–" if c.get("detectable_difference") is None else f"{100 * c['detectable_difference']:.1f} points"]
                     for c in results["comparisons"]]))
+    blocks.append(("p", (
+        "Detectable difference: the smallest true accuracy difference this paired test finds significant (α = 0.05) "
+        "80% of the time, at this number of documents and this rate of disagreement (Connor's approximation for "
+        "McNemar's test). A difference below it, significant or not, is not resolved by this test set.")))
 
     blocks += _error_blocks(results)
 
@@ -417,19 +495,24 @@ def make_plots(results: dict) -> dict[str, bytes]:
     # Accuracy by length bucket: grouped bars, the overall accuracy first.
     fig, ax = plt.subplots(figsize=(8, 4))
     groups = ["all", *BUCKETS]
-    width = 0.8 / len(names)
-    for k, n in enumerate(names):
-        values = [s[n]["accuracy"]] + [s[n]["by_length"].get(b, {}).get("accuracy") for b in BUCKETS]
-        xs = [g + (k - (len(names) - 1) / 2) * width for g in range(len(groups))]
+    shown = {n: s[n] for n in names}
+    base = results.get("baseline")
+    if base:
+        shown[f"{base['name']} (baseline)"] = base
+        colours[f"{base['name']} (baseline)"] = "0.6"
+    width = 0.8 / len(shown)
+    for k, (n, r) in enumerate(shown.items()):
+        values = [r["accuracy"]] + [r["by_length"].get(b, {}).get("accuracy") for b in BUCKETS]
+        xs = [g + (k - (len(shown) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None], width,
-                      label=n, color=colours[n])
+                      label=n, color=colours[n], hatch="//" if r is base else None)
         ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)  # so 0 reads as 0, not as missing
     counts = [s[names[0]]["documents"]] + [s[names[0]]["by_length"].get(b, {}).get("documents", 0) for b in BUCKETS]
     ax.set_xticks(range(len(groups)), [f"{BUCKET_TITLES.get(g, g)}\n(n={c})" for g, c in zip(groups, counts)])
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
     ax.set_xlabel("document length (tokens)")
-    ax.legend(fontsize="small", ncol=min(len(names), 6), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.legend(fontsize="small", ncol=min(len(shown), 6), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     plots["accuracy_by_length"] = _png(fig)
 
@@ -441,10 +524,11 @@ def make_plots(results: dict) -> dict[str, bytes]:
             points.sort(key=lambda r: r["mean_tokens"])
             x = [r["mean_tokens"] for r in points]
             left.plot(x, [r["documents_per_second"] for r in points], "o-", label=n, color=colours[n])
-            right.plot(x, [r["peak_memory_mb"] for r in points], "o-", label=n, color=colours[n])
+            right.plot(x, [r.get("added_memory_mb", r["peak_memory_mb"]) for r in points], "o-", label=n,
+                       color=colours[n])
         left.set_ylabel("documents / second")
         kinds = {r.get("memory_kind") for n in names for r in (s[n].get("speed_by_length") or {}).values()} - {None}
-        right.set_ylabel(f"peak memory (MB, {' / '.join(sorted(kinds))})")
+        right.set_ylabel(f"memory added by inference (MB, {' / '.join(sorted(kinds))})")
         for ax in (left, right):
             ax.set_xlabel("mean document length in bucket (tokens)")
             ax.grid(alpha=0.3)
@@ -501,6 +585,11 @@ def print_summary(results: dict, console=None) -> None:
                       *[_pct(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
                       _seconds(r["train_seconds"]), _num(r["speed"]["documents_per_second"]),
                       _num(r["speed"]["peak_memory_mb"], 0), f"{r['trainable_parameters'] / 1e6:.1f}M")
+    base = results.get("baseline")
+    if base:
+        table.add_row(f"{base['name']} (baseline)", _pct(base["accuracy"]), f"{base['macro_f1']:.3f}",
+                      *[_pct(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
+                      _seconds(base["train_seconds"]), "–", "–", "–")
     console.print(table)
     for line in verdict(results):
         console.print(f"• {line}", highlight=False)

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from longbert.errors import LongbertError
-from longbert.statistics import mcnemar_p, wilson_interval
+from longbert.statistics import detectable_difference, mcnemar_p, wilson_interval
 
 LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
 PREDICTIONS_FILE = "predictions-test.jsonl"
@@ -32,55 +32,73 @@ def is_right(row: dict) -> bool:
 
 
 def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> list[dict]:
-    """Every pair of strategies, on all test documents and on the long ones: who alone was right how often, and
-    the exact McNemar p-value of that split."""
+    """Every pair of strategies (and the baseline, when `predictions` holds it), on all test documents and on the
+    long ones: how many documents, who alone was right how often, the exact McNemar p-value of that split, and the
+    smallest accuracy difference the test could detect at this size and disagreement (80% power, alpha 0.05)."""
     names = list(predictions)
     out = []
     for x, a in enumerate(names):
         for b in names[x + 1 :]:
             for subset in ("all", "long"):
-                only_a = only_b = 0
+                only_a = only_b = documents = 0
                 for ra, rb in zip(predictions[a], predictions[b]):
                     if subset == "long" and ra["n_tokens"] <= long_tokens:
                         continue
+                    documents += 1
                     only_a += is_right(ra) and not is_right(rb)
                     only_b += is_right(rb) and not is_right(ra)
-                out.append({"a": a, "b": b, "documents": subset, "only_a_right": only_a, "only_b_right": only_b,
-                            "p_value": mcnemar_p(only_a, only_b)})
+                out.append({"a": a, "b": b, "documents": subset, "n": documents, "only_a_right": only_a,
+                            "only_b_right": only_b, "p_value": mcnemar_p(only_a, only_b),
+                            "detectable_difference": detectable_difference(documents, only_a + only_b)})
     return out
 
 
+def baseline_fields(result: dict) -> dict:
+    """What the results dict keeps of `baseline.tfidf_baseline`'s result besides the test summary."""
+    return {"settings": result["settings"], "validation": result["validation"],
+            "train_seconds": result["train_seconds"]}
+
+
+def test_summary(rows: list[dict], test: dict, long_tokens: int) -> dict:
+    """Accuracy with its interval, macro-F1, accuracy by length bucket and on the long documents, from a classifier's
+    prediction rows and its test metrics. For multi-label rows a row is right when every label is (exact match): the
+    same number as the test metrics' accuracy or exact_match, recomputed from the rows the paired tests use."""
+    right = sum(is_right(r) for r in rows)
+    long_rows = [r for r in rows if r["n_tokens"] > long_tokens]
+    long_right = sum(is_right(r) for r in long_rows)
+    return {
+        "accuracy": right / len(rows) if rows else None,
+        "accuracy_ci95": wilson_interval(right, len(rows)),
+        "macro_f1": test["macro_f1"],
+        "documents": test["documents"],
+        "by_length": {bucket: {"documents": row["documents"], "accuracy": row.get("accuracy", row.get("exact_match"))}
+                      for bucket, row in test["by_length"].items()},
+        "long": {"documents": len(long_rows), "accuracy": long_right / len(long_rows) if long_rows else None,
+                 "ci95": wilson_interval(long_right, len(long_rows))},
+    }
+
+
 def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
-                     machine, long_tokens, label_names) -> dict:
+                     machine, long_tokens, label_names, baseline=None) -> dict:
     """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
     shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
 
     names: strategies in report order; recipes, runs ({status, metrics}), predictions (rows) and speed (by length
-    bucket) are keyed by strategy; examples: what `analysis.build_examples` returned."""
+    bucket) are keyed by strategy; examples: what `analysis.build_examples` returned. baseline: what
+    `baseline.tfidf_baseline` returned, or None; with it, predictions also hold its rows under `baseline.BASELINE`
+    and the paired comparisons include it."""
     from longbert import __version__
 
     strategies = {}
     for s in names:
         metrics = runs[s]["metrics"]
         test = metrics["test"]
-        rows = predictions[s]
-        right = sum(is_right(r) for r in rows)
-        long_rows = [r for r in rows if r["n_tokens"] > long_tokens]
-        long_right = sum(is_right(r) for r in long_rows)
         strategies[s] = {
             "status": runs[s]["status"],
             "run_dir": recipes[s].output_dir,
-            "settings": dataclasses.asdict(recipes[s].strategy),
-            # For multi-label runs a row is right when every label is (exact match): the same number as the test
-            # metrics' accuracy or exact_match, recomputed from the rows the paired tests use.
-            "accuracy": right / len(rows) if rows else None,
-            "accuracy_ci95": wilson_interval(right, len(rows)),
-            "macro_f1": test["macro_f1"],
-            "documents": test["documents"],
-            "by_length": {bucket: {"documents": row["documents"], "accuracy": row.get("accuracy", row.get("exact_match"))}
-                          for bucket, row in test["by_length"].items()},
-            "long": {"documents": len(long_rows), "accuracy": long_right / len(long_rows) if long_rows else None,
-                     "ci95": wilson_interval(long_right, len(long_rows))},
+            # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
+            "settings": metrics.get("strategy_settings") or dataclasses.asdict(recipes[s].strategy),
+            **test_summary(predictions[s], test, long_tokens),
             "confusion_matrix": test["confusion_matrix"],
             "per_class": test.get("per_class"),
             "train_seconds": metrics["train_seconds"],
@@ -115,6 +133,15 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     if len(machines) > 1:
         notes.append("the runs were trained on different machines: training times are not comparable")
     test_rows = predictions[names[0]]
+    # Test documents per class (per label, for multi-label), all and long: the class balance the tables state.
+    classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
+    for r in test_rows:
+        hot = r["label"] if isinstance(r["label"], list) else [int(i == r["label"]) for i in range(len(label_names))]
+        for n, h in zip(label_names, hot):
+            classes[n] += h
+            long_classes[n] += h if r["n_tokens"] > long_tokens else 0
+    from longbert.baseline import BASELINE
+
     return {
         "name": name,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -143,8 +170,13 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
             "test_documents": len(test_rows),
             "long_tokens": long_tokens,
             "long_documents": sum(r["n_tokens"] > long_tokens for r in test_rows),
+            "class_counts": classes,
+            "long_class_counts": long_classes,
         },
         "strategies": strategies,
+        "baseline": None if baseline is None else {
+            "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
+                                                                         long_tokens)},
         "comparisons": paired_comparisons(predictions, long_tokens),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,
                            "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},

@@ -91,23 +91,32 @@ def _split_of(file: Path) -> str:
     return file.stem
 
 
-def _load_folder_of_files(folder: Path, wanted: list[str], optional: list[str] = ()):
-    files = {_split_of(f): f for f in sorted(folder.iterdir()) if f.is_file() and _kind(f)}
+def is_data_file(file: Path) -> bool:
+    """Whether `file` is named as a data file longbert reads through datasets (csv, jsonl, json(.gz), parquet)."""
+    return _kind(file) is not None
+
+
+def _split_files(folder: Path) -> dict[str, Path]:
+    return {_split_of(f): f for f in sorted(folder.iterdir()) if f.is_file() and _kind(f)}
+
+
+def _load_folder_of_files(folder: Path, wanted: list[str], optional: list[str] = (), where: str = "data"):
+    files = _split_files(folder)
     wanted = wanted + [s for s in optional if s in files and s not in wanted]
     missing = [s for s in wanted if s not in files]
     if missing:
         raise LongbertError(
-            f"data: split {missing[0]!r} not found in {folder}; available splits: {', '.join(sorted(files)) or 'none'}"
+            f"{where}: split {missing[0]!r} not found in {folder}; available splits: {', '.join(sorted(files)) or 'none'}"
         )
     kinds = {_kind(files[s]) for s in wanted}
     if len(kinds) != 1:
-        raise LongbertError(f"data: the split files in {folder} mix formats ({', '.join(sorted(kinds))})")
-    return _load_files(kinds.pop(), {s: files[s] for s in wanted})
+        raise LongbertError(f"{where}: the split files in {folder} mix formats ({', '.join(sorted(kinds))})")
+    return _load_files(kinds.pop(), {s: files[s] for s in wanted}, where)
 
 
-def _load_files(kind: str, files: dict[str, Path]):
+def _load_files(kind: str, files: dict[str, Path], where: str = "data"):
     """datasets.load_dataset over local files (split -> file). When datasets cannot read them, the file and line to
-    blame become one LongbertError (datasets' own errors are tracebacks about pyarrow)."""
+    blame become one LongbertError beginning with `where` (datasets' own errors are tracebacks about pyarrow)."""
     from datasets import load_dataset
 
     try:
@@ -119,10 +128,10 @@ def _load_files(kind: str, files: dict[str, Path]):
         for file in files.values():
             problem = file_problem(file)
             if problem:
-                raise LongbertError(f"data: {problem}") from None
+                raise LongbertError(f"{where}: {problem}") from None
         cause = error.__cause__ or error
         detail = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        raise LongbertError(f"data: cannot read {', '.join(str(f) for f in files.values())}: {detail}") from None
+        raise LongbertError(f"{where}: cannot read {', '.join(str(f) for f in files.values())}: {detail}") from None
 
 
 def file_problem(file: Path) -> str | None:
@@ -269,6 +278,63 @@ def _refuse_single_beyond_train(single: bool, wanted: list[str], config, what: s
             f"{what} serves as the train split only; set data.test_split and data.validation_split to null, "
             f"or {instead}"
         )
+
+
+def load_table(source: str, split: str | None = None, where: str = "input"):
+    """One table of rows (a datasets.Dataset) from `source`: a csv / jsonl / json(.gz) / parquet file, a
+    save_to_disk folder, a folder of <split>.<ext> files, or a hub dataset id. `split` names the split to read where
+    the source holds several (a folder of split files, a saved DatasetDict, a hub dataset); one that holds a single
+    split needs none. Every problem is one LongbertError beginning with `where` and naming the source."""
+    from datasets import Dataset, load_dataset, load_from_disk
+
+    quiet_datasets()
+    local = Path(source).expanduser()
+    if local.is_file():
+        if _kind(local) is None:
+            raise LongbertError(f"{where} {local} is not a csv, jsonl, json(.gz) or parquet file")
+        if split is not None:
+            raise LongbertError(f"{where} {local} is a single file; it has no split {split!r} to pick")
+        return _load_files(_kind(local), {"rows": local}, where)["rows"]
+    if local.is_dir():
+        if is_saved_dataset(local):
+            try:
+                loaded = load_from_disk(str(local))
+            except Exception as error:  # FileNotFoundError, ArrowInvalid, ... for a damaged folder
+                detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                raise LongbertError(f"{where} {local} looks like a save_to_disk folder but cannot be loaded: "
+                                    f"{detail}") from None
+            if isinstance(loaded, Dataset):
+                if split is not None:
+                    raise LongbertError(f"{where} {local} holds one saved Dataset; it has no split {split!r} to pick")
+                return loaded
+            return _one_split_of(dict(loaded), split, f"{where} {local}")
+        files = _split_files(local)
+        if not files:
+            raise LongbertError(f"{where} {local} is a folder without csv, jsonl, json(.gz) or parquet files and "
+                                "not a save_to_disk folder")
+        chosen = _one_split_name(list(files), split, f"{where} {local}")
+        return _load_folder_of_files(local, [chosen], where=where)[chosen]
+    try:
+        loaded = load_dataset(source, split=split)
+    except Exception as error:  # the hub raises many kinds; all mean the same to the user
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise LongbertError(f"{where} {source!r} is neither a local file or folder nor a reachable hub dataset: "
+                            f"{detail}") from None
+    return loaded if isinstance(loaded, Dataset) else _one_split_of(dict(loaded), None, f"{where} {source!r}")
+
+
+def _one_split_name(names: list[str], split: str | None, what: str) -> str:
+    if split is None:
+        if len(names) == 1:
+            return names[0]
+        raise LongbertError(f"{what} holds several splits ({', '.join(names)}); name one with --split")
+    if split not in names:
+        raise LongbertError(f"{what} has no split {split!r}; its splits: {', '.join(names)}")
+    return split
+
+
+def _one_split_of(splits: dict, split: str | None, what: str):
+    return splits[_one_split_name(list(splits), split, what)]
 
 
 def is_saved_dataset(folder: Path) -> bool:

@@ -14,7 +14,9 @@ SPEED_FILE = "speed-by-length.json"
 
 def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> dict:
     """Time inference on up to `per_bucket` documents of each length bucket of the tokenized split `test`.
-    Returns {bucket: {documents, mean_tokens, documents_per_second, tokens_per_second, peak_memory_mb, memory_kind}}."""
+    Returns {bucket: {documents, mean_tokens, documents_per_second, tokens_per_second, peak_memory_mb, added_memory_mb,
+    memory_kind}}: added_memory_mb is what the bucket's inference needed beyond what was in use before it (the model,
+    the data), which separates strategies where the process peak does not."""
     from longbert.data import LENGTH_BUCKETS, length_bucket
     from longbert.evaluation import predict_dataset
 
@@ -26,7 +28,8 @@ def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> di
         rows = [i for i, n in enumerate(lengths) if length_bucket(n) == bucket][:per_bucket]
         if not rows:
             out[bucket] = {"documents": 0, "mean_tokens": None, "documents_per_second": None,
-                           "tokens_per_second": None, "peak_memory_mb": None, "memory_kind": None}
+                           "tokens_per_second": None, "peak_memory_mb": None, "added_memory_mb": None,
+                           "memory_kind": None}
             continue
         speed = predict_dataset(model, test.select(rows), batch_size, description=f"timing {bucket}")["speed"]
         out[bucket] = {
@@ -35,6 +38,7 @@ def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> di
             "documents_per_second": speed["documents_per_second"],
             "tokens_per_second": speed["tokens_per_second"],
             "peak_memory_mb": speed["peak_memory_mb"],
+            "added_memory_mb": speed["added_memory_mb"],
             "memory_kind": speed["memory_kind"],
         }
     return out
@@ -43,7 +47,8 @@ def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> di
 def _speed_key(per_bucket: int, batch_size: int) -> dict:
     from longbert.hardware import describe_machine
 
-    return {"machine": describe_machine(), "documents_per_bucket": per_bucket, "batch_size": batch_size}
+    # version 2: memory measured after freed memory is handed back, with added_memory_mb; older files are measured again
+    return {"version": 2, "machine": describe_machine(), "documents_per_bucket": per_bucket, "batch_size": batch_size}
 
 
 def cached_speed(run_dir: Path, per_bucket: int, batch_size: int) -> dict | None:

@@ -18,6 +18,8 @@ checkpoint, a swap cut between its two renames) is put right when the next run s
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import signal
 import threading
@@ -36,7 +38,7 @@ from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.evaluation import (HISTORY_METRICS, evaluate_split, improves, metrics_markdown, model_inputs,
                                  predict_dataset, split_loader, tune_thresholds, write_json, write_predictions)
-from longbert.hardware import describe_machine, resolve_precision
+from longbert.hardware import describe_machine, process_state, resolve_precision
 from longbert.progress import progress
 from longbert.runs import BEST, CHECKPOINT, RECIPE, locked, prepare
 
@@ -70,7 +72,6 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     `data`: documents in memory instead of data.path (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts
     and labels; see longbert.sources.data_object_splits); the recipe's other data settings apply, and the recipe saved
     in the run folder says what kind of object it was and its rows per split."""
-    from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
     from longbert.sources import recipe_for_data_object
@@ -82,7 +83,7 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     check_tracker(recipe.train.report_to)
     if resume and not run_dir.is_dir():
         raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (the folder does not exist)")
-    process = PartialState()  # which process this is (`accelerate launch` starts one per device)
+    process = process_state()  # which process this is (`accelerate launch` starts one per device)
     # The main process holds the folder's lock and decides how the run starts; the others follow its decision.
     with locked(run_dir) if process.is_main_process else nullcontext(), stop_on_signals(stop):
         decision = [prepare(run_dir, recipe, resume) if process.is_main_process else None]
@@ -195,6 +196,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
                           + ", ".join(f"{n} in {role}" for role, n in cut.items()))
     model = LongDocumentClassifier.from_recipe(recipe, corpus.label_names, loaded=(backbone, tokenizer))
+    for note in model.notes:
+        accelerator.print(note)
     class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
                                       corpus.label_names, multi_label)
     if class_weights is not None:
@@ -245,6 +248,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     metrics = {
         "recipe": recipe.name,
         "strategy": recipe.strategy.name,
+        # The strategy's settings as the model was built with them (token_pooling's auto resolved).
+        "strategy_settings": dataclasses.asdict(core.settings.strategy),
         "command": command,
         "machine": describe_machine(),
         "mixed_precision": precision,
@@ -263,7 +268,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     if multi_label:
         metrics["thresholds"] = core.thresholds
     if "test" in corpus.splits:
-        test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test")
+        test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
+                                           process=accelerator.state)  # divided between the processes
         metrics["test"] = test_metrics
         if accelerator.is_main_process:
             write_predictions(run_dir / "predictions-test.jsonl", corpus.splits["test"], raw,
@@ -313,7 +319,12 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
         total_steps = min(total_steps, cfg.max_steps)
 
     optimizer = torch.optim.AdamW(_param_groups(model, cfg))
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+    # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
+    # processes), so the schedule is laid out in those units: the same learning rate at every optimiser step as one
+    # process with the same effective batch.
+    per_step = accelerator.num_processes
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps) * per_step,
+                                                total_steps * per_step)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     core = accelerator.unwrap_model(model)
     fingerprint = recipe_fingerprint(recipe)

@@ -53,8 +53,10 @@ def test_unit_spans_are_the_windows_the_strategies_cut():
     assert sum(b - a for a, b in kept) == len(keep(torch.arange(400), truncate))
 
 
-@pytest.mark.parametrize("config", [ChunkConfig(window=30), SlidingConfig(window=30, stride=10),
-                                    TruncateConfig(max_tokens=30, head_tokens=10)], ids=lambda c: c.name)
+@pytest.mark.parametrize("config", [ChunkConfig(window=30, token_pooling="cls"),
+                                    SlidingConfig(window=30, stride=10, token_pooling="cls"),
+                                    TruncateConfig(max_tokens=30, head_tokens=10, token_pooling="cls")],
+                         ids=lambda c: c.name)
 def test_unit_spans_match_the_units_the_model_reads(config, tiny_backbone, tokenizer):
     strategy = build_strategy(config, tiny_backbone.config.hidden_size, SpecialTokens.from_tokenizer(tokenizer),
                               PassBudget())

@@ -23,7 +23,8 @@ from longbert.strategies.bigbird import (
 )
 
 SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)
-TINY = dict(max_tokens=256, block_size=16, window_blocks=3, global_blocks=1, random_blocks=2, full_attention_up_to=0)
+TINY = dict(max_tokens=256, block_size=16, window_blocks=3, global_blocks=1, random_blocks=2, full_attention_up_to=0,
+            token_pooling="cls")
 
 
 def strategy(budget: PassBudget | None = None, **settings) -> BigBirdStrategy:

@@ -148,7 +148,8 @@ def test_predict_input_errors(tmp_path, tiny_backbone_dir):
     assert_user_error(run("predict", tmp_path, tmp_path / "missing.txt"), "input file not found")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"txt": "no"}\n')
-    assert_user_error(run("predict", tmp_path, bad), "bad.jsonl:2 has no string field 'text'")
+    assert_user_error(run("predict", tmp_path, bad), "bad.jsonl row 2: the text (column 'text') is empty, "
+                                                     "whitespace-only or missing")
     assert_user_error(run("predict", tmp_path, "-", input="\n  \n"), "stdin holds no texts")
 
 
@@ -197,15 +198,37 @@ def test_predict_counts_lines_and_reports_the_cut(model_dir, tmp_path):
     assert result.exit_code == 0 and result.stderr == "" and len(out.read_text().splitlines()) == 1
 
 
-@pytest.mark.parametrize("content, fragments", [
-    (b"", ["e.jsonl holds no texts"]),
-    (b'{"text": "ok"}\n{"text": oops}\n{"text": "ok"}\n', ["e.jsonl:2 is not valid JSON"]),
-    (b'{"text": "caf\xe9"}\n', ["e.jsonl:1 is not UTF-8 text (byte 13 is 0xe9)"]),
-], ids=["empty", "bad-json-line", "latin-1"])
-def test_predict_input_is_named_by_line(model_dir, tmp_path, content, fragments):
-    (tmp_path / "e.jsonl").write_bytes(content)
-    assert_user_error(run("predict", model_dir, tmp_path / "e.jsonl", "-o", tmp_path / "out.jsonl"), *fragments)
-    assert not (tmp_path / "out.jsonl").exists()
+@pytest.mark.parametrize("name, content, options, fragments", [
+    ("e.jsonl", b"", [], ["e.jsonl is empty"]),
+    ("e.txt", b"", [], ["e.txt holds no texts"]),
+    ("e.jsonl", b'{"text": "ok"}\n{"text": oops}\n{"text": "ok"}\n', [], ["e.jsonl:2 is not valid JSON"]),
+    ("e.jsonl", b'{"text": "caf\xe9"}\n', [], ["e.jsonl:1 is not UTF-8 text (byte 13 is 0xe9)"]),
+    ("e.jsonl", b'{"body": "ok", "stars": 3}\n', ["--text-column", "review"],
+     ["--text-column review:", "e.jsonl has no column 'review'; its columns: 'body', 'stars'"]),
+    ("e.jsonl", b'{"text": "ok"}\n', ["--id-column", "doc"], ["--id-column doc:", "has no column 'doc'; its columns: 'text'"]),
+    ("e.csv", b"body,stars\nA review.,3\n", [], ["e.csv has no column 'text'; its columns: 'body', 'stars'"]),
+    ("e.csv", b"A review, once read as a line.\nAnother one.\n", [],
+     ["e.csv has no column 'text'", "a .csv file is a table whose first line names the columns; for one text per "
+                                    "line, name it .txt"]),
+    ("e.jsonl.gz", b"not gzip at all", [], ["e.jsonl.gz cannot be read: Not a gzipped file"]),
+], ids=["empty-jsonl", "empty-txt", "bad-json-line", "latin-1", "missing-column", "missing-id-column",
+        "csv-without-the-column", "csv-of-lines", "damaged-gzip"])
+def test_predict_input_is_named(model_dir, tmp_path, name, content, options, fragments):
+    (tmp_path / name).write_bytes(content)
+    assert_user_error(run("predict", model_dir, tmp_path / name, "-o", tmp_path / "out.jsonl", *options), *fragments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name], "nothing written"
+
+
+def test_predict_a_table_with_ids_kept_columns_and_a_precision(model_dir, tmp_path):
+    rows = [{"review": "A fine film.", "key": "a", "year": 1999}, {"review": "Awful. " * 40, "key": "b", "year": 2001}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run("predict", model_dir, tmp_path / "in.jsonl", "--text-column", "review", "--id-column", "key",
+                 "--keep", "year", "--precision", "fp32")
+    assert result.exit_code == 0, result.output
+    written = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["id"], r["year"], r["n_tokens"] > 40) for r in written] == [("a", 1999, False), ("b", 2001, True)]
+    assert_user_error(run("predict", model_dir, tmp_path / "in.jsonl", "--precision", "fp16"),
+                      "--precision must be one of auto, fp32, bf16, got 'fp16'")
 
 
 @pytest.mark.parametrize("text, fragments", [

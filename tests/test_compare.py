@@ -83,6 +83,20 @@ def test_compare_writes_the_report_with_every_field(compared):
     assert len(set(saved["budget"]["steps"].values())) == 1
     assert saved["budget"]["seed"] == 42
     assert {c["documents"] for c in saved["comparisons"]} == {"all", "long"}
+    # The TF-IDF baseline: a row beside the strategies, paired with each, and a verdict line saying whether each
+    # strategy beats it.
+    base = saved["baseline"]
+    assert base["name"] == "tfidf" and base["settings"]["C"] in base["settings"]["C_grid"]
+    assert set(base["validation"]) == {str(c) for c in base["settings"]["C_grid"]}
+    assert sum(b["documents"] for b in base["by_length"].values()) == base["documents"] == 30
+    pairs = {(c["a"], c["b"], c["documents"]) for c in saved["comparisons"]}
+    assert {("truncate", "tfidf", "all"), ("chunk", "tfidf", "long")} <= pairs
+    for c in saved["comparisons"]:
+        assert c["n"] == (30 if c["documents"] == "all" else saved["data"]["long_documents"])
+    assert sum(saved["data"]["class_counts"].values()) == 30
+    assert "| tfidf (baseline) |" in (report / "report.md").read_text()
+    assert "Classical baseline (TF-IDF" in (report / "report.md").read_text()
+    assert "Test documents per class: neg" in (report / "report.md").read_text()
     for example in saved["error_analysis"]["examples"]:  # long_tokens=128: the tiny models disagree on some
         assert example["n_tokens"] > 128 and example["right"] and example["wrong"]
         assert example["strategies"]["truncate"]["decisive"]["method"] == "kept"
@@ -132,9 +146,13 @@ def test_a_report_with_twenty_classes_lists_top_confusions_and_plots_the_matrice
 
 def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(compared, capsys):
     before = _finished_files(compared)
+    baseline_file = compared["root"] / "runs" / "tiny" / "tfidf-baseline.json"
+    baseline_written = baseline_file.stat().st_mtime_ns
     again = compare(**compared["settings"])
     assert {s: again["strategies"][s]["status"] for s in STRATEGIES} == {"truncate": "reused", "chunk": "reused"}
     assert _finished_files(compared) == before
+    assert baseline_file.stat().st_mtime_ns == baseline_written  # the baseline is reused too
+    assert again["baseline"]["accuracy"] == compared["results"]["baseline"]["accuracy"]
     for s in STRATEGIES:
         assert again["strategies"][s]["accuracy"] == compared["results"]["strategies"][s]["accuracy"]
 

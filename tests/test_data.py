@@ -302,3 +302,30 @@ def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
     monkeypatch.setattr(longbert.data, "load_raw_splits", lambda config, wanted, *more: (empty, None))
     with pytest.raises(LongbertError, match="there are no documents of split 'train'"):
         load_corpus(DataConfig(path="someone/empty", test_split=None, label_names=["neg", "pos"]), tokenizer, seed=0)
+
+
+def test_evaluation_on_long_test_documents_only(tmp_path, tokenizer):
+    """data.test_longer_than keeps every test document over that length (and only those), before
+    max_test_documents draws a subset; train and validation are the same documents as without it."""
+    rows = [{"text": ("word " * n).strip(), "label": ["neg", "pos"][i % 2]} for i, n in enumerate(range(5, 85, 2))]
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    write_jsonl(tmp_path / "test.jsonl", rows)
+    plain = load_corpus(config(tmp_path), tokenizer, seed=3)
+    long = load_corpus(config(tmp_path, test_longer_than=50), tokenizer, seed=3)
+    lengths = list(plain.splits["test"]["n_tokens"])
+    assert list(long.splits["test"]["n_tokens"]) == [n for n in lengths if n > 50]
+    assert long.splits["train"]["text"] == plain.splits["train"]["text"]
+    assert long.splits["validation"]["text"] == plain.splits["validation"]["text"]
+    assert long.stats["test"]["source_split"] == "test, documents over 50 tokens"
+    capped = load_corpus(config(tmp_path, test_longer_than=50, max_eval_documents=3, max_test_documents=10),
+                         tokenizer, seed=3)
+    assert len(capped.splits["validation"]) == 3 and len(capped.splits["test"]) == 10
+    assert all(n > 50 for n in capped.splits["test"]["n_tokens"])
+    assert len(load_corpus(config(tmp_path, max_eval_documents=4), tokenizer, seed=3).splits["test"]) == 4
+    with pytest.raises(LongbertError, match=r"data.test_longer_than=500: no document of split 'test' is that long "
+                                            r"\(its longest has 85 tokens\)"):
+        load_corpus(config(tmp_path, test_longer_than=500), tokenizer, seed=3)
+    from longbert.config import load_recipe
+
+    with pytest.raises(LongbertError, match="data.test_longer_than must be >= 0, got -1"):
+        load_recipe(None, ["data.test_longer_than=-1"])

@@ -34,7 +34,7 @@ def test_rows_are_predicts_rows_with_units_and_the_decisive_one(attention_model)
     for row, same in zip(rows, expected):
         assert {k: row[k] for k in same} == same
     long = rows[1]
-    windows = attention_model.strategy.windows(torch.tensor(read[1]))
+    windows, _ = attention_model.strategy.windows(torch.tensor(read[1]))
     assert len(long["units"]) == len(windows) > 1  # one unit per 40-token chunk, in order
     assert [u["tokens"] for u in long["units"]] == [[[40 * i, 40 * i + len(w)]] for i, w in enumerate(windows)]
     weights = [u["weight"] for u in long["units"]]
@@ -46,10 +46,10 @@ def test_rows_are_predicts_rows_with_units_and_the_decisive_one(attention_model)
 
 
 def test_mean_pooling_finds_the_decisive_unit_by_occlusion(tiny_backbone_dir):
-    model = build_model(tiny_backbone_dir, "sliding")
+    model = build_model(tiny_backbone_dir, "sliding", ["strategy.unit_weights=equal"])
     rows, _ = explain(model, [LONG])
     weights = {u["weight"] for u in rows[0]["units"]}
-    assert len(weights) == 1  # mean pooling: every window weighs the same
+    assert len(weights) == 1  # mean pooling with equal weights: every window weighs the same
     assert rows[0]["decisive"]["method"] == "occlusion"
 
 

@@ -213,3 +213,18 @@ def test_model_folder_with_custom_code_in_its_backbone_is_not_run(saved, tmp_pat
     with pytest.raises(LongbertError, match="contains custom code"):
         LongDocumentClassifier.from_pretrained(folder)
     assert not asked and not (folder / "backbone" / marker.name).exists()
+
+
+def test_a_model_saved_before_a_setting_existed_loads_as_it_was_trained(saved, tmp_path):
+    """chunk's unit_weights (new_tokens by default now) did not exist before: an older folder lacks the key and
+    means the plain mean (equal), which is what it was trained with; any other missing key is still an error."""
+    old = tmp_path / "old"
+    shutil.copytree(saved / "lora", old)
+    config = json.loads((old / "longbert_config.json").read_text())
+    assert config["strategy"].pop("unit_weights") == "new_tokens"
+    (old / "longbert_config.json").write_text(json.dumps(config))
+    assert LongDocumentClassifier.from_pretrained(old).settings.strategy.unit_weights == "equal"
+    config["strategy"].pop("window")
+    (old / "longbert_config.json").write_text(json.dumps(config))
+    with pytest.raises(LongbertError, match="missing key 'strategy.window'"):
+        LongDocumentClassifier.from_pretrained(old)

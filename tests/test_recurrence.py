@@ -53,11 +53,14 @@ def randomize_memory_bias(strategy, seed: int = 1, same_for_every_layer: bool = 
 
 
 def recurrence(**kw) -> RecurrenceConfig:
-    return RecurrenceConfig(**{"segment": SEGMENT, "memory": SEGMENT + 2, **kw})
+    # The age bias on and the distance bias off unless a test says otherwise: most tests check the age bias's
+    # documented reading; the distance bias has its own reference test.
+    return RecurrenceConfig(**{"segment": SEGMENT, "memory": SEGMENT + 2, "token_pooling": "cls", "memory_bias": True,
+                               "distance_bias": False, **kw})
 
 
 def rmt(**kw) -> RmtConfig:
-    return RmtConfig(**{"segment": SEGMENT, "memory_tokens": 3, **kw})
+    return RmtConfig(**{"segment": SEGMENT, "memory_tokens": 3, "token_pooling": "cls", **kw})
 
 
 # -- memory 0 is plain segments --------------------------------------------------------------------------------
@@ -125,10 +128,15 @@ def test_rmt_an_early_segment_reaches_every_later_one(tiny_backbone):
         assert [bool((a[n] != b[n]).any()) for n in range(4)] == expected
 
 
-def masked_reference(backbone, doc, memory: int, memory_segments: int, table: torch.Tensor | None):
+def masked_reference(backbone, doc, memory: int, memory_segments: int, table: torch.Tensor | None,
+                     distance_table: torch.Tensor | None = None):
     """The documented recurrence, written as one plain-backbone pass over all segments side by side: each
     segment has positions 0..L-1; its queries read its own tokens and the latest `memory` tokens of the
-    `memory_segments` segments before it, with the bias table[:, age - 1] on those; [CLS] vectors per segment."""
+    `memory_segments` segments before it, with the bias table[:, age - 1] on those and, with a distance table,
+    distance_table[:, bucket(query index - key index)] counted over the concatenated passes ([CLS]/[SEP] included);
+    [CLS] vectors per segment."""
+    from longbert.strategies.recurrence import distance_bucket
+
     pieces = [wrapped(doc[s : s + SEGMENT]) for s in range(0, len(doc), SEGMENT)]
     segment_of = torch.tensor([n for n, p in enumerate(pieces) for _ in p])  # (T,)
     positions = torch.cat([torch.arange(len(p)) for p in pieces])
@@ -142,6 +150,9 @@ def masked_reference(backbone, doc, memory: int, memory_segments: int, table: to
         for key in earlier.tolist():
             age = n - segment_of[key].item()
             scores[:, queries, key] = 0.0 if table is None else table[:, age - 1][:, None]
+            if distance_table is not None:
+                distance = torch.nonzero(queries).flatten() - key  # (Lq,)
+                scores[:, queries, key] += distance_table[:, distance_bucket(distance)]
     hidden = backbone(input_ids=ids[None], position_ids=positions[None], attention_mask=scores[None]).last_hidden_state
     starts = torch.tensor([0, *torch.cumsum(torch.tensor([len(p) for p in pieces]), 0)[:-1].tolist()])
     return hidden[0, starts]  # (N, H)
@@ -324,7 +335,8 @@ def test_a_short_lora_bf16_training_run(tiny_recipe):
         "model.finetune=lora", "train.mixed_precision=bf16", "train.epochs=1", "train.max_steps=3"]
     result = longbert.train(load_recipe(None, overrides))
     head = load_file(result.run_dir / "best" / "head.safetensors")
-    assert head["strategy.memory_bias"].abs().sum() > 0, "the memory bias trains"
+    assert "strategy.memory_bias" not in head  # off by default: the distance bias tells old from new
+    assert (head["strategy.distance_bias"] != -3.0).any(), "the distance bias trains"
     model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
     assert model.predict(["What a film. " * 40])[0]["label"] in ("neg", "pos")
 
@@ -351,7 +363,7 @@ def test_config_problems_name_their_yaml_path():
     (message,) = RecurrenceConfig(segment=100, memory=300).problems("strategy")
     assert message.startswith("strategy.memory must be <= memory_segments * (segment + 2) = 102")
     assert RmtConfig(memory_tokens=-1, token_pooling="max").problems("strategy") == [
-        "strategy.token_pooling must be one of cls, mean, got 'max'", "strategy.memory_tokens must be >= 0, got -1"]
+        "strategy.token_pooling must be one of auto, cls, mean, got 'max'", "strategy.memory_tokens must be >= 0, got -1"]
     with pytest.raises(LongbertError, match="strategy.memory_segments"):
         load_recipe(None, ["strategy.name=recurrence", "strategy.memory_segments=0"])
 
@@ -361,3 +373,47 @@ def test_segments_must_fit_the_backbone_positions(tiny_backbone):
         make(tiny_backbone, rmt(segment=120, memory_tokens=10))
     with pytest.raises(LongbertError, match="strategy.segment"):
         make(tiny_backbone, recurrence(segment=127))
+
+
+# -- the distance bias --------------------------------------------------------------------------------------------
+
+
+def test_distance_buckets_are_exact_when_near_and_logarithmic_when_far():
+    from longbert.strategies.recurrence import DISTANCE_BUCKETS, DISTANCE_MAX, distance_bucket
+
+    d = torch.arange(1, 3 * DISTANCE_MAX)
+    b = distance_bucket(d)
+    assert b[: DISTANCE_BUCKETS // 2 - 1].tolist() == list(range(1, DISTANCE_BUCKETS // 2))
+    assert bool((b[1:] >= b[:-1]).all()) and int(b.max()) == DISTANCE_BUCKETS - 1
+    assert int(distance_bucket(torch.tensor(DISTANCE_MAX))) == DISTANCE_BUCKETS - 1
+    assert int(distance_bucket(torch.tensor(DISTANCE_MAX // 2))) < DISTANCE_BUCKETS - 1
+    assert len(set(b.tolist())) == DISTANCE_BUCKETS - 1  # every bucket but 0 (distances start at 1) is used
+
+
+@pytest.mark.parametrize("memory,memory_segments", [(SEGMENT + 2, 1), (20, 2)])
+def test_the_distance_bias_counts_true_token_distance_across_segments(tiny_backbone, memory, memory_segments):
+    """The memory's key at distance d from a query gets the layer's bias for d's bucket: the same as one plain pass
+    over all segments side by side with that bias written into the attention mask."""
+    strategy = make(tiny_backbone, recurrence(memory=memory, memory_segments=memory_segments, memory_bias=False,
+                                              distance_bias=True))
+    assert strategy.distance_bias.shape == (2, 4, 32) and bool((strategy.distance_bias == -3.0).all())
+    with torch.no_grad():  # the same table in every layer, so a one-pass reference can hold it
+        table = torch.randn(strategy.distance_bias.shape[1:], generator=torch.Generator().manual_seed(3))
+        strategy.distance_bias.copy_(table.expand_as(strategy.distance_bias))
+        doc = documents(3 * SEGMENT + 4)[0]
+        vectors = segment_vectors(tiny_backbone, strategy, doc)
+        expected = masked_reference(tiny_backbone, doc, memory, memory_segments, None, table)
+    torch.testing.assert_close(vectors, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_very_negative_distance_bias_reads_every_segment_alone(tiny_backbone):
+    """The bias moves the reading between chunk (memory ignored) and full memory: at -1e4 it is chunk's."""
+    docs = documents(40, 25)
+    alone = make(tiny_backbone, recurrence(memory=0))
+    with torch.no_grad():
+        expected = alone.encode(tiny_backbone, docs).vectors
+        strategy = make(tiny_backbone, recurrence(memory_bias=False, distance_bias=True))
+        strategy.distance_bias.fill_(-1e4)
+        torch.testing.assert_close(strategy.encode(tiny_backbone, docs).vectors, expected, atol=1e-4, rtol=1e-4)
+        strategy.distance_bias.fill_(-3.0)  # the starting value: memory counts, a little
+        assert not torch.allclose(strategy.encode(tiny_backbone, docs).vectors, expected, atol=1e-4)

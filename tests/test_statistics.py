@@ -66,3 +66,26 @@ def test_paired_comparisons_count_who_alone_was_right_on_all_and_on_long_documen
     assert (rows["long"]["only_a_right"], rows["long"]["only_b_right"]) == (1, 1)
     assert rows["all"]["p_value"] == mcnemar_p(2, 1) and rows["long"]["p_value"] == 1.0
     assert {(c["a"], c["b"]) for c in rows.values()} == {("a", "b")}
+
+
+def test_the_detectable_difference_is_found_with_the_stated_power():
+    """Simulate paired test sets where the two classifiers disagree on a share psi of the documents and one is
+    better by the computed difference d: the exact McNemar test should find it significant about 80% of the time."""
+    import numpy as np
+
+    from longbert.statistics import detectable_difference, mcnemar_p
+
+    n, discordant = 1500, 150
+    d = detectable_difference(n, discordant)
+    assert 0.01 < d < 0.05
+    psi = discordant / n
+    rng = np.random.default_rng(0)
+    found = 0
+    trials = 400
+    for _ in range(trials):
+        only_a, only_b, _ = rng.multinomial(n, [(psi + d) / 2, (psi - d) / 2, 1 - psi])
+        found += mcnemar_p(int(only_a), int(only_b)) < 0.05
+    assert 0.72 < found / trials < 0.88
+    assert detectable_difference(4 * n, 4 * discordant) < d  # more documents resolve smaller differences
+    assert detectable_difference(n, 0) is None and detectable_difference(0, 0) is None
+    assert detectable_difference(20, 2) is None  # too few: even the largest difference is missed too often

@@ -360,3 +360,91 @@ def test_a_strategy_registered_from_one_new_file_works_through_the_whole_model(t
     finally:
         REGISTRY.pop("middle", None)
     assert "middle" not in strategy_names()
+
+
+# -- Unit weights: a window counts for the tokens it adds -------------------------------------------------------
+
+
+def test_windows_count_the_tokens_they_add_to_those_before_them():
+    from longbert.strategies.windows import new_tokens
+
+    ids = torch.arange(766)
+    assert new_tokens(split_windows(ids, 510, 255), 255) == [510, 255, 1]  # the third window adds one token
+    assert new_tokens(split_windows(ids, 510, 510), 510) == [510, 256]  # chunks: every token is new
+    assert new_tokens(split_windows(torch.arange(37), 40, 20), 20) == [37]
+    for length in (1, 39, 41, 260):
+        for window, stride in ((40, 40), (40, 20), (40, 7)):
+            assert sum(new_tokens(split_windows(torch.arange(length), window, stride), stride)) == length
+
+
+@pytest.mark.parametrize("name", ["chunk", "sliding"])
+def test_mean_pooling_weighs_windows_by_their_new_tokens(name, tiny_backbone_dir):
+    """new_tokens (the default) is the mean of the window vectors weighted by the tokens each adds; equal is the
+    plain mean. A 1-token tail therefore barely moves the document vector."""
+    weighted = build_model(tiny_backbone_dir, name, ["strategy.token_pooling=cls"])
+    equal = build_model(tiny_backbone_dir, name, ["strategy.token_pooling=cls", "strategy.unit_weights=equal"])
+    document = random_documents([81])  # window 40: chunk 40+40+1; sliding (stride 20) 40+20+20+1
+    units = weighted.encode(document)
+    expected_sizes = {"chunk": [40, 40, 1], "sliding": [40, 20, 20, 1]}[name]
+    assert units.sizes[0].tolist() == expected_sizes
+    pooled = weighted.strategy.pool(units)
+    sizes = torch.tensor(expected_sizes, dtype=torch.float32)
+    assert torch.allclose(pooled.weights[0], sizes / sizes.sum())
+    assert torch.allclose(pooled.vector[0], (units.vectors[0] * (sizes / sizes.sum())[:, None]).sum(0), atol=1e-6)
+    plain = equal.strategy.pool(equal.encode(document))
+    assert equal.encode(document).sizes is None
+    assert torch.allclose(plain.weights[0], torch.full((len(expected_sizes),), 1 / len(expected_sizes)))
+    assert not torch.allclose(plain.vector, pooled.vector)
+
+
+# -- token_pooling: auto follows the backbone's own pooling config ----------------------------------------------
+
+
+def _with_pooling_config(folder, tmp_path, mode):
+    import json
+    import shutil
+
+    target = tmp_path / f"st-{mode}"
+    shutil.copytree(folder, target)
+    (target / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (target / "1_Pooling").mkdir()
+    (target / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": mode == "cls",
+         "pooling_mode_mean_tokens": mode == "mean"}))
+    return str(target)
+
+
+def test_auto_token_pooling_follows_the_backbones_pooling_config_and_is_saved(tiny_backbone_dir, tmp_path):
+    from longbert.model import LongDocumentClassifier
+
+    plain = build_model(tiny_backbone_dir, "chunk")  # a folder without sentence-transformers modules: cls
+    assert plain.settings.strategy.token_pooling == "cls"
+    assert "no sentence-transformers pooling config" in plain.notes[0]
+    folders = {mode: _with_pooling_config(tiny_backbone_dir, tmp_path, mode) for mode in ("mean", "cls")}
+    for mode in ("mean", "cls"):
+        model = build_model(folders[mode], "sliding")
+        assert model.settings.strategy.token_pooling == mode, mode
+        assert model.notes == [f"strategy.token_pooling: auto -> {mode} (the backbone's sentence-transformers "
+                               f"pooling config {'mean-pools its token states' if mode == 'mean' else 'takes the [CLS] state'})"]
+    model.save_pretrained(tmp_path / "saved")
+    assert LongDocumentClassifier.from_pretrained(tmp_path / "saved").settings.strategy.token_pooling == "cls"
+    explicit = build_model(folders["mean"], "chunk", ["strategy.token_pooling=cls"])
+    assert explicit.settings.strategy.token_pooling == "cls" and explicit.notes == []  # an explicit choice stands
+
+
+def test_minilm_says_it_mean_pools():
+    from longbert.backbone import backbone_token_pooling, resolve_backbone
+
+    class Loaded:  # what backbone_token_pooling reads: where the model came from
+        config = type("Config", (), {"name_or_path": resolve_backbone("minilm")})()
+
+    assert backbone_token_pooling(Loaded())[0] == "mean"
+
+
+def test_an_unresolved_auto_is_refused_where_tokens_are_pooled():
+    from longbert.strategies.pooling import pool_tokens
+
+    with pytest.raises(ValueError, match="token pooling must be one of"):
+        pool_tokens(torch.zeros(1, 3, 4), torch.ones(1, 3), "auto")

@@ -133,7 +133,7 @@ def test_frozen_mode_resumes_exactly(tiny_recipe, tmp_path, deterministic):
     assert_same_run(tmp_path / "a", tmp_path / "b")
 
 
-@pytest.mark.parametrize("strategy, untrainable", [("rmt", "strategy.memory"), ("recurrence", "strategy.memory_bias")])
+@pytest.mark.parametrize("strategy, untrainable", [("rmt", "strategy.memory"), ("recurrence", "strategy.distance_bias")])
 def test_frozen_mode_refuses_strategy_weights_it_cannot_train(tiny_recipe, strategy, untrainable):
     recipe = longbert.load_recipe(None, with_strategy(tiny_recipe, strategy) + ["model.finetune=frozen"])
     with pytest.raises(LongbertError, match=f"model.finetune=frozen cannot train {untrainable}: ") as error:
@@ -144,7 +144,7 @@ def test_frozen_mode_refuses_strategy_weights_it_cannot_train(tiny_recipe, strat
 
 def test_frozen_mode_trains_a_strategy_whose_weights_all_act_on_the_cache(tiny_recipe):
     recipe = longbert.load_recipe(None, with_strategy(tiny_recipe, "recurrence") + [
-        "model.finetune=frozen", "strategy.memory_bias=false", "strategy.pooling=attention", "train.max_steps=2"])
+        "model.finetune=frozen", "strategy.distance_bias=false", "strategy.pooling=attention", "train.max_steps=2"])
     assert longbert.train(recipe).metrics["steps"] == 2
 
 

@@ -11,9 +11,10 @@ backbone can be run once and cached:
 Optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
     unit_spans(length)        -> for a document of `length` content tokens, each unit's token ranges
                                  [[(start, end), ...], ...] (what compare's error analysis highlights)
-    windows(ids)              -> a window strategy's cut of one document's content ids (T,): the pieces it reads
-                                 independently, each wrapped as [CLS] piece [SEP], one unit each; its `encode`
-                                 uses it, and so does an exported model (longbert/export.py), which needs it
+    windows(ids)              -> a window strategy's cut of one document's content ids (T,): (the pieces it reads
+                                 independently, each wrapped as [CLS] piece [SEP], one unit each; their sizes in
+                                 mean pooling, or None); its `encode` uses it, and so does an exported model
+                                 (longbert/export.py), which needs it
     checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
 
@@ -83,6 +84,9 @@ class Units:
 
     vectors: torch.Tensor  # (B, N, H)
     mask: torch.Tensor  # (B, N) bool, True where a unit exists
+    # (B, N) float: how many content tokens each unit adds to those of the units before it (a window overlapping its
+    # predecessor adds only its new tokens); None where every unit counts the same. Mean pooling weighs by it.
+    sizes: torch.Tensor | None = None
 
 
 @dataclass

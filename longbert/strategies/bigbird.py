@@ -39,7 +39,7 @@ from longbert.errors import LongbertError
 from longbert.fields import one_of, option
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLINGS
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
 from longbert.strategies.windows import encode_windows, gather_units
 
 ATTENTION_NAME = "longbert_block_sparse"
@@ -56,7 +56,7 @@ class BigBirdConfig:
     random_blocks: int = option(3, "extra blocks each query block reads in training, drawn at random (seeded); none at evaluation")
     random_seed: int = option(0, "seed of the generator that draws the random blocks")
     full_attention_up_to: int = option(512, "documents of at most this many tokens (with [CLS]/[SEP]) use full attention; 0: always block-sparse")
-    token_pooling: str = option("cls", "document vector: cls ([CLS] state) or mean (mean of token states)")
+    token_pooling: str = option("auto", "document vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -78,7 +78,7 @@ class BigBirdConfig:
         if not 0 <= self.full_attention_up_to <= self.max_tokens:
             out.append(f"{path}.full_attention_up_to must be between 0 and {path}.max_tokens, "
                        f"got {self.full_attention_up_to} (max_tokens {self.max_tokens})")
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
         return out
 
 

@@ -22,6 +22,10 @@ from torch import nn
 from longbert.strategies.base import Pooled, Units
 
 TOKEN_POOLINGS = ("cls", "mean")
+# What a strategy's `token_pooling` setting accepts: `auto` is resolved when the model is built, from the backbone's
+# own pooling config (`backbone.backbone_token_pooling`), and the saved model records what it became.
+TOKEN_POOLING_SETTINGS = ("auto", *TOKEN_POOLINGS)
+UNIT_WEIGHTS = ("new_tokens", "equal")
 UNIT_POOLINGS = ("mean", "max", "attention", "transformer")
 SEGMENT_POOLINGS = ("last", *UNIT_POOLINGS)
 
@@ -30,13 +34,20 @@ def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str) ->
     """One vector per pass row from its token states, `how` in TOKEN_POOLINGS: (W, L, H), (W, L) -> (W, H)."""
     if how == "cls":
         return hidden[:, 0]
+    if how != "mean":  # `auto` is resolved when the model is built (LongDocumentClassifier), never seen here
+        raise ValueError(f"token pooling must be one of {TOKEN_POOLINGS}, got {how!r}")
     weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (W, L, 1)
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
 class MeanPooler(nn.Module):
+    """The mean of the unit vectors, each weighed by the content it adds (`Units.sizes`) when the strategy says so:
+    a 1-token tail chunk, or a last window that adds one token to its predecessor, then counts for one token."""
+
     def forward(self, units: Units) -> Pooled:
         weights = units.mask.to(units.vectors.dtype)  # (B, N)
+        if units.sizes is not None:
+            weights = weights * units.sizes.to(weights.dtype)
         weights = weights / weights.sum(1, keepdim=True).clamp(min=1.0)
         return Pooled((units.vectors * weights.unsqueeze(-1)).sum(1), weights)  # (B, H)
 
@@ -93,7 +104,7 @@ class TransformerPooler(nn.Module):
         x = units.vectors + self.positions(n, h, units.vectors.device, units.vectors.dtype)  # (B, N, H)
         x = self.encoder(x, src_key_padding_mask=~units.mask)  # (B, N, H)
         # Mixed by the transformer, the outputs no longer belong to one chunk each: no per-unit weights.
-        return Pooled(MeanPooler()(Units(x, units.mask)).vector, None)
+        return Pooled(MeanPooler()(Units(x, units.mask, units.sizes)).vector, None)
 
 
 class LastPooler(nn.Module):

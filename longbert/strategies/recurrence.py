@@ -15,10 +15,24 @@ segment. `memory: 0` is plain independent segments, exactly `chunk` with `window
 Positions. BERT's positions are absolute and learned, and only enter at the embedding layer. Every segment is
 embedded with segment-local positions 0 .. L-1 ([CLS] at 0), the positions the backbone was pretrained on, so the
 position table is never exceeded and memory 0 reproduces the plain backbone. Memory entries keep the positions
-they were computed with (their own segment-local ones): nothing is re-positioned. What tells a query how far back
-a memory key lies is a relative signal added to attention: with `memory_bias`, a learned bias per layer, per head
-and per segment age (1 = previous segment, ..., `memory_segments`) is added to the scores of memory keys. It
-starts at zero, so an untrained model reads memory exactly as it reads its own segment.
+they were computed with (their own segment-local ones): nothing is re-positioned. So, on its own, a memory key at
+local position i-1 looks exactly like the current segment's key at i-1 (measured on MiniLM: in layer 0 the true
+previous token got 0.071 of the attention and its memory twin 0.047, and 46-48% of all attention went to memory from
+the first step). What tells a query how far back a memory key lies is a relative signal added to attention scores:
+
+- `distance_bias` (the default): a learned bias per layer and head for the true token distance between the query
+  and the memory key across the segment boundary, in T5-style buckets (Raffel et al. 2020): distances below
+  `DISTANCE_BUCKETS // 2` get a bucket each, longer ones share logarithmically wider buckets up to
+  `DISTANCE_MAX` tokens. Keys of the query's own segment get none: they keep the backbone's own positions. It
+  starts at `DISTANCE_BIAS_INIT` (-3) for every bucket, so an untrained model gives its memory a small share of
+  attention (about e^-3 = 5% of a same-looking key's weight) and reads each segment close to how the pretrained
+  backbone reads it alone; training raises the bias where memory helps (as a strategy weight it trains at
+  train.head_learning_rate). Cost: the bias depends on the query, so each pass builds an additive attention mask
+  of (E, A, L, M + L) per layer instead of a (E, 1, 1, M + L) key mask: with E = 8 segments, A = 12 heads and
+  L = M = 512 that is 8 * 12 * 512 * 1024 * 4 bytes = 200 MB in fp32 per layer while that layer runs; it also
+  keeps sdpa off its fused kernel for memory passes.
+- `memory_bias`: a learned bias per layer, per head and per segment age (1 = previous segment, ...,
+  `memory_segments`), zero at start; the only signal before distance_bias existed.
 
 Gradients. By default gradients stop at the memory (as in Transformer-XL): each segment is differentiated as if
 its memory were a constant. `backprop_segments: k` lets them flow back through the memory across at most k segment
@@ -45,6 +59,7 @@ pooling.py (`last` included).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +82,21 @@ STATE_ARGUMENT = "longbert_recurrence"
 # The memory and the attention function that reads and writes it
 
 
+DISTANCE_BUCKETS = 32  # buckets of the distance bias: 16 exact distances, then 16 logarithmic ones ...
+DISTANCE_MAX = 4096  # ... up to this distance in tokens (farther keys share the last bucket)
+DISTANCE_BIAS_INIT = -3.0  # the distance bias at the start: memory gets a small share of attention
+
+
+def distance_bucket(distance: torch.Tensor, buckets: int = DISTANCE_BUCKETS, longest: int = DISTANCE_MAX) -> torch.Tensor:
+    """T5-style buckets of token distances >= 1 (memory keys always lie before the query): a distance below
+    `buckets // 2` is its own bucket, longer ones share logarithmically wider buckets, and everything from `longest`
+    tokens on shares the last. Same shape as `distance`, long."""
+    exact = buckets // 2
+    far = distance.clamp(min=exact).float()
+    wide = exact + (torch.log(far / exact) / math.log(longest / exact) * (buckets - exact)).long()
+    return torch.where(distance < exact, distance, wide.clamp(max=buckets - 1))
+
+
 @dataclass
 class LayerMemory:
     """Per layer, the keys and values of the latest tokens of earlier segments, left-padded to M slots."""
@@ -75,20 +105,22 @@ class LayerMemory:
     values: list[torch.Tensor]  # per layer (E, A, M, D)
     valid: torch.Tensor  # (E, M) bool: slot holds a token
     ages: torch.Tensor  # (E, M) long: 1 = the previous segment, 2 = the one before, ...
+    back: torch.Tensor  # (E, M) long: how many tokens before the current segment's first token the key lies (>= 1)
 
     def rows(self, start: int, stop: int) -> "LayerMemory":
         return LayerMemory([k[start:stop] for k in self.keys], [v[start:stop] for v in self.values],
-                           self.valid[start:stop], self.ages[start:stop])
+                           self.valid[start:stop], self.ages[start:stop], self.back[start:stop])
 
     def cut_gradient(self, cut: torch.Tensor) -> "LayerMemory":
         if bool(cut.all()):
             keys, values = [k.detach() for k in self.keys], [v.detach() for v in self.values]
-            return LayerMemory(keys, values, self.valid, self.ages)
+            return LayerMemory(keys, values, self.valid, self.ages, self.back)
         if not bool(cut.any()):
             return self
         where = cut.to(self.valid.device)[:, None, None, None]  # (E, 1, 1, 1)
         return LayerMemory([torch.where(where, k.detach(), k) for k in self.keys],
-                           [torch.where(where, v.detach(), v) for v in self.values], self.valid, self.ages)
+                           [torch.where(where, v.detach(), v) for v in self.values], self.valid, self.ages,
+                           self.back)
 
     @staticmethod
     def join(parts: list["LayerMemory"]) -> "LayerMemory":
@@ -106,6 +138,7 @@ class LayerMemory:
             [torch.cat([pad(p.values[i], 2) for p in parts]) for i in layers],
             torch.cat([pad(p.valid, 1) for p in parts]),
             torch.cat([pad(p.ages, 1) for p in parts]),
+            torch.cat([pad(p.back, 1) for p in parts]),
         )
 
 
@@ -114,17 +147,27 @@ class StepState:
     padding, and where each key goes in the memory written for the next segment (the same for every layer)."""
 
     def __init__(self, memory: LayerMemory | None, valid: torch.Tensor, max_tokens: int, max_age: int,
-                 bias: torch.Tensor | None, layers: int):
+                 bias: torch.Tensor | None, layers: int, distance_bias: torch.Tensor | None = None):
         rows, length = valid.shape  # (E, L)
         if memory is None:
             memory_valid = valid.new_zeros((rows, 0))  # (E, 0)
             memory_ages = torch.zeros((rows, 0), dtype=torch.long, device=valid.device)
+            memory_back = memory_ages
         else:
-            memory_valid, memory_ages = memory.valid, memory.ages  # (E, M)
+            memory_valid, memory_ages, memory_back = memory.valid, memory.ages, memory.back  # (E, M)
         self.memory, self.bias, self.memory_ages = memory, bias, memory_ages
+        self.distance_bias = distance_bias
+        # The distance bucket of every (query, memory key) pair: query at pass position i, key `back` tokens before
+        # the segment's first token ([CLS] at position 0) lies i + back tokens back. (E, L, M)
+        self.buckets = None if distance_bias is None or memory is None else distance_bucket(
+            torch.arange(length, device=valid.device)[None, :, None] + memory_back.clamp(min=1)[:, None, :])
         self.key_valid = torch.cat([memory_valid, valid], 1)  # (E, M + L)
         # Ages every key will have for the next segment; the memory keeps the latest `max_tokens` young enough.
         ages = torch.cat([memory_ages + 1, torch.ones_like(valid, dtype=torch.long)], 1)  # (E, M + L)
+        # How far before the next segment's first token every key will lie: the current segment's n tokens push the
+        # memory back by n; its own key at position p lies n - p back.
+        n = valid.sum(1, keepdim=True)  # (E, 1)
+        back = torch.cat([memory_back + n, n - torch.arange(length, device=valid.device)[None, :]], 1)  # (E, M + L)
         keep = self.key_valid & (ages <= max_age)  # (E, M + L)
         from_end = keep.flip(1).long().cumsum(1).flip(1)  # (E, M + L): kept keys at or after each position
         width = min(max_tokens, int(keep.sum(1).max()))
@@ -135,20 +178,27 @@ class StepState:
         next_valid = keep.new_zeros((rows, width + 1)).scatter_(1, slot, chosen)[:, :width]  # (E, M')
         self.next_valid = next_valid
         self.next_ages = torch.gather(ages, 1, self.index) * next_valid  # (E, M')
+        self.next_back = torch.gather(back, 1, self.index) * next_valid  # (E, M')
         self.next_keys: list[torch.Tensor | None] = [None] * layers
         self.next_values: list[torch.Tensor | None] = [None] * layers
 
-    def mask(self, layer: int, dtype: torch.dtype) -> torch.Tensor:
-        """Key mask for sdpa: (E, 1, 1, M + L) bool, or with a memory bias (E, A, 1, M + L) additive."""
-        if self.bias is None or self.memory_ages.shape[1] == 0:
+    def mask(self, layer: int, dtype: torch.dtype, length: int) -> torch.Tensor:
+        """Key mask for sdpa: (E, 1, 1, M + L) bool; with an age bias (E, A, 1, M + L) additive; with a distance
+        bias (E, A, L, M + L) additive. Keys of the current segment get no bias."""
+        memory_slots = self.memory_ages.shape[1]
+        if memory_slots == 0 or (self.bias is None and self.buckets is None):
             return self.key_valid[:, None, None, :]
-        table = self.bias[layer]  # (A, S)
-        ages = (self.memory_ages - 1).clamp(0, table.shape[1] - 1)  # (E, M)
-        memory_bias = table[:, ages].permute(1, 0, 2)  # (E, A, M)
-        current = memory_bias.new_zeros((*memory_bias.shape[:2], self.key_valid.shape[1] - ages.shape[1]))
-        scores = torch.cat([memory_bias, current], 2).to(dtype)  # (E, A, M + L)
-        scores = scores.masked_fill(~self.key_valid[:, None, :], torch.finfo(dtype).min)
-        return scores[:, :, None, :]  # (E, A, 1, M + L)
+        memory_bias = 0.0
+        if self.bias is not None:
+            table = self.bias[layer]  # (A, S)
+            ages = (self.memory_ages - 1).clamp(0, table.shape[1] - 1)  # (E, M)
+            memory_bias = table[:, ages].permute(1, 0, 2)[:, :, None, :]  # (E, A, 1, M)
+        if self.buckets is not None:
+            memory_bias = memory_bias + self.distance_bias[layer][:, self.buckets].permute(1, 0, 2, 3)  # (E, A, L, M)
+        rows, heads = memory_bias.shape[:2]
+        current = memory_bias.new_zeros((rows, heads, memory_bias.shape[2], self.key_valid.shape[1] - memory_slots))
+        scores = torch.cat([memory_bias, current], 3).to(dtype)  # (E, A, 1 or L, M + L)
+        return scores.masked_fill(~self.key_valid[:, None, None, :], torch.finfo(dtype).min)
 
     def attend(self, module: nn.Module, query, key, value, dropout: float, scaling: float | None) -> torch.Tensor:
         layer = getattr(module, "layer_idx", None)
@@ -160,14 +210,14 @@ class StepState:
         gather = self.index[:, None, :, None].expand(-1, key.shape[1], -1, key.shape[3])  # (E, A, M', D)
         self.next_keys[layer] = torch.gather(key, 2, gather)  # (E, A, M', D)
         self.next_values[layer] = torch.gather(value, 2, gather)
-        output = F.scaled_dot_product_attention(query, key, value, attn_mask=self.mask(layer, query.dtype),
+        output = F.scaled_dot_product_attention(query, key, value, attn_mask=self.mask(layer, query.dtype, query.shape[2]),
                                                 dropout_p=dropout, scale=scaling)  # (E, A, L, D)
         return output.transpose(1, 2).contiguous()  # (E, L, A, D)
 
     def next_memory(self) -> LayerMemory:
         if any(k is None for k in self.next_keys):
             raise LongbertError("strategy recurrence: the backbone did not run every layer through its attention")
-        return LayerMemory(self.next_keys, self.next_values, self.next_valid, self.next_ages)
+        return LayerMemory(self.next_keys, self.next_values, self.next_valid, self.next_ages, self.next_back)
 
 
 def recurrence_attention(module: nn.Module, query, key, value, state: StepState, dropout: float = 0.0,
@@ -188,9 +238,13 @@ class RecurrenceConfig:
     memory: int = option(512, "memory per layer, in tokens: keys/values of the latest tokens of earlier segments that each segment also attends to; 0 = independent segments")
     memory_segments: int = option(1, "how many earlier segments the memory spans; older tokens leave it")
     backprop_segments: int | None = option(0, "segment boundaries gradients cross through the memory: 0 stops them (Transformer-XL), null = the whole document")
-    memory_bias: bool = option(True, "learned attention bias on memory keys, per layer, head and segment age (zero at start)")
+    distance_bias: bool = option(True, f"learned attention bias on memory keys by their true token distance to the query, per layer and head, in T5-style buckets; starts at {DISTANCE_BIAS_INIT:g} so an untrained model reads each segment close to how the backbone reads it alone")
+    memory_bias: bool = option(False, "learned attention bias on memory keys per layer, head and segment age (zero at start)")
+
+    # What a key missing from a model saved before the key existed means (see model.ModelSettings.from_dict).
+    ABSENT_MEANS = {"distance_bias": False}
     pooling: str = option("mean", "document vector from segment vectors: last, mean, max, attention or transformer")
-    token_pooling: str = option("cls", "segment vector: cls ([CLS] state) or mean (mean of token states)")
+    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = segment_problems(self, path)
@@ -213,17 +267,22 @@ class RecurrenceStrategy(nn.Module):
         self.config, self.special, self.budget = config, special, budget
         self.pooler = build_pooler(config.pooling, hidden_size)
         self.register_parameter("memory_bias", None)  # (layers, A, S), made by adapt_backbone
+        self.register_parameter("distance_bias", None)  # (layers, A, DISTANCE_BUCKETS), made by adapt_backbone
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
         check_fits(backbone, self.config.segment, "strategy.segment")
         if self.config.memory == 0:
             return
         install_attention(backbone, "recurrence", ATTENTION_NAME, STATE_ARGUMENT, recurrence_attention, per_layer=True)
+        settings = base_model(backbone).config
         if self.config.memory_bias:
-            settings = base_model(backbone).config
             shape = (settings.num_hidden_layers, settings.num_attention_heads, self.config.memory_segments)
             if self.memory_bias is None or tuple(self.memory_bias.shape) != shape:
                 self.memory_bias = nn.Parameter(torch.zeros(shape))
+        if self.config.distance_bias:
+            shape = (settings.num_hidden_layers, settings.num_attention_heads, DISTANCE_BUCKETS)
+            if self.distance_bias is None or tuple(self.distance_bias.shape) != shape:
+                self.distance_bias = nn.Parameter(torch.full(shape, DISTANCE_BIAS_INIT))
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         cfg = self.config
@@ -235,7 +294,8 @@ class RecurrenceStrategy(nn.Module):
             if cfg.memory == 0:
                 hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (E, L, H)
                 return pool_tokens(hidden, attention_mask, cfg.token_pooling), None
-            state = StepState(memory, attention_mask.bool(), cfg.memory, cfg.memory_segments, self.memory_bias, layers)
+            state = StepState(memory, attention_mask.bool(), cfg.memory, cfg.memory_segments, self.memory_bias, layers,
+                              self.distance_bias)
             hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
                               **{STATE_ARGUMENT: state}).last_hidden_state  # (E, L, H)
             return pool_tokens(hidden, attention_mask, cfg.token_pooling), state.next_memory()  # (E, H)

@@ -62,7 +62,7 @@ class RmtConfig:
     memory_tokens: int = option(10, "memory tokens read and written by every segment and passed to the next; 0 = independent segments")
     backprop_segments: int | None = option(None, "segment boundaries gradients cross through the memory: null = the whole document (RMT), 0 stops them")
     pooling: str = option("last", "document vector from segment vectors: last, mean, max, attention or transformer")
-    token_pooling: str = option("cls", "segment vector: cls ([CLS] state) or mean (mean of the segment's token states, memory tokens left out)")
+    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of the segment's token states, memory tokens left out), or auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = segment_problems(self, path)

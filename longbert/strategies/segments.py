@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from longbert.fields import one_of
 from longbert.strategies.base import PassBudget, Units
-from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLINGS
+from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLING_SETTINGS
 
 
 def segment_spans(length: int, segment: int) -> list[list[tuple[int, int]]]:
@@ -95,5 +95,5 @@ def segment_problems(config, path: str) -> list[str]:
     if config.backprop_segments is not None and config.backprop_segments < 0:
         out.append(f"{path}.backprop_segments must be >= 0 or null, got {config.backprop_segments}")
     out += one_of(f"{path}.pooling", config.pooling, SEGMENT_POOLINGS)
-    out += one_of(f"{path}.token_pooling", config.token_pooling, TOKEN_POOLINGS)
+    out += one_of(f"{path}.token_pooling", config.token_pooling, TOKEN_POOLING_SETTINGS)
     return out

@@ -12,8 +12,8 @@ from torch import nn
 
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
-from longbert.strategies.windows import check_fits, encode_document_windows, split_windows, window_spans
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, UNIT_WEIGHTS, build_pooler
+from longbert.strategies.windows import check_fits, cut_windows, encode_cuts, window_spans
 
 
 @dataclass
@@ -22,7 +22,11 @@ class SlidingConfig:
     window: int = option(510, "content tokens per window ([CLS]/[SEP] come on top)")
     stride: int = option(255, "tokens between the starts of consecutive windows (window - stride = overlap)")
     pooling: str = option("mean", "how window vectors become the document vector: mean, max, attention or transformer")
-    token_pooling: str = option("cls", "window vector: cls ([CLS] state) or mean (mean of token states)")
+    token_pooling: str = option("auto", "window vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's own pooling config says (mean for sentence-transformers models that mean-pool, cls otherwise)")
+    unit_weights: str = option("new_tokens", "how mean pooling weighs the windows: new_tokens (by the tokens each adds to those before it, so a short tail counts little) or equal")
+
+    # What a key missing from a model saved before the key existed means (see model.ModelSettings.from_dict).
+    ABSENT_MEANS = {"unit_weights": "equal"}
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -33,7 +37,8 @@ class SlidingConfig:
         elif self.stride > self.window:
             out.append(f"{path}.stride must be <= {path}.window, got {self.stride} > {self.window}")
         out += one_of(f"{path}.pooling", self.pooling, UNIT_POOLINGS)
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
+        out += one_of(f"{path}.unit_weights", self.unit_weights, UNIT_WEIGHTS)
         return out
 
 
@@ -47,12 +52,12 @@ class SlidingStrategy(nn.Module):
     def adapt_backbone(self, backbone: nn.Module) -> None:
         check_fits(backbone, self.config.window, "strategy.window")
 
-    def windows(self, ids: torch.Tensor) -> list[torch.Tensor]:
-        return split_windows(ids, self.config.window, self.config.stride)
+    def windows(self, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[float] | None]:
+        return cut_windows(ids, self.config.window, self.config.stride, self.config.unit_weights)
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
-        per_document = [self.windows(ids) for ids in documents]
-        return encode_document_windows(backbone, per_document, self.special, self.budget, self.config.token_pooling)
+        cuts = [self.windows(ids) for ids in documents]
+        return encode_cuts(backbone, cuts, self.special, self.budget, self.config.token_pooling)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return window_spans(length, self.config.window, self.config.stride)

@@ -13,8 +13,8 @@ from torch import nn
 
 from longbert.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
-from longbert.strategies.pooling import TOKEN_POOLINGS
-from longbert.strategies.windows import check_fits, encode_document_windows
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
+from longbert.strategies.windows import check_fits, encode_cuts
 
 MODES = ("head", "tail", "head_tail")
 
@@ -25,7 +25,7 @@ class TruncateConfig:
     mode: str = option("head_tail", "which tokens to keep: head, tail or head_tail")
     max_tokens: int = option(510, "content tokens kept per document ([CLS]/[SEP] come on top)")
     head_tokens: int = option(128, "with head_tail: tokens from the start; the rest of max_tokens come from the end")
-    token_pooling: str = option("cls", "document vector from the window: cls ([CLS] state) or mean (token mean)")
+    token_pooling: str = option("auto", "document vector from the window: cls ([CLS] state), mean (token mean), or auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = one_of(f"{path}.mode", self.mode, MODES)
@@ -33,7 +33,7 @@ class TruncateConfig:
             out.append(f"{path}.max_tokens must be >= 1, got {self.max_tokens}")
         if self.mode == "head_tail" and not 0 <= self.head_tokens <= self.max_tokens:
             out.append(f"{path}.head_tokens must be between 0 and max_tokens, got {self.head_tokens} > {self.max_tokens}")
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLINGS)
+        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
         return out
 
 
@@ -58,14 +58,13 @@ class TruncateStrategy(nn.Module):
     def adapt_backbone(self, backbone: nn.Module) -> None:
         check_fits(backbone, self.config.max_tokens, "strategy.max_tokens")
 
-    def windows(self, ids: torch.Tensor) -> list[torch.Tensor]:
+    def windows(self, ids: torch.Tensor) -> tuple[list[torch.Tensor], None]:
         """One window: the kept tokens."""
-        return [keep(ids, self.config)]
+        return [keep(ids, self.config)], None
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
-        per_document = [self.windows(ids) for ids in documents]
-        return encode_document_windows(backbone, per_document, self.special, self.budget,
-                                       self.config.token_pooling)  # (B, 1, H)
+        cuts = [self.windows(ids) for ids in documents]
+        return encode_cuts(backbone, cuts, self.special, self.budget, self.config.token_pooling)  # (B, 1, H)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         """One unit: the kept ranges (head and tail)."""

@@ -32,6 +32,19 @@ def split_windows(ids: torch.Tensor, window: int, stride: int) -> list[torch.Ten
         start += stride
 
 
+def new_tokens(windows: list[torch.Tensor], stride: int) -> list[int]:
+    """How many tokens each window of `split_windows` adds to the windows before it: the first all of its tokens,
+    each later one what lies past the previous window's end (the window ends at start + length, starts `stride`
+    after its predecessor). Chunks (stride = window) add all their tokens; overlapping windows add about `stride`,
+    and a last window that reaches one token past its predecessor adds one."""
+    out, reached = [], 0
+    for k, w in enumerate(windows):
+        end = k * stride + w.shape[0]
+        out.append(max(end - reached, 0))
+        reached = max(reached, end)
+    return out
+
+
 def window_spans(length: int, window: int, stride: int) -> list[list[tuple[int, int]]]:
     """The token range of each window `split_windows` cuts from a document of `length` tokens (one range a unit)."""
     return [[(int(w[0]), int(w[-1]) + 1)] if len(w) else [(0, 0)]
@@ -131,32 +144,57 @@ def encode_windows(
     return run_passes(windows, special, budget, run, next(backbone.parameters()).device, multiple)
 
 
-def gather_units(vectors: torch.Tensor, counts: list[int]) -> Units:
-    """Regroup flat window vectors (W, H) into padded per-document units (B, N, H) with a mask (B, N)."""
+def gather_units(vectors: torch.Tensor, counts: list[int], sizes: list[float] | None = None) -> Units:
+    """Regroup flat window vectors (W, H) into padded per-document units (B, N, H) with a mask (B, N), and the flat
+    `sizes` (W,) (see `Units.sizes`), when given, into (B, N)."""
     n_max = max(counts)
     batch = len(counts)
     padded = vectors.new_zeros((batch, n_max, vectors.shape[-1]))  # (B, N, H)
     mask = torch.zeros((batch, n_max), dtype=torch.bool, device=vectors.device)  # (B, N)
+    flat_sizes = None if sizes is None else torch.as_tensor(sizes, dtype=torch.float32, device=vectors.device)  # (W,)
+    padded_sizes = None if sizes is None else torch.zeros((batch, n_max), device=vectors.device)  # (B, N)
     start = 0
     for b, count in enumerate(counts):
         padded[b, :count] = vectors[start : start + count]
         mask[b, :count] = True
+        if padded_sizes is not None:
+            padded_sizes[b, :count] = flat_sizes[start : start + count]
         start += count
-    return Units(padded, mask)
+    return Units(padded, mask, padded_sizes)
 
 
-def encode_document_windows(
+def cut_windows(ids: torch.Tensor, window: int, stride: int,
+                unit_weights: str = "equal") -> tuple[list[torch.Tensor], list[float] | None]:
+    """One document's content ids (T,) -> its windows (`split_windows`) and, with `unit_weights` new_tokens, each
+    window's size in mean pooling: the tokens it adds to those before it (`new_tokens`; an empty document's one
+    empty window still counts, as one token); None with equal. What chunk's and sliding's `windows` hook returns."""
+    windows = split_windows(ids, window, stride)
+    if unit_weights != "new_tokens":
+        return windows, None
+    sizes = new_tokens(windows, stride)
+    return windows, [float(max(n, 1) if len(windows) == 1 else n) for n in sizes]
+
+
+def units_of_cuts(vectors: torch.Tensor, cuts: list[tuple[list[torch.Tensor], list[float] | None]]) -> Units:
+    """Flat window vectors (W, H), in the order of the documents' cuts ((windows, sizes) from a `windows` hook) ->
+    Units (B, N, H) with their mask and, when the cuts carry them, sizes (B, N)."""
+    counts = [len(windows) for windows, _ in cuts]
+    sizes = None if any(s is None for _, s in cuts) else [n for _, s in cuts for n in s]
+    return gather_units(vectors, counts, sizes)  # (B, N, H)
+
+
+def encode_cuts(
     backbone: nn.Module,
-    per_document: list[list[torch.Tensor]],
+    cuts: list[tuple[list[torch.Tensor], list[float] | None]],
     special: SpecialTokens,
     budget: PassBudget,
     token_pooling: str,
 ) -> Units:
-    """Each document's content windows (what a strategy's `windows` hook cut) -> Units (B, N, H): all windows of
+    """Each document's windows and sizes (what a strategy's `windows` hook cut) -> Units (B, N, H): all windows of
     the batch go through the backbone together, then are regrouped per document."""
-    flat = [w for windows in per_document for w in windows]
+    flat = [w for windows, _ in cuts for w in windows]
     vectors = encode_windows(backbone, flat, special, budget, token_pooling)  # (W, H)
-    return gather_units(vectors, [len(windows) for windows in per_document])  # (B, N, H)
+    return units_of_cuts(vectors, cuts)  # (B, N, H)
 
 
 def check_fits(backbone: nn.Module, tokens: int, what: str) -> None:
