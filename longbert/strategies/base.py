@@ -8,11 +8,13 @@ backbone can be run once and cached:
     pool(units)                 -> Pooled   # no backbone: the document vector (and, where it exists, how
                                             # much each unit weighed in it)
 
-Two optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
+Optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
     unit_spans(length)        -> for a document of `length` content tokens, each unit's token ranges
                                  [[(start, end), ...], ...] (what compare's error analysis highlights)
     checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
+    lora_modules_to_save      a tuple of backbone module names that must train in full under LoRA, because the
+                                 strategy made them (bigbird's extended position table)
 
 `adapt_backbone(backbone)` is called once when the model is built, before any weights are loaded into the
 strategy: a strategy that changes how the backbone attends (block-sparse attention) or how far its positions
