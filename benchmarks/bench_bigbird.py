@@ -83,7 +83,7 @@ def build_forward(system: str, max_tokens: int):
         from longbert.strategies.bigbird import BigBirdConfig, BigBirdStrategy
 
         config = BigBirdConfig(max_tokens=max_tokens, block_size=BLOCK, window_blocks=WINDOW, global_blocks=GLOBAL,
-                               random_blocks=RANDOM, full_attention_up_to=512)
+                               random_blocks=RANDOM, full_attention_up_to=512, token_pooling="cls")
         strategy = BigBirdStrategy(config, backbone.config.hidden_size, special, budget)
         strategy.adapt_backbone(backbone)
         # The random pattern is drawn in training mode; dropout is 0, so nothing else changes.
@@ -91,7 +91,7 @@ def build_forward(system: str, max_tokens: int):
     elif system == "chunk":
         from longbert.strategies.chunk import ChunkConfig, ChunkStrategy
 
-        strategy = ChunkStrategy(ChunkConfig(window=510), backbone.config.hidden_size, special, budget)
+        strategy = ChunkStrategy(ChunkConfig(window=510, token_pooling="cls"), backbone.config.hidden_size, special, budget)
         strategy.adapt_backbone(backbone)
         backbone.eval()
     else:

@@ -3,9 +3,12 @@ same real documents (IMDb test reviews laid end to end) and the same MiniLM weig
 
     python benchmarks/bench_recurrence.py            # 2,048 / 8,192 / 32,768 / 65,536 tokens, fp32 and bf16
     python benchmarks/bench_recurrence.py --quick    # 2,048 and 4,096 tokens, bf16, 1 timed forward: checks that it runs
+    python benchmarks/bench_recurrence.py --streaming --output benchmarks/results/recurrence-1m.json
+                                                     # 1,048,576 tokens through recurrence and rmt, bf16, one forward:
+                                                     # the streaming peak (target: under 2 GB for the whole process)
 
 What is measured: one document per forward, inference (eval mode, no_grad), bf16 autocast and fp32.
-  recurrence   510-token segments, a memory of 512 tokens per layer spanning 1 segment, memory bias on (defaults)
+  recurrence   510-token segments, a memory of 512 tokens per layer spanning 1 segment, distance bias (defaults)
   rmt          500-token segments with 10 memory tokens (defaults)
   chunk        510-token chunks through plain MiniLM, as many per pass as the default budget allows (64 windows,
                16,384 tokens)
@@ -32,6 +35,7 @@ from isolated import error_text, find as find_result, measure_forwards, run_isol
 
 LENGTHS = [2048, 8192, 32768, 65536]
 QUICK_LENGTHS = [2048, 4096]
+STREAMING_LENGTH = 1_048_576
 SYSTEMS = ["recurrence", "rmt", "chunk"]
 PRECISIONS = ["bf16", "fp32"]
 RESULTS = Path(__file__).resolve().parent / "results" / "recurrence.json"
@@ -60,14 +64,15 @@ def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
     return ids[:tokens], reviews
 
 
-def build_strategy(system: str, backbone, special):
+def build_strategy(system: str, backbone, special, token_pooling: str = "cls"):
     from longbert.strategies.base import PassBudget
     from longbert.strategies.base import build_strategy as build
     from longbert.strategies.chunk import ChunkConfig
     from longbert.strategies.recurrence import RecurrenceConfig
     from longbert.strategies.rmt import RmtConfig
 
-    config = {"recurrence": RecurrenceConfig(), "rmt": RmtConfig(), "chunk": ChunkConfig(window=510)}[system]
+    config = {"recurrence": RecurrenceConfig(token_pooling=token_pooling), "rmt": RmtConfig(token_pooling=token_pooling),
+              "chunk": ChunkConfig(window=510, token_pooling=token_pooling)}[system]
     strategy = build(config, backbone.config.hidden_size, special, PassBudget())
     strategy.adapt_backbone(backbone)
     return strategy.eval()
@@ -86,7 +91,7 @@ def run_one(spec: dict) -> dict:
     backbone, tokenizer = load_backbone("minilm", attention_dropout=0.0, hidden_dropout=0.0)
     backbone.eval()
     special = SpecialTokens.from_tokenizer(tokenizer)
-    strategy = build_strategy(spec["system"], backbone, special)
+    strategy = build_strategy(spec["system"], backbone, special, spec.get("token_pooling", "cls"))
     ids, reviews = imdb_document(tokenizer, spec["tokens"])
     document = torch.tensor(ids, dtype=torch.long)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["precision"] == "bf16")
@@ -147,6 +152,11 @@ def print_table(results: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2,048 and 4,096 tokens, bf16 only, 1 timed forward")
+    parser.add_argument("--streaming", action="store_true",
+                        help="1,048,576 tokens through recurrence and rmt, bf16, the first forward only")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="which systems (default: all)")
+    parser.add_argument("--token-pooling", default="cls", choices=["cls", "mean"],
+                        help="segment vectors (cls: the [CLS] state, as the earlier measurements; mean)")
     parser.add_argument("--lengths", type=int, nargs="+", help="document lengths in content tokens")
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="bf16 and/or fp32")
     parser.add_argument("--repeats", type=int, help="timed forwards per configuration (after the first)")
@@ -165,14 +175,16 @@ def main() -> None:
 
     from longbert.hardware import describe_machine
 
-    lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
-    precisions = args.precisions or (["bf16"] if args.quick else PRECISIONS)
-    repeats = args.repeats or (1 if args.quick else 3)
+    lengths = args.lengths or ([STREAMING_LENGTH] if args.streaming else QUICK_LENGTHS if args.quick else LENGTHS)
+    precisions = args.precisions or (["bf16"] if args.quick or args.streaming else PRECISIONS)
+    repeats = args.repeats if args.repeats is not None else 0 if args.streaming else 1 if args.quick else 3
+    systems = args.systems or (["recurrence", "rmt"] if args.streaming else SYSTEMS)
     results = []
     for tokens in lengths:
         for precision in precisions:
-            for system in SYSTEMS:
-                spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads)
+            for system in systems:
+                spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads,
+                            token_pooling=args.token_pooling)
                 result = run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)
                 results.append({**spec, **result})
                 r = results[-1]
@@ -183,10 +195,11 @@ def main() -> None:
         "machine": describe_machine(),
         "settings": {"lengths": lengths, "precisions": precisions, "repeats": repeats, "threads": threads,
                      "backbone": "minilm (all-MiniLM-L6-v2)", "document": "IMDb test reviews end to end",
-                     "recurrence": "segment 510, memory 512, memory_segments 1, memory_bias", "rmt": "segment 500, 10 memory tokens",
+                     "recurrence": "segment 510, memory 512, memory_segments 1, distance bias (defaults)",
+                     "rmt": "segment 500, 10 memory tokens", "token_pooling": args.token_pooling,
                      "chunk": "window 510, budget 64 windows / 16384 tokens per pass", "quick": args.quick},
         "results": results,
-        "summary": summarise(results),
+        "summary": summarise(results) if "chunk" in systems else {},
     }
     write_results(args.output, report, print_table)
 

@@ -209,7 +209,7 @@ class LongDocumentClassifier(nn.Module):
         strategy = build_strategy(settings.strategy, backbone.config.hidden_size, special, settings.budget)
         strategy.adapt_backbone(backbone)
         if settings.finetune == "lora":
-            backbone = _wrap_lora(backbone, settings.lora, adapter_dir)
+            backbone = _wrap_lora(backbone, settings.lora, adapter_dir, getattr(strategy, "lora_modules_to_save", ()))
         elif settings.finetune == "frozen":
             backbone.requires_grad_(False)
         model = cls(backbone, tokenizer, strategy, settings)
@@ -398,9 +398,10 @@ def _read_head_file(path: Path) -> dict[str, torch.Tensor]:
         raise LongbertError(f"{path} is damaged (truncated or not safetensors): {error}") from None
 
 
-def _wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None):
+def _wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None, modules_to_save: tuple[str, ...] = ()):
     """peft's LoRA around the backbone: fresh adapters, or the saved ones in `adapter_dir` (peft's adapter folders
-    hold weights and a JSON config only; no code is loaded from them)."""
+    hold weights and a JSON config only; no code is loaded from them). `modules_to_save`: backbone modules that
+    train in full beside the adapters (peft keeps a trainable copy and saves it with the adapter)."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import PeftModel, get_peft_model
 
@@ -413,5 +414,6 @@ def _wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None):
     if missing:
         raise LongbertError(f"model.lora.target_modules: the backbone has no module named {missing[0]!r} "
                             f"({type(backbone).__name__}; null picks its attention query/value projections)")
-    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
+    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                            modules_to_save=list(modules_to_save) or None)
     return get_peft_model(backbone, config)

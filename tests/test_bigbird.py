@@ -351,3 +351,42 @@ def test_save_and_load_give_identical_predictions(tiny_backbone_dir, tmp_path, f
         saved = json.loads((tmp_path / "model" / "backbone" / "config.json").read_text())
         assert saved["max_position_embeddings"] == 256
         assert "longbert_block_sparse" not in json.dumps(saved), "the saved backbone loads without longbert"
+
+
+def test_interpolated_positions_walk_the_learned_table_once(tiny_backbone):
+    learned = tiny_backbone.embeddings.position_embeddings.weight.detach().clone()  # (128, H)
+    strategy(position_scheme="interpolate").adapt_backbone(tiny_backbone)
+    table = tiny_backbone.embeddings.position_embeddings.weight.detach()  # (256, H)
+    assert table.shape == (256, 32)
+    assert torch.equal(table[:128], learned)  # short documents read exactly as before
+    new = table[128:]  # 128 new positions over the 128 learned rows
+    torch.testing.assert_close(new[0], learned[0]) and torch.testing.assert_close(new[-1], learned[-1])
+    # Position 128 + j sits at fractional row j * 127 / 127 = j here: each lies between its two nearest rows.
+    where = torch.linspace(0, 127, 128)
+    for j in (1, 40, 77, 126):
+        low, share = int(where[j]), float(where[j] - int(where[j]))
+        torch.testing.assert_close(new[j], learned[low] * (1 - share) + learned[min(low + 1, 127)] * share)
+    assert len({tuple(row.tolist()) for row in new}) == 128, "no two new positions share a vector"
+    problems = BigBirdConfig(position_scheme="stretch").problems("strategy")
+    assert problems == ["strategy.position_scheme must be one of copy, interpolate, got 'stretch'"]
+
+
+def test_under_lora_the_extended_positions_train_and_are_saved_with_the_adapter(tiny_backbone_dir, tmp_path):
+    model = build_classifier(tiny_backbone_dir, "lora")
+    trainable = {n for n, p in model.backbone.named_parameters() if p.requires_grad}
+    assert any("position_embeddings" in n for n in trainable) and any("lora_" in n for n in trainable)
+    assert not any("word_embeddings" in n for n in trainable)
+    model.train()
+    optimiser = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    model.loss(model(documents([250, 200], seed=2)).logits, torch.tensor([0, 1])).backward()
+    optimiser.step()
+    table = model.backbone.get_base_model().embeddings.position_embeddings.weight.detach()
+    assert not torch.equal(table[128:], table[:128]), "rows past 128 are no longer copies"
+    model.eval()
+    docs = documents([250, 30], seed=6)
+    with torch.no_grad():
+        want = model(docs).logits
+    model.save_pretrained(tmp_path / "model")
+    loaded = LongDocumentClassifier.from_pretrained(tmp_path / "model")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(docs).logits, want, atol=1e-5, rtol=1e-4)

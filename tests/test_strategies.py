@@ -448,3 +448,12 @@ def test_an_unresolved_auto_is_refused_where_tokens_are_pooled():
 
     with pytest.raises(ValueError, match="token pooling must be one of"):
         pool_tokens(torch.zeros(1, 3, 4), torch.ones(1, 3), "auto")
+
+
+def test_a_pooled_vector_owns_its_memory_and_keeps_no_pass_alive():
+    from longbert.strategies.pooling import pool_tokens
+
+    hidden = torch.randn(1, 512, 32)  # (W, L, H): one segment's states
+    for how in ("cls", "mean"):
+        vector = pool_tokens(hidden, torch.ones(1, 512), how)  # (1, H)
+        assert vector.untyped_storage().nbytes() == vector.numel() * vector.element_size(), how

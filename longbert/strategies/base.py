@@ -17,6 +17,8 @@ Optional hooks, asked for with `getattr` (a strategy without them still works ev
                                  (longbert/export.py), which needs it
     checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
+    lora_modules_to_save      a tuple of backbone module names that must train in full under LoRA, because the
+                                 strategy made them (bigbird's extended position table)
 
 `adapt_backbone(backbone)` is called once when the model is built, before any weights are loaded into the
 strategy: a strategy that changes how the backbone attends (block-sparse attention) or how far its positions

@@ -33,7 +33,10 @@ SEGMENT_POOLINGS = ("last", *UNIT_POOLINGS)
 def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str) -> torch.Tensor:
     """One vector per pass row from its token states, `how` in TOKEN_POOLINGS: (W, L, H), (W, L) -> (W, H)."""
     if how == "cls":
-        return hidden[:, 0]
+        # A copy, not a view: a view of hidden[:, 0] keeps the whole (W, L, H) pass alive, and a reader that keeps
+        # one vector per segment (recurrence, rmt) would hold every segment's states until the document ends (at
+        # 1M tokens, about 1.6 GB).
+        return hidden[:, 0].clone()
     if how != "mean":  # `auto` is resolved when the model is built (LongDocumentClassifier), never seen here
         raise ValueError(f"token pooling must be one of {TOKEN_POOLINGS}, got {how!r}")
     weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (W, L, 1)
