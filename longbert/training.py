@@ -389,7 +389,8 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     while state.epoch < epochs and state.stopped_early_at_step is None:
         # The epoch's order depends only on the seed and the epoch, so a resumed run sees the same batches.
         loader = accelerator.prepare(split_loader(corpus.splits["train"], cfg.batch_size, cached.get("train"),
-                                                  shuffle_seed=recipe.seed + state.epoch))
+                                                  shuffle_seed=recipe.seed + state.epoch,
+                                                  group_by_length=cfg.group_by_length))
         if state.batches_in_epoch:
             loader = accelerator.skip_first_batches(loader, state.batches_in_epoch)
         for batch in progress(loader, f"epoch {state.epoch + 1}/{epochs}"):
