@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from longbert.errors import LongbertError
+from longbert.errors import LongbertError, first_line
 
 MINILM = "minilm"
 
@@ -136,17 +136,13 @@ def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iter
         raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): {error}") from None
     except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
         if Path(reference).is_dir():
-            raise LongbertError(f"could not load {kind} folder {reference}: {_first_line(error)}") from None
+            raise LongbertError(f"could not load {kind} folder {reference}: {first_line(error)}") from None
         raise LongbertError(
             f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
-            f"(offline, unreachable, or no such repository: {_first_line(error)})"
+            f"(offline, unreachable, or no such repository: {first_line(error)})"
         ) from None
     except ValueError as error:  # custom code refused (trust_remote_code=False), an architecture transformers lacks
-        raise LongbertError(f"could not load {kind} {name!r}: {_first_line(error)}") from None
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise LongbertError(f"could not load {kind} {name!r}: {first_line(error)}") from None
 
 
 def prepare_tokenizer(tokenizer):
