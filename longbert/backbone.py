@@ -22,6 +22,8 @@ from typing import Iterator
 from longbert.errors import LongbertError, first_line
 
 MINILM = "minilm"
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the weights the packaged MiniLM holds
+SAVED_IN_FOLDER = "backbone/"  # settings.backbone of a model folder that holds its backbone's weights in backbone/
 
 
 def resolve_backbone(name: str) -> str:
@@ -40,6 +42,19 @@ def resolve_backbone(name: str) -> str:
             raise LongbertError(f"backbone folder {path} has no config.json; it is not a transformers model folder")
         return str(path)
     return name
+
+
+def portable_reference(name: str) -> str | None:
+    """What a saved model folder may keep instead of its backbone's weights: `minilm` or a hub id, loaded again on
+    every machine. None for a local folder (or a saved model's own backbone/): its path means nothing elsewhere, so
+    the weights go into the model folder."""
+    from longbert.hub import is_hub_id
+
+    if name == MINILM:
+        return name
+    if name == SAVED_IN_FOLDER or Path(name).expanduser().exists():
+        return None
+    return name if is_hub_id(name) else None
 
 
 def load_backbone(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
