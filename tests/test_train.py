@@ -238,7 +238,7 @@ def test_resume_without_checkpoint(tiny_recipe):
         longbert.train(longbert.load_recipe(None, tiny_recipe), resume=True)
 
 
-def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, monkeypatch):
+def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, tiny_backbone_dir, monkeypatch):
     calls = []
     import longbert.frozen as frozen
 
@@ -252,7 +252,11 @@ def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, monke
     assert len(metrics["validation_history"]) == 5
     backbone = sum(p.numel() for p in longbert.LongDocumentClassifier.from_pretrained(result.run_dir).backbone.parameters())
     assert 0 < metrics["trainable_parameters"] < backbone / 10
-    assert not (result.run_dir / "best" / "backbone").exists()
+    # The backbone came from a local folder, so best/ keeps it (self-contained), exactly as it was: frozen.
+    from safetensors.torch import load_file
+
+    saved, original = (load_file(Path(d) / "model.safetensors") for d in (result.run_dir / "best" / "backbone", tiny_backbone_dir))
+    assert saved.keys() == original.keys() and all(torch.equal(saved[k], original[k]) for k in saved)
 
 
 def test_lora_run(tiny_recipe):
