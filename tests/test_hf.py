@@ -213,7 +213,7 @@ def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_re
 
     assert card.startswith("---\nlibrary_name: longbert\npipeline_tag: text-classification\n")
     assert "# tiny\n" in card
-    assert "| strategy | `chunk`: window 62, pooling mean, token_pooling cls |" in card
+    assert "| strategy | `chunk`: window 62, pooling mean, token_pooling cls, unit_weights new_tokens |" in card
     assert "| backbone | a local model folder, saved in this folder's `backbone/` (bert, 2 layers, hidden size 32" in card
     assert "| fine-tuning | full: every weight of the backbone was trained |" in card
     assert "| labels | `neg`, `pos` |" in card
@@ -383,7 +383,8 @@ out = {{"longbert": [r["probabilities"] for r in LongDocumentClassifier.from_pre
        "auto": type(AutoModelForSequenceClassification.from_pretrained("someone/long-model")).__name__,
        "pipeline": [{{r["label"]: r["score"] for r in rows}}
                     for rows in pipeline("text-classification", model="someone/long-model", top_k=None)(texts)],
-       "predict_file": [r["probabilities"] for r in predict_file("someone/long-model", {source!r}, Path({output!r})).rows]}}
+       "predict_file": predict_file("someone/long-model", {source!r}, Path({output!r})).documents}}
+out["predict_file"] = [json.loads(line)["probabilities"] for line in Path({output!r}).read_text().splitlines()]
 import sys
 sys.path.insert(0, "tests")
 from helpers import build_model
