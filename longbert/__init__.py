@@ -7,12 +7,19 @@
     model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
     model.predict(["a long review ..."])                  # [{'label': 'pos', 'probabilities': {...}}]
 
-Imports stay light: torch and transformers load when a name that needs them is first used.
+    from transformers import pipeline                     # a saved model is a transformers model too:
+    pipeline("text-classification", model=str(result.run_dir / "best"))("a long review ...")
+
+Imports stay light: torch and transformers load when a name that needs them is first used. `import longbert` only
+installs an import hook (longbert.hf_hook) that registers longbert's model type with transformers' Auto classes when
+transformers loads them.
 """
 
 from __future__ import annotations
 
 import importlib
+
+from longbert import hf_hook
 
 __version__ = "0.1.0"
 
@@ -24,11 +31,15 @@ _LAZY = {
     "evaluate": ("longbert.evaluation", "evaluate"),
     "compare": ("longbert.comparison", "compare"),
     "LongDocumentClassifier": ("longbert.model", "LongDocumentClassifier"),
+    "LongbertConfig": ("longbert.hf_config", "LongbertConfig"),
+    "LongbertForSequenceClassification": ("longbert.hf", "LongbertForSequenceClassification"),
     "strategy_names": ("longbert.strategies.base", "strategy_names"),
     "LongbertError": ("longbert.errors", "LongbertError"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
+
+hf_hook.install()
 
 
 def __getattr__(name: str):

@@ -19,9 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from longbert.errors import LongbertError
+from longbert.errors import LongbertError, first_line
 
 MINILM = "minilm"
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the weights the packaged MiniLM holds
+SAVED_IN_FOLDER = "backbone/"  # settings.backbone of a model folder that holds its backbone's weights in backbone/
 
 
 def resolve_backbone(name: str) -> str:
@@ -86,6 +88,19 @@ def _cached_hub_file(repo_id: str, name: str) -> str | None:
     except Exception:  # not a valid repository id: nothing cached under it
         return None
     return found if isinstance(found, str) else None
+
+
+def portable_reference(name: str) -> str | None:
+    """What a saved model folder may keep instead of its backbone's weights: `minilm` or a hub id, loaded again on
+    every machine. None for a local folder (or a saved model's own backbone/): its path means nothing elsewhere, so
+    the weights go into the model folder."""
+    from longbert.hub import is_hub_id
+
+    if name == MINILM:
+        return name
+    if name == SAVED_IN_FOLDER or Path(name).expanduser().exists():
+        return None
+    return name if is_hub_id(name) else None
 
 
 def load_backbone(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
@@ -182,17 +197,13 @@ def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iter
         raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): {error}") from None
     except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
         if Path(reference).is_dir():
-            raise LongbertError(f"could not load {kind} folder {reference}: {_first_line(error)}") from None
+            raise LongbertError(f"could not load {kind} folder {reference}: {first_line(error)}") from None
         raise LongbertError(
             f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
-            f"(offline, unreachable, or no such repository: {_first_line(error)})"
+            f"(offline, unreachable, or no such repository: {first_line(error)})"
         ) from None
     except ValueError as error:  # custom code refused (trust_remote_code=False), an architecture transformers lacks
-        raise LongbertError(f"could not load {kind} {name!r}: {_first_line(error)}") from None
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise LongbertError(f"could not load {kind} {name!r}: {first_line(error)}") from None
 
 
 def prepare_tokenizer(tokenizer):

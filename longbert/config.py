@@ -152,6 +152,7 @@ class TrainConfig:
     epochs: int = option(2, "passes over the training documents")
     max_steps: int | None = option(None, "stop after this many optimiser steps (overrides epochs when reached first)")
     batch_size: int = option(8, "documents per step on each process (before accumulation)")
+    group_by_length: bool = option(False, "batch documents of similar length together (shuffled in groups of 50 batches, each group sorted by length; seeded, so a resumed run sees the same batches): fewer, fuller backbone passes")
     gradient_accumulation: int = option(1, "steps whose gradients are summed before each optimiser step")
     learning_rate: float = option(3e-5, "peak AdamW learning rate for the backbone (and adapters)")
     head_learning_rate: float = option(1e-3, "AdamW learning rate for the strategy's pooler and the classification head")

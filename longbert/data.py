@@ -304,6 +304,26 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     return Corpus(out, list(names), multi_label, stats)
 
 
+def length_grouped_order(lengths: list[int], batch_size: int, seed: int, group_batches: int = 50) -> list[int]:
+    """A training order that batches documents of similar length: a seeded random permutation, cut into groups of
+    `group_batches` batches, each group sorted by length (longest first), the batches then shuffled again (seeded)
+    so that long and short batches alternate across the epoch. The same seed gives the same order (resumable); as
+    transformers' group_by_length does, the grouping keeps most of the randomness of a plain shuffle."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    permutation = torch.randperm(len(lengths), generator=generator).tolist()
+    size = batch_size * group_batches
+    batches = []
+    for start in range(0, len(permutation), size):
+        group = sorted(permutation[start : start + size], key=lambda i: -lengths[i])
+        batches += [group[k : k + batch_size] for k in range(0, len(group), batch_size)]
+    full = [b for b in batches if len(b) == batch_size]
+    short = [b for b in batches if len(b) < batch_size]  # only the last group can leave one: it goes last, as a
+    order = torch.randperm(len(full), generator=generator).tolist()  # plain shuffle's short batch does
+    return [i for k in order for i in full[k]] + [i for b in short for i in b]
+
+
 def collate(rows: list[dict]) -> dict:
     """Rows of a tokenized split -> {'documents': list of (T,) LongTensors, 'labels': (B,) or (B, C)}."""
     import torch

@@ -114,19 +114,27 @@ def improves(value: float, best: float | None, metric: str) -> bool:
     return best is None or (value < best if metric == "loss" else value > best)
 
 
-def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shuffle_seed: int | None = None):
+def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shuffle_seed: int | None = None,
+                 group_by_length: bool = False):
     """A tokenized split in batches for the model: {'documents': B (T,) token-id tensors, 'labels'}, or, given the
     split's cached unit vectors (frozen mode, from `frozen.cache_units`), {'unit_vectors': (B, N, H), 'unit_mask':
-    (B, N), 'labels'}. With `shuffle_seed`, shuffled in an order that depends on that seed only."""
+    (B, N), 'labels'}. With `shuffle_seed`, shuffled in an order that depends on that seed only; with
+    `group_by_length` too, in batches of similar length (`data.length_grouped_order`)."""
     from torch.utils.data import DataLoader
 
-    from longbert.data import collate
+    from longbert.data import collate, length_grouped_order
     from longbert.frozen import collate_units
 
     rows = dataset.select_columns(["input_ids", "labels"]) if cached is None else cached
+    collate_fn = collate if cached is None else collate_units
+    if shuffle_seed is not None and group_by_length:
+        order = length_grouped_order(list(dataset["n_tokens"]), batch_size, shuffle_seed)
+        # A generator of its own even though the order is fixed: without one, each new iterator draws its base
+        # seed from the global RNG, which would shift dropout between a resumed run and an uninterrupted one.
+        return DataLoader(rows, batch_size=batch_size, sampler=order, collate_fn=collate_fn,
+                          generator=torch.Generator().manual_seed(shuffle_seed))
     order = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
-    return DataLoader(rows, batch_size=batch_size, shuffle=order is not None, generator=order,
-                      collate_fn=collate if cached is None else collate_units)
+    return DataLoader(rows, batch_size=batch_size, shuffle=order is not None, generator=order, collate_fn=collate_fn)
 
 
 def model_inputs(batch: dict) -> dict:

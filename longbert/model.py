@@ -2,11 +2,16 @@
 
 Saved in the Hugging Face style, without pickle:
     <dir>/longbert_config.json   ModelSettings: strategy, labels, problem type, backbone reference, fine-tuning mode
+                                 (the source of truth)
+    <dir>/config.json            what transformers reads (model type "longbert", labels; see longbert.hf_config)
     <dir>/head.safetensors       the strategy's own weights (poolers) and the classification head
-    <dir>/backbone/              full fine-tuning: the fine-tuned encoder (safetensors + config)
+    <dir>/backbone/              the encoder (safetensors + config): the fine-tuned one, or in frozen and LoRA mode the
+                                 one they started from when it came from a local folder
     <dir>/adapter/               LoRA: the peft adapter (adapter_model.safetensors + adapter_config.json)
     <dir>/tokenizer files        the tokenizer
-A frozen backbone is not saved: the config's backbone reference is loaded again.
+    <dir>/README.md              the model card (longbert.card), and training.json, what its training run knew
+A folder is self-contained: a frozen or LoRA backbone that is not in it is the packaged MiniLM or a hub model, named
+in longbert_config.json; no path of the machine that saved it is written, so it can be moved or uploaded as it is.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ import torch
 from torch import nn
 
 from longbert.atomic import atomic_folder
-from longbert.backbone import (backbone_token_pooling, clear_load_errors, default_lora_targets, load_backbone,
-                               load_encoder, load_tokenizer,
+from longbert.backbone import (MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER, backbone_token_pooling, clear_load_errors,
+                               default_lora_targets, load_backbone, load_encoder, load_tokenizer, portable_reference,
                                prepare_tokenizer)
 from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
 from longbert.errors import LongbertError
@@ -33,6 +38,8 @@ from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, b
 
 CONFIG_FILE = "longbert_config.json"
 HEAD_FILE = "head.safetensors"
+BACKBONE_DIR = "backbone"
+ADAPTER_DIR = "adapter"
 FORMAT_VERSION = 1
 
 
@@ -42,7 +49,8 @@ class ModelSettings:
     the same validation as recipes (`config.build`), and every key must be there (nothing is silently defaulted)."""
 
     format: int = option(FORMAT_VERSION, "longbert's model folder format")
-    backbone: str = option("minilm", "the backbone as the recipe named it (loaded again when it is not saved)")
+    backbone: str = option("minilm", "the backbone as the recipe named it; in a saved folder `minilm` or a hub id (loaded "
+                                     "again when its weights are not saved), or `backbone/` (saved in the folder)")
     attention_dropout: float | None = option(None, "attention_probs_dropout_prob override; null keeps the model's")
     hidden_dropout: float | None = option(None, "hidden_dropout_prob override; null keeps the model's")
     budget: PassBudget = option(None, "how much goes through the backbone in one pass", default_factory=PassBudget)
@@ -184,6 +192,7 @@ class LongDocumentClassifier(nn.Module):
         self.dropout = nn.Dropout(settings.classifier_dropout)
         self.head = nn.Linear(backbone.config.hidden_size, len(settings.label_names))
         self.notes: list[str] = []
+        self.training_facts = None  # what `longbert train` knew about this model (longbert.card.TrainingFacts), if any
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -321,43 +330,87 @@ class LongDocumentClassifier(nn.Module):
         self._outside_backbone().load_state_dict(state)
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write the model folder atomically: it appears complete or not at all."""
+        """Write the model folder atomically: it appears complete or not at all. The backbone's weights go in it
+        (backbone/) when they were fine-tuned or came from a local folder; a frozen or LoRA backbone that is the
+        packaged MiniLM or a hub model is named instead (see `backbone.portable_reference`)."""
         from safetensors.torch import save_file
 
+        from longbert.card import write_card
+        from longbert.hf_config import LongbertConfig
+
+        reference = portable_reference(self.settings.backbone)
+        settings = dataclasses.replace(self.settings, backbone=reference or SAVED_IN_FOLDER)
         with atomic_folder(directory) as staging:
-            if self.settings.finetune == "full":
-                self.backbone.save_pretrained(staging / "backbone", safe_serialization=True)
-            elif self.settings.finetune == "lora":
-                self.backbone.save_pretrained(staging / "adapter")
+            if self.settings.finetune == "full" or reference is None:
+                self.plain_backbone().save_pretrained(staging / BACKBONE_DIR, safe_serialization=True)
+            if self.settings.finetune == "lora":
+                # longbert never resizes the vocabulary: no embedding layers to save, and no look-up of the base model
+                # on the hub to find out (peft's "auto")
+                self.backbone.save_pretrained(staging / ADAPTER_DIR, save_embedding_layers=False)
+                _make_adapter_portable(staging / ADAPTER_DIR, reference)
             self.tokenizer.save_pretrained(staging)
             save_file(self.head_state(), staging / HEAD_FILE)
-            (staging / CONFIG_FILE).write_text(json.dumps(self.settings.to_dict(), indent=2))
+            (staging / CONFIG_FILE).write_text(json.dumps(settings.to_dict(), indent=2))
+            LongbertConfig.from_settings(settings).save_pretrained(staging)
+            write_card(staging, settings, self.backbone.config, self.training_facts)
+
+    def plain_backbone(self):
+        """The encoder as transformers saves it: without LoRA's layers (a copy; LoRA leaves the weights it wraps as
+        they were)."""
+        if self.settings.finetune != "lora":
+            return self.backbone
+        return copy.deepcopy(self.backbone).unload()
+
+    def push_to_hub(self, repo_id: str, private: bool | None = None, token: str | bool | None = None,
+                    commit_message: str | None = None, revision: str | None = None, create_pr: bool = False):
+        """Upload this model, saved as `save_pretrained` writes it, to hub repository `repo_id` (see
+        `longbert.hub.push_to_hub`); `from_pretrained(repo_id)` loads it back."""
+        from longbert.hub import push_to_hub
+
+        return push_to_hub(self, repo_id, private=private, token=token, commit_message=commit_message,
+                           revision=revision, create_pr=create_pr)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path) -> "LongDocumentClassifier":
-        """Load a folder written by `save_pretrained` (or a run folder's `best/` model). A damaged or incomplete
-        folder raises one LongbertError line naming the file and what is wrong with it."""
-        directory = Path(directory)
+    def from_pretrained(cls, directory: str | Path, **hub_options) -> "LongDocumentClassifier":
+        """Load a folder written by `save_pretrained` (or a run folder's `best/` model), or a model on the hub by its
+        id ('user/name'; `hub_options` as `longbert.hub.download` takes them: revision, cache_dir, token,
+        local_files_only, force_download). A damaged or incomplete folder raises one LongbertError line naming the
+        file and what is wrong with it."""
+        from longbert.card import FACTS_FILE, TrainingFacts
+        from longbert.hub import download, is_hub_id
+
+        directory = Path(directory).expanduser()
+        if not directory.exists() and is_hub_id(str(directory)):
+            directory = download(str(directory), **hub_options)
         if (directory / "best" / CONFIG_FILE).is_file():
             directory = directory / "best"  # a run folder: use its kept model
         if not (directory / CONFIG_FILE).is_file():
             raise LongbertError(f"{directory} is not a longbert model folder (no {CONFIG_FILE})")
         settings = ModelSettings.from_file(directory / CONFIG_FILE)
-        saved_backbone = {"full": directory / "backbone", "lora": directory / "adapter"}.get(settings.finetune)
-        for needed in (directory / HEAD_FILE, saved_backbone):
-            if needed is not None and not needed.exists():
-                raise LongbertError(f"{directory} is incomplete: no {needed.name} (finetune is {settings.finetune})")
-        if settings.finetune == "full":
-            backbone = load_encoder(str(saved_backbone))
-        else:
+        backbone_saved = settings.finetune == "full" or settings.backbone == SAVED_IN_FOLDER
+        needed = {HEAD_FILE: f"finetune is {settings.finetune}"}
+        if backbone_saved:
+            needed[BACKBONE_DIR] = ("finetune is full" if settings.finetune == "full"
+                                    else f"{CONFIG_FILE} says the backbone is saved in the folder")
+        if settings.finetune == "lora":
+            needed[ADAPTER_DIR] = "finetune is lora"
+        for name, why in needed.items():
+            if not (directory / name).exists():
+                raise LongbertError(f"{directory} is incomplete: no {name} ({why})")
+        if backbone_saved:
+            backbone = load_encoder(str(directory / BACKBONE_DIR))
+        else:  # the packaged MiniLM or a hub id (or, in folders saved before longbert kept them, a local path)
             backbone = load_encoder(settings.backbone, settings.attention_dropout, settings.hidden_dropout)
         tokenizer = load_tokenizer(directory)
-        model = cls._assemble(backbone, tokenizer, settings, adapter_dir=saved_backbone if settings.finetune == "lora" else None)
+        model = cls._assemble(backbone, tokenizer, settings,
+                              adapter_dir=directory / ADAPTER_DIR if settings.finetune == "lora" else None)
         try:
             model.load_head_state(_read_head_file(directory / HEAD_FILE))
         except RuntimeError as error:  # torch's report of missing, unexpected or misshapen tensors
             raise LongbertError(f"{directory / HEAD_FILE} does not fit the model in {CONFIG_FILE}: "
                                 f"{' '.join(str(error).split())}") from None
+        if (directory / FACTS_FILE).is_file():
+            model.training_facts = TrainingFacts.from_file(directory / FACTS_FILE)
         model.eval()
         return model
 
@@ -386,6 +439,16 @@ def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens
 def prediction_rows(settings: ModelSettings, probabilities: torch.Tensor, lengths: list[int]) -> list[dict]:
     """(B, C) probabilities and each text's full length -> B rows (`prediction_row`)."""
     return [prediction_row(settings, p, n) for p, n in zip(probabilities.tolist(), lengths)]
+
+
+def _make_adapter_portable(adapter_dir: Path, reference: str | None) -> None:
+    """peft writes the base model's path on this machine into adapter_config.json and a template README.md: name it
+    by its hub id instead (None when it is saved in the model folder) and leave the card to the model folder's."""
+    config_path = adapter_dir / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = MINILM_HUB_ID if reference == MINILM else reference
+    config_path.write_text(json.dumps(config, indent=2))
+    (adapter_dir / "README.md").unlink(missing_ok=True)
 
 
 def _read_head_file(path: Path) -> dict[str, torch.Tensor]:

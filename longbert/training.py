@@ -6,8 +6,9 @@ and only the strategy's pooler and the head train.
 A run folder holds:
     recipe.yaml                the resolved recipe (what ran)
     checkpoint/                the last resumable state (see longbert.checkpoint); written whole or not at all
-    best/                      the kept model (best validation metric), loadable by LongDocumentClassifier; written
-                               when training ends
+    best/                      the kept model (best validation metric), loadable by LongDocumentClassifier and by
+                               transformers' Auto classes; written when training ends, its model card (README.md)
+                               refreshed with the test metrics
     metrics.json, metrics.md   training log (loss, learning rate, tokens/s), validation history, test metrics, timing,
                                data statistics
     predictions-test.jsonl     per-document test predictions (for error analysis)
@@ -168,6 +169,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     from longbert import frozen
     from longbert.atomic import write_text_atomically
     from longbert.backbone import load_backbone
+    from longbert.card import TrainingFacts, refresh_card
     from longbert.data import load_corpus
     from longbert.model import LongDocumentClassifier
 
@@ -243,6 +245,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         core.settings.thresholds = tune_thresholds(raw["labels"], raw["probabilities"], threshold == "tune_per_label")
         accelerator.print("multi-label thresholds tuned on validation: " + ", ".join(
             f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
+    # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
+    validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
+    core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation)
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
     metrics = {
@@ -279,6 +284,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
                                 run_dir / "confusion-matrix.png") if "test" in metrics else ""
         write_text_atomically(run_dir / "metrics.md", page)
+        if "test" in metrics:
+            core.training_facts.test = metrics["test"]
+            refresh_card(run_dir / BEST, core)
     return TrainResult(run_dir, metrics)
 
 
@@ -389,7 +397,8 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     while state.epoch < epochs and state.stopped_early_at_step is None:
         # The epoch's order depends only on the seed and the epoch, so a resumed run sees the same batches.
         loader = accelerator.prepare(split_loader(corpus.splits["train"], cfg.batch_size, cached.get("train"),
-                                                  shuffle_seed=recipe.seed + state.epoch))
+                                                  shuffle_seed=recipe.seed + state.epoch,
+                                                  group_by_length=cfg.group_by_length))
         if state.batches_in_epoch:
             loader = accelerator.skip_first_batches(loader, state.batches_in_epoch)
         for batch in progress(loader, f"epoch {state.epoch + 1}/{epochs}"):

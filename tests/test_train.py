@@ -238,7 +238,7 @@ def test_resume_without_checkpoint(tiny_recipe):
         longbert.train(longbert.load_recipe(None, tiny_recipe), resume=True)
 
 
-def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, monkeypatch):
+def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, tiny_backbone_dir, monkeypatch):
     calls = []
     import longbert.frozen as frozen
 
@@ -252,7 +252,11 @@ def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, monke
     assert len(metrics["validation_history"]) == 5
     backbone = sum(p.numel() for p in longbert.LongDocumentClassifier.from_pretrained(result.run_dir).backbone.parameters())
     assert 0 < metrics["trainable_parameters"] < backbone / 10
-    assert not (result.run_dir / "best" / "backbone").exists()
+    # The backbone came from a local folder, so best/ keeps it (self-contained), exactly as it was: frozen.
+    from safetensors.torch import load_file
+
+    saved, original = (load_file(Path(d) / "model.safetensors") for d in (result.run_dir / "best" / "backbone", tiny_backbone_dir))
+    assert saved.keys() == original.keys() and all(torch.equal(saved[k], original[k]) for k in saved)
 
 
 def test_lora_run(tiny_recipe):
@@ -400,3 +404,27 @@ def test_multi_label_runs_through_the_cli_and_compare(tiny_recipe, multi_label_s
         assert row["accuracy"] == metrics["test"]["exact_match"]
     assert any("exact match" in note for note in compared["notes"])
     assert "exact match" in (tmp_path / "reports" / "multi" / "report.md").read_text()
+
+
+def test_length_grouped_batches_are_seeded_and_a_resumed_run_sees_the_same_ones(tiny_recipe, tmp_path, deterministic):
+    from longbert.data import length_grouped_order
+
+    lengths = [(i * 37) % 500 + 1 for i in range(203)]
+    order = length_grouped_order(lengths, 8, seed=5, group_batches=5)
+    assert sorted(order) == list(range(203)) and order == length_grouped_order(lengths, 8, seed=5, group_batches=5)
+    assert order != length_grouped_order(lengths, 8, seed=6, group_batches=5)
+    spread = lambda o: sum(max(lengths[i] for i in o[k:k + 8]) - min(lengths[i] for i in o[k:k + 8])
+                           for k in range(0, 200, 8))
+    import random
+
+    shuffled = list(range(203))
+    random.Random(0).shuffle(shuffled)
+    assert spread(order) < spread(shuffled) / 3, "batches hold documents of similar length"
+
+    overrides = tiny_recipe + ["train.group_by_length=true"]
+    longbert.train(longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'a'}"]))
+    stopped = longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'b'}"])
+    with pytest.raises(TrainingInterrupted, match="stopped at step 3"):
+        longbert.train(stopped, stop=StopAfterSteps(3))
+    longbert.train(stopped, resume=True)
+    assert_same_run(tmp_path / "a", tmp_path / "b")
