@@ -59,11 +59,15 @@ def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> 
     {method: 'kept' | 'weight' | 'occlusion' | None, unit, units, value, spans: [[start, end), ...]} (with a `note`
     instead when method is None). `test` is the tokenized test split, `predictions` this model's rows for it.
 
-    With informative pooling weights (attention, max) it is the unit that weighed most. With equal weights (mean
-    pooling) it is the unit whose removal lowers the probability of the predicted class most (occlusion: the
-    backbone runs once, the pooler and head once per unit). A strategy with one unit reports the tokens it kept.
-    Unit token ranges come from the strategy's `unit_spans` hook (see strategies/base.py)."""
+    With pooling weights that depend on the content (attention, max) it is the unit that weighed most. With mean
+    pooling, whose weights say only how many tokens each unit adds, it is the unit whose removal lowers the
+    probability of the predicted class most (occlusion: the backbone runs once, the pooler and head once per unit).
+    A strategy with one unit reports the tokens it kept. Unit token ranges come from the strategy's `unit_spans`
+    hook (see strategies/base.py)."""
     from longbert.strategies.base import unit_spans
+    from longbert.strategies.pooling import MeanPooler
+
+    content_weights = not isinstance(getattr(model.strategy, "pooler", None), MeanPooler)
 
     out = {}
     for i in indices:
@@ -77,13 +81,13 @@ def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> 
             out[i] = {"method": "kept", "unit": 0, "units": 1, "spans": [list(r) for r in units[0]]}
             continue
         weights = row.get("unit_weights")
-        if weights is not None and len(weights) == len(units) and max(weights) - min(weights) > 1e-3:
+        if content_weights and weights is not None and len(weights) == len(units) and max(weights) - min(weights) > 1e-3:
             unit = max(range(len(weights)), key=weights.__getitem__)
             out[i] = {"method": "weight", "unit": unit, "units": len(units), "value": float(weights[unit]),
                       "spans": [list(r) for r in units[unit]]}
             continue
         if isinstance(row["predicted"], list):
-            out[i] = {"method": None, "note": "equal unit weights; occlusion is not done for multi-label runs"}
+            out[i] = {"method": None, "note": "mean pooling; occlusion is not done for multi-label runs"}
             continue
         drops = _occlusion(model, ids, row["predicted"])
         if drops is None or len(drops) != len(units):

@@ -6,9 +6,9 @@ one decided it, as two more fields of each prediction row and as an HTML page th
               (null where the pooler gives none, e.g. the transformer pooler); null when the strategy does not say
               which tokens its units cover
     decisive  the unit that decided, found as compare's error analysis finds it (`analysis.decisive_units`): the
-              heaviest unit when the weights differ (attention, max; mean by new tokens, where that is the longest
-              unit), else the unit whose removal lowers the predicted class's probability most (occlusion); for
-              truncate, the tokens it kept
+              heaviest unit when the pooling weighs by content (attention, max), else (mean pooling, whose weights
+              only count tokens) the unit whose removal lowers the predicted class's probability most (occlusion);
+              for truncate, the tokens it kept
 
 Each document is read once more for its units (and, for occlusion, its pooling and head once per unit), after its
 prediction: explaining costs about one more forward pass. The page keeps every document's text until the end, so
