@@ -19,6 +19,12 @@ Optional hooks, asked for with `getattr` (a strategy without them still works ev
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
     lora_modules_to_save      a tuple of backbone module names that must train in full under LoRA, because the
                                  strategy made them (bigbird's extended position table)
+    encode_tokens(backbone, documents)
+                              -> one (T', H) tensor per document: the hidden state of every content token the
+                                 strategy reads (its first T' <= T tokens; [CLS]/[SEP] left out), computed with the
+                                 strategy's own attention (bigbird: block-sparse; recurrence: with its memory).
+                                 Continued pretraining (longbert.pretraining) trains on it; a strategy without it
+                                 is pretrained on plain consecutive windows of the backbone's positions
 
 `adapt_backbone(backbone)` is called once when the model is built, before any weights are loaded into the
 strategy: a strategy that changes how the backbone attends (block-sparse attention) or how far its positions

@@ -49,7 +49,7 @@ from longbert.fields import one_of, option
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
-from longbert.strategies.windows import encode_windows, gather_units
+from longbert.strategies.windows import encode_windows, gather_units, window_token_states
 
 ATTENTION_NAME = "longbert_block_sparse"
 PLAN_ARGUMENT = "block_sparse_plan"
@@ -304,13 +304,35 @@ class BigBirdStrategy(nn.Module):
     def encode_sparse(self, backbone: nn.Module, documents: list[torch.Tensor]) -> torch.Tensor:
         """Documents (each at most max_tokens - 2 content ids) -> (B, H), block-sparse, in passes bounded by the
         budget; each pass is padded to its longest document rounded up to a block multiple."""
+        return encode_windows(backbone, documents, self.special, self.budget, self.config.token_pooling,
+                              multiple=self.config.block_size, pass_arguments=self.sparse_pass(backbone))  # (B, H)
+
+    def sparse_pass(self, backbone: nn.Module):
+        """The per-pass keyword arguments that make `backbone` read a pass block-sparse: attention_mask (W, L) ->
+        {block_sparse_plan: its plan}, random blocks drawn when the backbone is training."""
         layers = base_model(backbone).config.num_hidden_layers
 
         def plan(attention_mask: torch.Tensor) -> dict:  # (W, L)
             return {PLAN_ARGUMENT: self.plan_pass(attention_mask.bool(), layers, random=backbone.training)}
 
-        return encode_windows(backbone, documents, self.special, self.budget, self.config.token_pooling,
-                              multiple=self.config.block_size, pass_arguments=plan)  # (B, H)
+        return plan
+
+    def encode_tokens(self, backbone: nn.Module, documents: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Token-level reading (continued pretraining): the hidden state of every content token read, [CLS]/[SEP]
+        left out, one (T', H) tensor per document with T' = min(T, max_tokens - 2) (the head that `encode` reads).
+        Short documents full attention, longer ones block-sparse, exactly as `encode` reads them."""
+        kept = [ids[: self.config.max_tokens - 2] for ids in documents]
+        sparse = [not self.uses_full_attention(ids.shape[0] + 2) for ids in kept]
+        out: list[torch.Tensor | None] = [None] * len(documents)
+        for block_sparse in (False, True):
+            chosen = [i for i, s in enumerate(sparse) if s == block_sparse]
+            if not chosen:
+                continue
+            extra = dict(multiple=self.config.block_size, pass_arguments=self.sparse_pass(backbone)) if block_sparse else {}
+            states = window_token_states(backbone, [kept[i] for i in chosen], self.special, self.budget, **extra)
+            for i, state in zip(chosen, states):
+                out[i] = state  # (T', H)
+        return out
 
     def plan_pass(self, token_mask: torch.Tensor, layers: int, random: bool) -> BlockSparsePlan:
         """The attention plan for one pass of `token_mask` (W, L) (L a block multiple). With `random`, every layer

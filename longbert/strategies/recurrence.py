@@ -284,24 +284,45 @@ class RecurrenceStrategy(nn.Module):
             if self.distance_bias is None or tuple(self.distance_bias.shape) != shape:
                 self.distance_bias = nn.Parameter(torch.full(shape, DISTANCE_BIAS_INIT))
 
+    def read_pass(self, backbone: nn.Module, pieces: list[torch.Tensor], memory: LayerMemory | None):
+        """One pass of one step: E segments (content pieces) and the memory carried for them (None at the first
+        segment) -> (hidden states (E, L, H), attention_mask (E, L), the memory for the next segment, or None
+        with `memory: 0`)."""
+        cfg = self.config
+        input_ids, attention_mask = build_pass(pieces, self.special, next(backbone.parameters()).device)  # (E, L)
+        if cfg.memory == 0:
+            return backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, attention_mask, None
+        layers = base_model(backbone).config.num_hidden_layers
+        state = StepState(memory, attention_mask.bool(), cfg.memory, cfg.memory_segments, self.memory_bias, layers,
+                          self.distance_bias)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                          **{STATE_ARGUMENT: state}).last_hidden_state  # (E, L, H)
+        return hidden, attention_mask, state.next_memory()
+
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         cfg = self.config
-        device = next(backbone.parameters()).device
-        layers = base_model(backbone).config.num_hidden_layers
 
         def run_pass(pieces: list[torch.Tensor], memory: LayerMemory | None):
-            input_ids, attention_mask = build_pass(pieces, self.special, device)  # (E, L), (E, L)
-            if cfg.memory == 0:
-                hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (E, L, H)
-                return pool_tokens(hidden, attention_mask, cfg.token_pooling), None
-            state = StepState(memory, attention_mask.bool(), cfg.memory, cfg.memory_segments, self.memory_bias, layers,
-                              self.distance_bias)
-            hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                              **{STATE_ARGUMENT: state}).last_hidden_state  # (E, L, H)
-            return pool_tokens(hidden, attention_mask, cfg.token_pooling), state.next_memory()  # (E, H)
+            hidden, attention_mask, memory = self.read_pass(backbone, pieces, memory)  # (E, L, H)
+            return pool_tokens(hidden, attention_mask, cfg.token_pooling), memory  # (E, H)
 
         return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
                              run_pass, cfg.memory)
+
+    def encode_tokens(self, backbone: nn.Module, documents: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Token-level reading (continued pretraining): every content token's hidden state, read segment by segment
+        with the memory exactly as `encode` reads it; [CLS]/[SEP] left out. One (T, H) tensor per document."""
+        cfg = self.config
+        width = cfg.segment + 2  # every segment's states padded to one width, so that the steps stack
+
+        def run_pass(pieces: list[torch.Tensor], memory: LayerMemory | None):
+            hidden, _, memory = self.read_pass(backbone, pieces, memory)  # (E, L, H)
+            return F.pad(hidden, (0, 0, 0, width - hidden.shape[1])), memory  # (E, segment + 2, H)
+
+        states = read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, False, run_pass,
+                               cfg.memory).vectors  # (B, N, segment + 2, H), [CLS] at 0
+        return [torch.cat([states[b, n, 1 : 1 + end - start] for n, ((start, end),) in
+                           enumerate(segment_spans(ids.shape[0], cfg.segment))]) for b, ids in enumerate(documents)]
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return segment_spans(length, self.config.segment)

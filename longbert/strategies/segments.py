@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from longbert.fields import one_of
 from longbert.strategies.base import PassBudget, Units
@@ -37,7 +36,9 @@ def read_segments(
     """Read every document segment by segment, all documents of the batch together, carrying a memory.
 
     `run_pass(pieces, memory)` reads one segment of each of E documents (content pieces, the memory carried
-    for those rows or None at the first segment) and returns (E, H) segment vectors and the memory to carry on.
+    for those rows or None at the first segment) and returns (E, H) segment vectors and the memory to carry on
+    (or (E, ...) per segment, the same shape at every step: recurrence's token states for `encode_tokens`, whose
+    Units then hold (B, N, ...)).
     A memory object has `rows(start, stop)`, `cut_gradient(cut)` (detach the rows where the (E,) bool `cut` is
     True) and a static `join(parts)` (the rows of several passes, in order). `carried_tokens`: tokens each row
     carries besides its segment (for the pass budget). Returns Units (B, N, H), one unit per segment."""
@@ -61,7 +62,8 @@ def read_segments(
             vectors, memory = _read_step(pieces, memory, budget, run_pass, carried_tokens)
         steps.append(vectors)  # (E, H)
     batch = len(documents)
-    stacked = torch.stack([F.pad(v, (0, 0, 0, batch - v.shape[0])) for v in steps], 1)  # (B, N, H), reading order
+    stacked = torch.stack([torch.cat([v, v.new_zeros((batch - v.shape[0], *v.shape[1:]))]) for v in steps],
+                          1)  # (B, N, H), reading order
     inverse = torch.empty(batch, dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(batch)
     vectors = stacked[inverse.to(stacked.device)]  # (B, N, H), the caller's order

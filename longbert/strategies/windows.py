@@ -3,7 +3,8 @@
 Cut documents into windows (truncate, chunk, sliding), and run pieces of content through the backbone in bounded,
 dynamically padded passes: `build_pass` lays out one pass ([CLS] piece [SEP], padded) for every strategy, bigbird
 and the segment strategies included; `run_passes` plans and runs the passes of many windows (through the backbone
-in `encode_windows`, through an exported graph in longbert/exported.py)."""
+in `encode_windows`, through an exported graph in longbert/exported.py); `window_token_states` keeps every token's
+state instead of pooling them (token-level reading, for continued pretraining)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ def run_passes(
     multiple: int = 1,
 ) -> torch.Tensor:
     """Lay content windows out in passes and call `run(input_ids (W, L), attention_mask (W, L)) -> (W, H)` on each;
-    returns (W, H) in the windows' order.
+    returns (W, H) in the windows' order. (`run` may return (W, ...) of any shape that is the same for every pass:
+    `window_token_states` returns token states padded to one width.)
 
     Windows are sorted by length and packed into passes bounded by `budget`; each pass is padded only to its
     own longest window (rounded up to a multiple of `multiple`), so a batch of short reviews never pays for 512
@@ -117,7 +119,7 @@ def run_passes(
         input_ids, attention_mask = build_pass([windows[i] for i in indices], special, device, multiple)  # (W, L)
         vectors = run(input_ids, attention_mask)  # (W, H)
         if out is None:
-            out = vectors.new_zeros((len(windows), vectors.shape[-1]))
+            out = vectors.new_zeros((len(windows), *vectors.shape[1:]))
         # Copy into `out` rather than keep views: a view of hidden[:, 0] would keep the whole pass alive.
         out[torch.tensor(indices, device=vectors.device)] = vectors
     return out  # (W, H)
@@ -142,6 +144,40 @@ def encode_windows(
         return pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
 
     return run_passes(windows, special, budget, run, next(backbone.parameters()).device, multiple)
+
+
+def window_token_states(
+    backbone: nn.Module,
+    windows: list[torch.Tensor],
+    special: SpecialTokens,
+    budget: PassBudget,
+    multiple: int = 1,
+    pass_arguments: Callable[[torch.Tensor], dict] | None = None,
+) -> list[torch.Tensor]:
+    """Run content windows through the backbone as `encode_windows` does, but keep the hidden states of each
+    window's content tokens ([CLS]/[SEP] and padding left out): one (T_w, H) tensor per window, in their order."""
+    width = max(padded_width(w.shape[0] + 2, multiple) for w in windows)
+
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        extra = pass_arguments(attention_mask) if pass_arguments else {}
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state  # (W, L, H)
+        return nn.functional.pad(hidden, (0, 0, 0, width - hidden.shape[1]))  # (W, width, H): one width for all
+
+    states = run_passes(windows, special, budget, run, next(backbone.parameters()).device, multiple)  # (W, width, H)
+    return [states[i, 1 : w.shape[0] + 1] for i, w in enumerate(windows)]  # W x (T_w, H)
+
+
+def encode_tokens_in_windows(backbone: nn.Module, documents: list[torch.Tensor], window: int,
+                             special: SpecialTokens, budget: PassBudget) -> list[torch.Tensor]:
+    """Token states of whole documents read as consecutive windows of `window` content tokens, each with its own
+    [CLS]/[SEP] (chunk's reading, token by token): one (T, H) tensor per document."""
+    per_document = [split_windows(ids, window, window) for ids in documents]
+    states = window_token_states(backbone, [w for ws in per_document for w in ws], special, budget)
+    out, start = [], 0
+    for windows in per_document:
+        out.append(torch.cat(states[start : start + len(windows)]))  # (T, H)
+        start += len(windows)
+    return out
 
 
 def gather_units(vectors: torch.Tensor, counts: list[int], sizes: list[float] | None = None) -> Units:
