@@ -6,6 +6,7 @@
     longbert.evaluate(result.run_dir, "test")             # metrics dict (also written to the run folder)
     model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
     model.predict(["a long review ..."])                  # [{'label': 'pos', 'probabilities': {...}}]
+    longbert.pretrain("pretrain_imdb_cpu")                # continued MLM pretraining -> result.backbone_dir
 
     from transformers import pipeline                     # a saved model is a transformers model too:
     pipeline("text-classification", model=str(result.run_dir / "best"))("a long review ...")
@@ -35,6 +36,10 @@ _LAZY = {
     "LongbertForSequenceClassification": ("longbert.hf", "LongbertForSequenceClassification"),
     "strategy_names": ("longbert.strategies.base", "strategy_names"),
     "LongbertError": ("longbert.errors", "LongbertError"),
+    "pretrain": ("longbert.pretraining", "pretrain"),
+    "load_pretrain_recipe": ("longbert.config", "load_pretrain_recipe"),
+    "PretrainRecipe": ("longbert.config", "PretrainRecipe"),
+    "PretrainResult": ("longbert.pretraining", "PretrainResult"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

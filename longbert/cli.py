@@ -12,7 +12,7 @@ import typer
 from longbert.errors import LongbertError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Classify long documents with BERT: train, evaluate, predict and compare strategies.")
+                  help="Classify long documents with BERT: train, evaluate, predict and compare strategies; pretrain a backbone further.")
 
 
 def _run(action: Callable[[], object]) -> object:
@@ -76,6 +76,25 @@ def train(
         if test:
             summary += f"\ntest {headline(test)}"
         typer.echo(summary)
+
+    _run(action)
+
+
+@app.command()
+def pretrain(
+    recipe: Path = typer.Argument(..., help="YAML pretraining recipe, or the name of a packaged one (e.g. pretrain_imdb_cpu)"),
+    set_: List[str] = typer.Option([], "--set", help="override a recipe field: key.path=value (repeatable)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its last checkpoint"),
+):
+    """Continue masked-language-model training of a backbone on unlabelled long text, read through a strategy;
+    writes <run folder>/backbone, usable as a training recipe's backbone.name."""
+    from longbert.config import load_pretrain_recipe
+    from longbert.pretraining import pretrain as run_pretraining
+
+    def action():
+        result = run_pretraining(load_pretrain_recipe(recipe, set_), resume=resume, command=_command_line())
+        typer.echo(f"run folder: {result.run_dir}\nbackbone: {result.backbone_dir} (use it as backbone.name)\n"
+                   f"details in {result.run_dir / 'metrics.md'}")
 
     _run(action)
 

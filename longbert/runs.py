@@ -21,7 +21,8 @@ CHECKPOINT = "checkpoint"
 BEST = "best"
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
-               "logs")  # logs/: what a tracker (train.report_to) writes
+               "logs",  # logs/: what a tracker (train.report_to) writes
+               "backbone")  # the encoder a pretraining run (longbert.pretraining) writes
 
 
 @contextmanager
