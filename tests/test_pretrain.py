@@ -194,6 +194,42 @@ def test_recurrence_tokens_read_the_memory_as_encode_does(tiny_backbone):
         torch.testing.assert_close(ignored[12:24], later, atol=1e-5, rtol=1e-5)
 
 
+def one_pass_reference(backbone, doc, segment: int, memory: int, table: torch.Tensor) -> torch.Tensor:
+    """recurrence as documented, written as one pass of the plain backbone over all segments side by side (as
+    tests/test_recurrence.py's masked reference, but every content token): each segment has positions 0..L-1; its
+    queries read its own tokens and the latest `memory` tokens of the segment before, with table[:, bucket(query
+    index - key index)] added on those. Returns (T, H)."""
+    from longbert.strategies.recurrence import distance_bucket
+
+    pieces = [wrapped(doc[s : s + segment])[0] for s in range(0, len(doc), segment)]
+    segment_of = torch.cat([torch.full((len(p),), n) for n, p in enumerate(pieces)])  # (T + 2N,)
+    total = len(segment_of)
+    scores = torch.full((backbone.config.num_attention_heads, total, total), float("-inf"))
+    for n in range(len(pieces)):
+        queries = (segment_of == n).nonzero().flatten()
+        scores[:, queries[:, None], queries[None, :]] = 0.0
+        for key in (segment_of == n - 1).nonzero().flatten()[-memory:].tolist():
+            scores[:, queries, key] = table[:, distance_bucket(queries - key)]
+    positions = torch.cat([torch.arange(len(p)) for p in pieces])
+    hidden = backbone(input_ids=torch.cat(pieces)[None], position_ids=positions[None],
+                      attention_mask=scores[None]).last_hidden_state[0]  # (T + 2N, H)
+    content = torch.cat([torch.ones(len(p), dtype=torch.bool).index_fill_(0, torch.tensor([0, len(p) - 1]), False)
+                         for p in pieces])
+    return hidden[content]
+
+
+@pytest.mark.parametrize("memory", [14, 5])
+def test_recurrence_tokens_equal_the_one_pass_reference(tiny_backbone, memory):
+    strategy = make(tiny_backbone, RecurrenceConfig(segment=12, memory=memory, token_pooling="cls"))
+    generator = torch.Generator().manual_seed(3)
+    table = torch.randn(strategy.distance_bias.shape[1:], generator=generator)  # (A, buckets), every layer alike
+    with torch.no_grad():
+        strategy.distance_bias.copy_(table.expand_as(strategy.distance_bias))
+        (doc,) = documents([41])  # 3 whole segments and a short one
+        torch.testing.assert_close(strategy.encode_tokens(tiny_backbone, [doc])[0],
+                                   one_pass_reference(tiny_backbone, doc, 12, memory, table), atol=1e-5, rtol=1e-5)
+
+
 def test_plain_windows_are_chunks_read_alone(tiny_backbone):
     docs = documents([300, 3, 0])
     with torch.no_grad():
@@ -257,9 +293,10 @@ def test_resume_equals_an_uninterrupted_run(tiny_backbone_dir, corpus, tmp_path,
     resumed = longbert.pretrain(stopped, resume=True)
     a, b = (load_file(r.backbone_dir / "model.safetensors") for r in (straight, resumed))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    without_time = lambda log: [{k: v for k, v in e.items() if k != "tokens_per_second"} for e in log]
+    without_time = lambda log: [{k: v for k, v in e.items() if k not in ("tokens_per_second", "seconds")} for e in log]
     assert without_time(straight.metrics["train_log"]) == without_time(resumed.metrics["train_log"])
-    assert straight.metrics["heldout"] == resumed.metrics["heldout"]
+    assert without_time(straight.metrics["heldout_history"]) == without_time(resumed.metrics["heldout_history"])
+    assert [e["when"] for e in resumed.metrics["heldout_history"]] == ["start", "before", "after"]
 
 
 def test_the_written_backbone_loads_with_automodel_and_fine_tunes(tiny_backbone_dir, corpus, imdb_slice, tmp_path):
