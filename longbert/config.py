@@ -526,7 +526,16 @@ def recipe_from_dict(raw: dict, source: str = "recipe", kind: type = Recipe):
     """A validated recipe of class `kind` (Recipe, or PretrainRecipe) from plain data; one LongbertError naming every
     problem."""
     problems: list[str] = []
+    if isinstance(raw, dict) and kind is Recipe and "masking" in raw:
+        raise LongbertError(f"{source} is a pretraining recipe (it has a masking section): run it with "
+                            f"`longbert pretrain {source}`")
     recipe = build(kind, raw, "", problems)
+    if problems and kind is PretrainRecipe and isinstance(raw, dict) and "masking" not in raw:
+        as_training: list[str] = []
+        build(Recipe, raw, "", as_training)
+        if not as_training:
+            raise LongbertError(f"{source} is a training recipe (it has no masking section): run it with "
+                                f"`longbert train {source}`")
     if problems:
         detail = "; ".join(problems)
         raise LongbertError(f"{source}: {detail}" if len(problems) == 1 else f"{source} has {len(problems)} problems: {detail}")

@@ -368,6 +368,17 @@ def test_a_bad_recipe_file_fails_through_the_cli_in_one_line(tmp_path):
     assert "unknown recipe key 'train.lr'; valid keys in train: steps, head_steps" in lines[0]
 
 
+@pytest.mark.parametrize("command, recipe, hint", [
+    ("train", "pretrain_imdb_cpu", "is a pretraining recipe (it has a masking section): run it with `longbert pretrain"),
+    ("pretrain", "imdb_quick", "is a training recipe (it has no masking section): run it with `longbert train"),
+])
+def test_a_recipe_given_to_the_other_command_says_which_command_runs_it(command, recipe, hint):
+    result = CliRunner().invoke(app, [command, recipe])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and hint in lines[0] and recipe in lines[0]
+
+
 def test_a_missing_text_column_is_one_error_and_leaves_no_run_folder(tiny_backbone_dir, corpus, tmp_path):
     recipe = load_pretrain_recipe(None, tiny_pretraining(tiny_backbone_dir, corpus, tmp_path / "run", "chunk",
                                                          "data.text_column=body"))

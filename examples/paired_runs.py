@@ -1,0 +1,47 @@
+"""Paired test between trained runs that are not in one `longbert compare` report (for example the same strategy
+on two backbones): the exact McNemar test and the detectable difference that reports use, on all test documents
+and on those longer than 512 tokens. The runs must have predicted the same test documents in the same order.
+
+    python examples/paired_runs.py runs/compare/hyperpartisan_defaults/truncate \
+        runs/compare/hyperpartisan_pretrained/chunk
+
+Prints one line per pair and subset; `--json FILE` also writes them.
+"""
+import argparse
+import json
+from pathlib import Path
+
+from longbert.errors import LongbertError
+from longbert.results import is_right, paired_comparisons, read_predictions
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl")
+parser.add_argument("--long-tokens", type=int, default=512)
+parser.add_argument("--json", type=Path, default=None)
+args = parser.parse_args()
+if len(args.runs) < 2:
+    raise SystemExit("error: give at least two run folders")
+try:
+    rows = {str(run): read_predictions(run) for run in args.runs}
+except LongbertError as error:
+    raise SystemExit(f"error: {error}")
+first = next(iter(rows.values()))
+for run, predictions in rows.items():
+    if [(r["index"], r["label"]) for r in predictions] != [(r["index"], r["label"]) for r in first]:
+        raise SystemExit(f"error: {run} predicted other test documents than {args.runs[0]}")
+summary = {}
+for run, predictions in rows.items():
+    long_rows = [r for r in predictions if r["n_tokens"] > args.long_tokens]
+    summary[run] = {"accuracy": sum(map(is_right, predictions)) / len(predictions), "documents": len(predictions),
+                    "long_accuracy": sum(map(is_right, long_rows)) / len(long_rows) if long_rows else None,
+                    "long_documents": len(long_rows)}
+    print(f"{run}: accuracy {summary[run]['accuracy']:.4f} (n={len(predictions)}), over {args.long_tokens} tokens "
+          f"{summary[run]['long_accuracy']:.4f} (n={len(long_rows)})")
+pairs = paired_comparisons(rows, args.long_tokens)
+for pair in pairs:
+    detectable = pair["detectable_difference"]
+    print(f"{pair['a']} vs {pair['b']} ({pair['documents']}, n={pair['n']}): only A right {pair['only_a_right']}, "
+          f"only B right {pair['only_b_right']}, McNemar p = {pair['p_value']:.3g}, detectable difference "
+          + (f"{100 * detectable:.1f} points" if detectable is not None else "none"))
+if args.json:
+    args.json.write_text(json.dumps({"runs": summary, "pairs": pairs}, indent=1) + "\n")

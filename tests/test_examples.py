@@ -1,0 +1,48 @@
+"""The example scripts that README numbers come from run, and fail in one line on bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def write_run(folder: Path, rows: list[tuple[int, int, int]]) -> Path:
+    """A run folder holding predictions-test.jsonl rows of (n_tokens, label, predicted)."""
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"index": i, "n_tokens": n, "label": label, "predicted": predicted})
+             for i, (n, label, predicted) in enumerate(rows)]
+    (folder / "predictions-test.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def paired_runs(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(EXAMPLES / "paired_runs.py"), *map(str, args)], capture_output=True,
+                          text=True)
+
+
+def test_paired_runs_counts_the_documents_only_one_run_got_right(tmp_path):
+    # 10 long documents: A right on all, B wrong on 8 -> 8 discordant, all for A: exact p = 2 * 0.5**8
+    a = write_run(tmp_path / "a", [(600, 1, 1)] * 10 + [(100, 0, 0)] * 4)
+    b = write_run(tmp_path / "b", [(600, 1, 0)] * 8 + [(600, 1, 1)] * 2 + [(100, 0, 1)] * 4)
+    result = paired_runs(a, b, "--json", tmp_path / "out.json")
+    assert result.returncode == 0, result.stderr
+    pairs = {p["documents"]: p for p in json.loads((tmp_path / "out.json").read_text())["pairs"]}
+    assert (pairs["long"]["n"], pairs["long"]["only_a_right"], pairs["long"]["only_b_right"]) == (10, 8, 0)
+    assert abs(pairs["long"]["p_value"] - 2 * 0.5 ** 8) < 1e-12
+    assert (pairs["all"]["only_a_right"], pairs["all"]["only_b_right"]) == (12, 0)
+    assert f"{a}: accuracy 1.0000 (n=14), over 512 tokens 1.0000 (n=10)" in result.stdout
+
+
+def test_paired_runs_refuses_runs_that_predicted_other_documents(tmp_path):
+    a = write_run(tmp_path / "a", [(600, 1, 1), (100, 0, 0)])
+    b = write_run(tmp_path / "b", [(600, 0, 1), (100, 0, 0)])
+    result = paired_runs(a, b)
+    assert result.returncode == 1 and result.stderr.strip() == f"error: {b} predicted other test documents than {a}"
+
+
+def test_paired_runs_names_a_folder_without_predictions(tmp_path):
+    a = write_run(tmp_path / "a", [(600, 1, 1)])
+    result = paired_runs(a, tmp_path)
+    assert result.returncode == 1 and str(tmp_path) in result.stderr and "predictions-test.jsonl" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
