@@ -35,8 +35,9 @@ for run, predictions in rows.items():
     summary[run] = {"accuracy": sum(map(is_right, predictions)) / len(predictions), "documents": len(predictions),
                     "long_accuracy": sum(map(is_right, long_rows)) / len(long_rows) if long_rows else None,
                     "long_documents": len(long_rows)}
+    long_accuracy = f"{summary[run]['long_accuracy']:.4f}" if long_rows else "n/a"
     print(f"{run}: accuracy {summary[run]['accuracy']:.4f} (n={len(predictions)}), over {args.long_tokens} tokens "
-          f"{summary[run]['long_accuracy']:.4f} (n={len(long_rows)})")
+          f"{long_accuracy} (n={len(long_rows)})")
 pairs = paired_comparisons(rows, args.long_tokens)
 for pair in pairs:
     detectable = pair["detectable_difference"]

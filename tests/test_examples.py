@@ -46,3 +46,11 @@ def test_paired_runs_names_a_folder_without_predictions(tmp_path):
     result = paired_runs(a, tmp_path)
     assert result.returncode == 1 and str(tmp_path) in result.stderr and "predictions-test.jsonl" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_paired_runs_without_long_documents_says_so(tmp_path):
+    a = write_run(tmp_path / "a", [(100, 1, 1), (100, 0, 0)])
+    b = write_run(tmp_path / "b", [(100, 1, 0), (100, 0, 0)])
+    result = paired_runs(a, b)
+    assert result.returncode == 0, result.stderr
+    assert f"{a}: accuracy 1.0000 (n=2), over 512 tokens n/a (n=0)" in result.stdout
