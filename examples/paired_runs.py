@@ -25,9 +25,9 @@ try:
     rows = {str(run): read_predictions(run) for run in args.runs}
 except LongbertError as error:
     raise SystemExit(f"error: {error}")
-first = next(iter(rows.values()))
+expected = [(r["index"], r["label"]) for r in next(iter(rows.values()))]
 for run, predictions in rows.items():
-    if [(r["index"], r["label"]) for r in predictions] != [(r["index"], r["label"]) for r in first]:
+    if [(r["index"], r["label"]) for r in predictions] != expected:
         raise SystemExit(f"error: {run} predicted other test documents than {args.runs[0]}")
 summary = {}
 for run, predictions in rows.items():

@@ -31,8 +31,9 @@ the first step). What tells a query how far back a memory key lies is a relative
   of (E, A, L, M + L) per layer instead of a (E, 1, 1, M + L) key mask: with E = 8 segments, A = 12 heads and
   L = M = 512 that is 8 * 12 * 512 * 1024 * 4 bytes = 200 MB in fp32 per layer while that layer runs; it also
   keeps sdpa off its fused kernel for memory passes. Measured (benchmarks/results/recurrence-1m.json, bf16,
-  one 1,048,576-token IMDb document): 461 us per token, against 154 for rmt in the same run and about 190 for
-  recurrence with the age bias alone at 64k tokens in an earlier run (benchmarks/results/recurrence.json).
+  one 1,048,576-token IMDb document): 461 us per token, against 154 for rmt in the same run; recurrence with the
+  age bias alone took 159-193 us per token from 2k to 64k tokens (162 at 64k) in an earlier run
+  (benchmarks/results/recurrence.json).
 - `memory_bias`: a learned bias per layer, per head and per segment age (1 = previous segment, ...,
   `memory_segments`), zero at start; the only signal before distance_bias existed.
 
