@@ -56,7 +56,7 @@ from torch import nn
 from longbert.checkpoint import LoopState, load_checkpoint, recipe_fingerprint, save_checkpoint
 from longbert.config import PretrainRecipe, load_pretrain_recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.hardware import describe_machine, process_state, resolve_precision
+from longbert.hardware import adamw, describe_machine, process_state, resolve_precision
 from longbert.progress import progress
 from longbert.runs import CHECKPOINT, RECIPE, locked, prepare
 from longbert.training import StopRequest, TrainingInterrupted, stop_on_signals
@@ -426,7 +426,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
 
     # One optimiser, one schedule per part: the head warms up from step 0; the backbone gets no gradient during
     # head_steps, then warms up and decays over the steps after them.
-    optimizer = torch.optim.AdamW(param_groups(model, cfg))
+    optimizer = adamw(param_groups(model, cfg))
     backbone_steps = cfg.steps - cfg.head_steps
     factors = [(lambda s: 0.0 if s < cfg.head_steps else warmup_then_decay(s - cfg.head_steps, backbone_steps,
                                                                           cfg.warmup_ratio))

@@ -39,7 +39,7 @@ from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.evaluation import (HISTORY_METRICS, evaluate_split, improves, metrics_markdown, model_inputs,
                                  predict_dataset, split_loader, tune_thresholds, write_json, write_predictions)
-from longbert.hardware import describe_machine, process_state, resolve_precision
+from longbert.hardware import adamw, describe_machine, process_state, resolve_precision, trim_heap
 from longbert.progress import progress
 from longbert.runs import BEST, CHECKPOINT, RECIPE, locked, prepare
 
@@ -326,7 +326,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
 
-    optimizer = torch.optim.AdamW(_param_groups(model, cfg))
+    optimizer = adamw(_param_groups(model, cfg))
     # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
     # processes), so the schedule is laid out in those units: the same learning rate at every optimiser step as one
     # process with the same effective batch.
@@ -415,6 +415,8 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
+            if cfg.trim_heap and accelerator.sync_gradients and accelerator.device.type == "cpu":
+                trim_heap()
             state.batches_in_epoch += 1
             state.loss_sum += loss.item()
             state.loss_batches += 1

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import sys
 import threading
 from pathlib import Path
 
@@ -428,3 +430,32 @@ def test_length_grouped_batches_are_seeded_and_a_resumed_run_sees_the_same_ones(
         longbert.train(stopped, stop=StopAfterSteps(3))
     longbert.train(stopped, resume=True)
     assert_same_run(tmp_path / "a", tmp_path / "b")
+
+
+def test_optimizer_steps_are_fused_and_followed_by_a_heap_trim_when_asked(tiny_recipe, monkeypatch, tmp_path):
+    import longbert.training
+
+    trims, optimizers = [], []
+    real_adamw = longbert.training.adamw
+    monkeypatch.setattr(longbert.training, "trim_heap", lambda: trims.append(1) or True)
+    monkeypatch.setattr(longbert.training, "adamw", lambda groups: optimizers.append(real_adamw(groups)) or optimizers[-1])
+    longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"]))
+    assert trims == [], "only when the recipe asks"
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.gradient_accumulation=2",
+                                                                     "train.trim_heap=true", f"output_dir={tmp_path / 'trimmed'}"]))
+    assert result.metrics["steps"] == 6 and len(trims) == 6, "once per optimiser step, not per batch"
+    assert [o.defaults["fused"] for o in optimizers] == [True, True]
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"), reason="glibc only")
+def test_trimming_the_heap_hands_freed_memory_back():
+    """Freed heap blocks below the last live one stay resident until trimmed (glibc trims only the heap's top)."""
+    from longbert.hardware import _rss_bytes, trim_heap
+
+    blocks = [bytearray(64 * 1024) for _ in range(4000)]  # 250 MB of heap, touched
+    last = blocks[-1]
+    del blocks
+    before = _rss_bytes()
+    assert trim_heap() is True
+    assert before - _rss_bytes() > 100 * 2**20
+    assert len(last) == 64 * 1024
