@@ -6,6 +6,8 @@ folders, hub ids, objects in memory) is longbert.sources.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -189,6 +191,56 @@ def tokenize_documents(tokenizer, texts: list[str], cap: int) -> tuple[list[list
     return ids, lengths
 
 
+def token_cache_folder() -> Path | None:
+    """Where `tokenize_cached` keeps tokenized splits: LONGBERT_TOKEN_CACHE (`off`: no cache), else a folder in the
+    datasets cache (HF_DATASETS_CACHE)."""
+    setting = os.environ.get("LONGBERT_TOKEN_CACHE")
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "0", "off", "no", "false") else Path(setting)
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / "longbert-tokens"
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """What decides a tokenizer's output: a fast tokenizer's whole definition (vocabulary, normaliser, pre-tokenizer),
+    else the pickled tokenizer."""
+    from datasets.fingerprint import Hasher
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return Hasher.hash([type(tokenizer).__name__, backend.to_str() if backend is not None else tokenizer])
+
+
+def tokenize_cached(tokenizer, texts: list[str], cap: int) -> tuple[list[list[int]], list[int]]:
+    """`tokenize_documents`, kept on disk (a datasets Arrow folder in `token_cache_folder`) under a hash of the
+    tokenizer, the cap and the texts: the documents a run tokenized are not tokenized again by the next run, by
+    `evaluate`, or by the other strategies of a `compare`. An entry is written whole or not at all (a rename); an
+    entry that cannot be read is tokenized again."""
+    folder = token_cache_folder()
+    if folder is None or not texts:
+        return tokenize_documents(tokenizer, texts, cap)
+    from datasets import Dataset, load_from_disk
+    from datasets.fingerprint import Hasher
+
+    entry = folder / Hasher.hash([tokenizer_fingerprint(tokenizer), cap, PIECE_CHARS, texts])
+    if entry.is_dir():
+        try:
+            stored = load_from_disk(str(entry))
+            if len(stored) == len(texts):
+                return stored["input_ids"], stored["n_tokens"]
+        except Exception:  # a damaged or foreign entry: tokenize again, and replace it
+            pass
+    ids, lengths = tokenize_documents(tokenizer, texts, cap)
+    partial = folder / f".{entry.name}.{os.getpid()}"
+    try:
+        Dataset.from_dict({"input_ids": ids, "n_tokens": lengths}).save_to_disk(str(partial))
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(partial, entry)
+    except OSError:  # a read-only or full disk costs the cache, not the run
+        shutil.rmtree(partial, ignore_errors=True)
+    return ids, lengths
+
+
 def count_cut(lengths: list[int], cap: int) -> int:
     """How many documents of these full lengths (with [CLS]/[SEP]) the per-document token cap cut."""
     return sum(n - 2 > cap for n in lengths)
@@ -270,7 +322,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
         tokenized = None  # {row: (ids, length)} of a whole split tokenized to select by length
         if role == "test" and data.test_longer_than and (roles is None or role in roles):
             every = list(splits[source][data.text_column])
-            tokenized = dict(zip(rows.tolist(), zip(*tokenize_documents(tokenizer, every, data.max_document_tokens))))
+            tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, every, data.max_document_tokens))))
             rows = np.array([r for r in rows.tolist() if tokenized[r][1] > data.test_longer_than], dtype=np.int64)
             if not len(rows):
                 raise LongbertError(f"data.test_longer_than={data.test_longer_than}: no document of split "
@@ -289,7 +341,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
         if tokenized is not None:
             ids, lengths = [tokenized[r][0] for r in rows.tolist()], [tokenized[r][1] for r in rows.tolist()]
         else:
-            ids, lengths = tokenize_documents(tokenizer, texts, data.max_document_tokens)
+            ids, lengths = tokenize_cached(tokenizer, texts, data.max_document_tokens)
         columns = {"text": texts, "input_ids": ids, "labels": [labels[source][i] for i in rows], "n_tokens": lengths}
         if data.id_column in chosen_rows.column_names:  # document ids travel to the prediction files
             columns["id"] = list(chosen_rows[data.id_column])

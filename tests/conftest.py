@@ -14,6 +14,8 @@ import torch
 os.environ.setdefault("LONGBERT_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# No token cache between tests (one test could otherwise see another's tokenizing skipped); the cache has its own tests.
+os.environ["LONGBERT_TOKEN_CACHE"] = "off"
 torch.set_num_threads(2)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

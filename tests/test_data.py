@@ -329,3 +329,52 @@ def test_evaluation_on_long_test_documents_only(tmp_path, tokenizer):
 
     with pytest.raises(LongbertError, match="data.test_longer_than must be >= 0, got -1"):
         load_recipe(None, ["data.test_longer_than=-1"])
+
+
+def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_path, monkeypatch):
+    """The second load of the same data tokenizes nothing and gives the same corpus; a different cap or tokenizer
+    setting tokenizes again; a damaged entry is rebuilt; `off` writes nothing."""
+    import longbert.data
+
+    calls = []
+    tokenize = longbert.data.tokenize_documents
+
+    def counting(tokenizer, texts, cap):
+        calls.append(len(texts))
+        return tokenize(tokenizer, texts, cap)
+
+    monkeypatch.setattr(longbert.data, "tokenize_documents", counting)
+    cache = tmp_path / "token-cache"
+    monkeypatch.setenv("LONGBERT_TOKEN_CACHE", str(cache))
+    first = load_corpus(config(folder), tokenizer, seed=1)
+    assert sorted(calls) == [5, 6, 15] and len(list(cache.iterdir())) == 3
+    calls.clear()
+    again = load_corpus(config(folder), tokenizer, seed=1)
+    assert calls == [], "every split came from the cache"
+    for split in first.splits:
+        assert again.splits[split].to_dict() == first.splits[split].to_dict()
+    assert load_corpus(config(folder, max_document_tokens=3), tokenizer, seed=1).stats["train"]["cut_by_token_cap"]
+    assert sorted(calls) == [5, 6, 15], "another cap is another entry"
+
+    calls.clear()
+    for entry in cache.iterdir():
+        for part in entry.iterdir():
+            part.write_bytes(b"not arrow")
+    damaged = load_corpus(config(folder), tokenizer, seed=1)
+    assert sorted(calls) == [5, 6, 15] and damaged.splits["test"].to_dict() == first.splits["test"].to_dict()
+
+    calls.clear()
+    monkeypatch.setenv("LONGBERT_TOKEN_CACHE", "off")
+    load_corpus(config(folder), tokenizer, seed=1)
+    assert sorted(calls) == [5, 6, 15]
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")], "no half-written entry is left"
+
+
+def test_the_token_cache_key_follows_the_tokenizer(tokenizer, tmp_path, monkeypatch):
+    from longbert.data import tokenizer_fingerprint
+
+    monkeypatch.setenv("LONGBERT_TOKEN_CACHE", str(tmp_path))
+    lowercase = tokenizer_fingerprint(tokenizer)
+    assert tokenizer_fingerprint(tokenizer) == lowercase
+    cased = tokenizer.__class__.from_pretrained(tokenizer.name_or_path, do_lower_case=False)
+    assert tokenizer_fingerprint(cased) != lowercase
