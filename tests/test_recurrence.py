@@ -417,3 +417,24 @@ def test_a_very_negative_distance_bias_reads_every_segment_alone(tiny_backbone):
         torch.testing.assert_close(strategy.encode(tiny_backbone, docs).vectors, expected, atol=1e-4, rtol=1e-4)
         strategy.distance_bias.fill_(-3.0)  # the starting value: memory counts, a little
         assert not torch.allclose(strategy.encode(tiny_backbone, docs).vectors, expected, atol=1e-4)
+
+
+def test_streaming_hands_freed_memory_back_every_32_steps_without_gradients(monkeypatch):
+    """Reading without gradients trims the heap every TRIM_EVERY_STEPS segments (else a 1M-token document grew the
+    process to 2.4 GB); with gradients it never does (the graph holds the memory anyway)."""
+    import longbert.strategies.segments as segments
+
+    trims = []
+    monkeypatch.setattr(segments, "trim_heap", lambda: trims.append(1) or True)
+
+    def run_pass(pieces, memory):
+        return torch.stack([p.float().mean(0, keepdim=True).expand(4) for p in pieces]), None  # (E, 4)
+
+    documents = [torch.arange(70 * 5), torch.arange(10 * 5)]  # 70 and 10 segments of 5 tokens
+    with torch.no_grad():
+        units = segments.read_segments(documents, 5, PassBudget(), 0, False, run_pass, 0)
+    assert units.vectors.shape == (2, 70, 4) and units.mask.sum().item() == 80
+    assert len(trims) == 70 // segments.TRIM_EVERY_STEPS == 2
+    trims.clear()
+    segments.read_segments(documents, 5, PassBudget(), 0, False, run_pass, 0)
+    assert trims == []
