@@ -54,3 +54,25 @@ def test_paired_runs_without_long_documents_says_so(tmp_path):
     result = paired_runs(a, b)
     assert result.returncode == 0, result.stderr
     assert f"{a}: accuracy 1.0000 (n=2), over 512 tokens n/a (n=0)" in result.stdout
+
+
+def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
+    words = {0: "dull boring awful waste", 1: "wonderful moving brilliant joy"}
+    rows = [{"text": f"{words[i % 2]} film number {i}", "label": i % 2} for i in range(40)]
+    for split, part in (("train", rows[:30]), ("test", rows[30:])):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"name: tiny\ndata:\n  path: {tmp_path}\n  validation_fraction: 0.2\n")
+    out = tmp_path / "tfidf"
+    result = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(recipe), "--predictions", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    predictions = [json.loads(line) for line in (out / "predictions-test.jsonl").read_text().splitlines()]
+    assert [p["label"] for p in predictions] == [r["label"] for r in rows[30:]]
+    accuracy = json.loads((out / "metrics.json").read_text())["test"]["accuracy"]
+    assert accuracy == sum(p["label"] == p["predicted"] for p in predictions) / 10
+    assert paired_runs(out, out).returncode == 0
+
+    missing = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(tmp_path / "nope.yaml")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 1 and "nope.yaml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
