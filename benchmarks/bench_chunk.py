@@ -1,5 +1,5 @@
 """Chunk inference throughput on real IMDb test reviews longer than 512 tokens, with the real MiniLM backbone,
-against this CPU's peak matmul throughput (a large torch.matmul), in fp32 and bf16.
+against this CPU's peak matmul throughput, in fp32, bf16 autocast and bf16 weights.
 
     python benchmarks/bench_chunk.py            # writes benchmarks/results/chunk.json
     python benchmarks/bench_chunk.py --quick    # fewer documents and repeats, for checking the script
@@ -7,7 +7,14 @@ against this CPU's peak matmul throughput (a large torch.matmul), in fp32 and bf
 FLOPs are counted from the windows' shapes: every Linear layer (2 * in * out per token) plus attention scores and
 the weighted sum (2 * 2 * L * H per token per layer). "Useful" FLOPs count each window at its own length; "executed"
 ones at its pass's padded length. The target is judged on useful FLOPs.
-Target for this CPU (issue 2): chunk inference at >= 70% of peak fp32 matmul FLOP/s, and bf16 used where faster.
+
+The peak, per dtype: the fastest of torch.matmul on tensors of that dtype at the encoder's own GEMM shapes (a pass
+of 16 windows x 512 tokens through each Linear layer: 8192 x 384 @ 384 x 384, 384 x 1536 and 1536 x 384), and a
+4096 x 4096 square one for reference; no autocast (autocast over fp32 inputs adds the casts to the matmul's time,
+which measured 406 GFLOP/s instead of 700-800 on this CPU).
+Three ways to run the model: fp32; bf16 autocast (what `predict` and evaluation do); bf16 weights (the model cast
+to bf16, no autocast: no casts per call, LayerNorm and softmax in bf16 too).
+Targets (issue 9): useful FLOP/s >= 65% of the bf16 peak (the best bf16 way) and >= 75% of the fp32 peak (fp32).
 """
 
 from __future__ import annotations
@@ -29,15 +36,26 @@ from longbert.model import LongDocumentClassifier
 OUT = Path(__file__).resolve().parent / "results" / "chunk.json"
 
 
-def peak_matmul(dtype: torch.dtype, n: int, repeats: int) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def matmul_rate(dtype: torch.dtype, m: int, k: int, n: int, repeats: int) -> float:
+    """FLOP/s of the fastest of `repeats` (m, k) @ (k, n) matmuls on `dtype` tensors, after a warm-up."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     torch.matmul(a, b)  # warm-up
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         torch.matmul(a, b)
         best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
+    return 2 * m * k * n / best
+
+
+def peak_matmul(config, dtype: torch.dtype, repeats: int, tokens: int = 16 * 512) -> dict:
+    """Matmul FLOP/s on `dtype` tensors at the encoder's Linear shapes for a pass of `tokens` tokens, and at a
+    4096 x 4096 square; `peak` is the fastest."""
+    h, inter = config.hidden_size, config.intermediate_size
+    shapes = {f"{tokens}x{h}@{h}x{h}": (tokens, h, h), f"{tokens}x{h}@{h}x{inter}": (tokens, h, inter),
+              f"{tokens}x{inter}@{inter}x{h}": (tokens, inter, h), "4096x4096@4096x4096": (4096, 4096, 4096)}
+    rates = {name: matmul_rate(dtype, *shape, repeats) for name, shape in shapes.items()}
+    return {"peak": max(rates.values()), "by_shape": rates}
 
 
 def long_reviews(tokenizer, count: int) -> list[torch.Tensor]:
@@ -65,6 +83,7 @@ def forward_flops(config, window_lengths: list[list[int]], padded: bool) -> floa
 
 
 def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repeats: int) -> dict:
+    """Time the model over `documents`: autocast to `dtype` (None: as the model's weights are), fastest round."""
     passes: list[list[int]] = []
     from longbert.strategies import windows as windows_module
 
@@ -112,15 +131,22 @@ def main():
     model = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"]).eval()
     documents = long_reviews(model.tokenizer, count)
 
-    peak = {"fp32": peak_matmul(torch.float32, 2048 if args.quick else 4096, repeats + 1),
-            "bf16": peak_matmul(torch.bfloat16, 2048 if args.quick else 4096, repeats + 1)}
+    config = model.backbone.config
+    matmuls = {"fp32": peak_matmul(config, torch.float32, repeats + 2),
+               "bf16": peak_matmul(config, torch.bfloat16, repeats + 2)}
+    peak = {name: m["peak"] for name, m in matmuls.items()}
     results = {"fp32": run_chunk(model, documents, args.batch_size, None, repeats),
                "bf16": run_chunk(model, documents, args.batch_size, torch.bfloat16, repeats)}
+    results["bf16_weights"] = run_chunk(model.to(torch.bfloat16), documents, args.batch_size, None, repeats)
+    model.float()
     for name, row in results.items():
         # Useful work only: FLOPs of the real tokens, padding not counted.
+        own = "fp32" if name == "fp32" else "bf16"
         row["share_of_peak_fp32_matmul"] = row["useful_flop_per_second"] / peak["fp32"]
-        row["share_of_peak_same_dtype_matmul"] = row["useful_flop_per_second"] / peak[name]
-        row["executed_share_of_peak_fp32_matmul"] = row["flop_per_second"] / peak["fp32"]
+        row["share_of_peak_same_dtype_matmul"] = row["useful_flop_per_second"] / peak[own]
+        row["executed_share_of_peak_same_dtype_matmul"] = row["flop_per_second"] / peak[own]
+    best_bf16 = max(results["bf16"]["share_of_peak_same_dtype_matmul"],
+                    results["bf16_weights"]["share_of_peak_same_dtype_matmul"])
     report = {
         "command": "python benchmarks/bench_chunk.py" + (" --quick" if args.quick else ""),
         "machine": describe_machine(),
@@ -128,10 +154,11 @@ def main():
         "document_tokens_mean": sum(d.shape[0] for d in documents) / len(documents),
         "batch_size": args.batch_size,
         "peak_matmul_flop_per_second": peak,
+        "matmul_flop_per_second_by_shape": {name: m["by_shape"] for name, m in matmuls.items()},
         "chunk_inference": results,
-        "target": "chunk inference >= 70% of peak fp32 matmul FLOP/s (useful FLOPs: padding not counted)",
-        "target_met_fp32": results["fp32"]["share_of_peak_fp32_matmul"] >= 0.7,
-        "target_met_best_precision": max(r["share_of_peak_fp32_matmul"] for r in results.values()) >= 0.7,
+        "target": "chunk inference (useful FLOPs: padding not counted) >= 65% of the bf16 peak, >= 75% of the fp32 peak",
+        "target_met_fp32": results["fp32"]["share_of_peak_same_dtype_matmul"] >= 0.75,
+        "target_met_bf16": best_bf16 >= 0.65,
         "bf16_faster": results["bf16"]["seconds"] < results["fp32"]["seconds"],
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +167,8 @@ def main():
     print(f"{len(documents)} IMDb test reviews > 512 tokens, mean {report['document_tokens_mean']:.0f} tokens")
     for name, row in results.items():
         print(f"chunk {name}: {row['tokens_per_second']:.0f} tokens/s, {row['documents_per_second']:.2f} docs/s, "
-              f"{row['useful_flop_per_second'] / 1e9:.1f} useful GFLOP/s = {100 * row['share_of_peak_fp32_matmul']:.0f}% "
-              f"of peak fp32 matmul ({100 * row['share_of_peak_same_dtype_matmul']:.0f}% of same-dtype peak); "
+              f"{row['useful_flop_per_second'] / 1e9:.1f} useful GFLOP/s = "
+              f"{100 * row['share_of_peak_same_dtype_matmul']:.0f}% of its dtype's peak; "
               f"{row['flop_per_second'] / 1e9:.1f} GFLOP/s executed with padding {100 * row['padding_share']:.1f}%")
     print(f"wrote {OUT}")
 
