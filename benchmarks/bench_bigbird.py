@@ -27,7 +27,8 @@ import functools
 import json
 from pathlib import Path
 
-from isolated import error_text, find as find_result, measure_forwards, run_isolated, write_results
+from isolated import (error_text, find as find_result, measure_forwards, run_each, run_isolated, table_printer,
+                      write_results)
 
 LENGTHS = [1024, 2048, 4096, 8192]
 QUICK_LENGTHS = [1024, 2048]
@@ -207,16 +208,10 @@ def summarise(results: list[dict]) -> dict:
     return summary
 
 
-def print_table(results: list[dict]) -> None:
-    header = f"{'system':<25} {'prec':<5} {'tokens':>6} {'seconds':>8} {'us/token':>9} {'peak MB':>8} {'fwd MB':>7}"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        if "error" in r:
-            print(f"{r['system']:<25} {r['precision']:<5} {r['tokens']:>6}  fails: {r['error'][:70]}")
-            continue
-        print(f"{r['system']:<25} {r['precision']:<5} {r['tokens']:>6} {r['seconds']:>8.3f} {r['us_per_token']:>9.1f} "
-              f"{r['peak_memory_mb'] or 0:>8.0f} {r['forward_memory_mb'] or 0:>7.0f}")
+print_table = table_printer(
+    [("system", "system", "<25"), ("prec", "precision", "<5"), ("tokens", "tokens", ">6"),
+     ("seconds", "seconds", ">8.3f"), ("us/token", "us_per_token", ">9.1f"), ("peak MB", "peak_memory_mb", ">8.0f"),
+     ("fwd MB", "forward_memory_mb", ">7.0f")], keys=3)
 
 
 def main() -> None:
@@ -246,19 +241,13 @@ def main() -> None:
     lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
     repeats = args.repeats or (1 if args.quick else 5)
     max_tokens = max(lengths)
-    results = []
     weights = run_isolated(__file__, ["--check-weights", "--threads", str(threads)], args.timeout)
     print(f"transformers' BigBird with MiniLM's weights, full attention, vs MiniLM: {weights}", flush=True)
-    for tokens in lengths:
-        for system in SYSTEMS:
-            for precision in PRECISIONS:
-                spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads,
-                            max_tokens=max_tokens)
-                result = run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)
-                results.append({**spec, **result})
-                r = results[-1]
-                status = r.get("error") or f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB"
-                print(f"  {system:<25} {precision:<5} {tokens:>6}: {status}", flush=True)
+    specs = [dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads,
+                  max_tokens=max_tokens)
+             for tokens in lengths for system in SYSTEMS for precision in PRECISIONS]
+    results = run_each(__file__, specs, args.timeout, ["system", "precision", "tokens"],
+                       lambda r: f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB")
     report = {
         "benchmark": "bigbird forward (inference), one document per forward",
         "machine": describe_machine(),

@@ -31,7 +31,7 @@ import gzip
 import json
 from pathlib import Path
 
-from isolated import error_text, find as find_result, measure_forwards, run_isolated, write_results
+from isolated import error_text, find as find_result, measure_forwards, run_each, table_printer, write_results
 
 LENGTHS = [2048, 8192, 32768, 65536]
 QUICK_LENGTHS = [2048, 4096]
@@ -137,16 +137,10 @@ def summarise(results: list[dict]) -> dict:
     return summary
 
 
-def print_table(results: list[dict]) -> None:
-    header = f"{'system':<11} {'prec':<5} {'tokens':>6} {'units':>5} {'seconds':>8} {'us/token':>9} {'peak MB':>8} {'fwd MB':>7}"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        if "error" in r:
-            print(f"{r['system']:<11} {r['precision']:<5} {r['tokens']:>6}  fails: {r['error'][:70]}")
-            continue
-        print(f"{r['system']:<11} {r['precision']:<5} {r['tokens']:>6} {r['units']:>5} {r['seconds']:>8.3f} "
-              f"{r['us_per_token']:>9.1f} {r['peak_memory_mb'] or 0:>8.0f} {r['forward_memory_mb'] or 0:>7.0f}")
+print_table = table_printer(
+    [("system", "system", "<11"), ("prec", "precision", "<5"), ("tokens", "tokens", ">6"),
+     ("units", "units", ">5"), ("seconds", "seconds", ">8.3f"), ("us/token", "us_per_token", ">9.1f"),
+     ("peak MB", "peak_memory_mb", ">8.0f"), ("fwd MB", "forward_memory_mb", ">7.0f")], keys=3)
 
 
 def main() -> None:
@@ -179,17 +173,11 @@ def main() -> None:
     precisions = args.precisions or (["bf16"] if args.quick or args.streaming else PRECISIONS)
     repeats = args.repeats if args.repeats is not None else 0 if args.streaming else 1 if args.quick else 3
     systems = args.systems or (["recurrence", "rmt"] if args.streaming else SYSTEMS)
-    results = []
-    for tokens in lengths:
-        for precision in precisions:
-            for system in systems:
-                spec = dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads,
-                            token_pooling=args.token_pooling)
-                result = run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)
-                results.append({**spec, **result})
-                r = results[-1]
-                status = r.get("error") or f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB (forward {r['forward_memory_mb']} MB)"
-                print(f"  {system:<11} {precision:<5} {tokens:>6}: {status}", flush=True)
+    specs = [dict(system=system, precision=precision, tokens=tokens, repeats=repeats, threads=threads,
+                  token_pooling=args.token_pooling)
+             for tokens in lengths for precision in precisions for system in systems]
+    results = run_each(__file__, specs, args.timeout, ["system", "precision", "tokens"],
+                       lambda r: f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB (forward {r['forward_memory_mb']} MB)")
     report = {
         "benchmark": "recurrence / rmt / chunk inference, one real document per forward",
         "machine": describe_machine(),

@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from isolated import error_text, measure_forwards, run_isolated, write_results
+from isolated import error_text, measure_forwards, run_each, table_printer, write_results
 
 STRATEGIES = ["truncate", "chunk", "sliding", "bigbird", "recurrence", "rmt"]
 LENGTHS = [512, 2048, 8192, 32768, 131072, 1_048_576]
@@ -100,16 +100,10 @@ def summarise(results: list[dict]) -> dict:
     return summary
 
 
-def print_table(results: list[dict]) -> None:
-    header = f"{'strategy':<11} {'tokens':>8} {'read':>8} {'seconds':>9} {'us/read tok':>11} {'peak MB':>8} {'fwd MB':>7}"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        if "error" in r:
-            print(f"{r['strategy']:<11} {r['tokens']:>8}  fails: {r['error'][:70]}")
-            continue
-        print(f"{r['strategy']:<11} {r['tokens']:>8} {r['read_tokens']:>8} {r['seconds']:>9.3f} "
-              f"{r['us_per_read_token']:>11.1f} {r['peak_memory_mb'] or 0:>8.0f} {r['forward_memory_mb'] or 0:>7.0f}")
+print_table = table_printer(
+    [("strategy", "strategy", "<11"), ("tokens", "tokens", ">8"), ("read", "read_tokens", ">8"),
+     ("seconds", "seconds", ">9.3f"), ("us/read tok", "us_per_read_token", ">11.1f"), ("peak MB", "peak_memory_mb", ">8.0f"),
+     ("fwd MB", "forward_memory_mb", ">7.0f")], keys=2)
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -163,15 +157,11 @@ def main() -> None:
     threads = args.threads or torch.get_num_threads()
     lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
     strategies = args.strategies or STRATEGIES
-    results = []
-    for tokens in lengths:
-        for strategy in strategies:
-            repeats = 0 if args.quick or tokens > TIMED_UP_TO else args.repeats
-            spec = dict(strategy=strategy, tokens=tokens, repeats=repeats, threads=threads)
-            results.append({**spec, **run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)})
-            r = results[-1]
-            status = r.get("error") or f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB"
-            print(f"  {strategy:<11} {tokens:>8}: {status}", flush=True)
+    specs = [dict(strategy=strategy, tokens=tokens, threads=threads,
+                  repeats=0 if args.quick or tokens > TIMED_UP_TO else args.repeats)
+             for tokens in lengths for strategy in strategies]
+    results = run_each(__file__, specs, args.timeout, ["strategy", "tokens"],
+                       lambda r: f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB")
     report = {
         "benchmark": "inference time and memory against document length, every strategy with its defaults",
         "command": " ".join(["python benchmarks/bench_scaling.py", *sys.argv[1:]]),

@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from isolated import error_text, run_isolated, write_results
+from isolated import error_text, run_each, table_printer, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "training.json"
 POOL_BATCHES = 50  # the pool: 50 batches of the largest batch size, the group length_grouped_order sorts
@@ -209,16 +209,10 @@ def summarise(results: list[dict]) -> dict:
     return summary
 
 
-def print_table(results: list[dict]) -> None:
-    header = f"{'group':<15} {'configuration':<36} {'batch':>5} {'s/step':>7} {'read tok/s':>10} {'doc tok/s':>9} {'peak MB':>8}"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        if "error" in r:
-            print(f"{r['group']:<15} {r['label']:<36} {r['batch_size']:>5}  fails: {r['error'][:60]}")
-            continue
-        print(f"{r['group']:<15} {r['label']:<36} {r['batch_size']:>5} {r['step_seconds_median']:>7.2f} "
-              f"{r['read_tokens_per_second']:>10.0f} {r['document_tokens_per_second']:>9.0f} {r['peak_memory_mb'] or 0:>8.0f}")
+print_table = table_printer(
+    [("group", "group", "<15"), ("configuration", "label", "<36"), ("batch", "batch_size", ">5"),
+     ("s/step", "step_seconds_median", ">7.2f"), ("read tok/s", "read_tokens_per_second", ">10.0f"),
+     ("doc tok/s", "document_tokens_per_second", ">9.0f"), ("peak MB", "peak_memory_mb", ">8.0f")], keys=3)
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -272,15 +266,12 @@ def main() -> None:
     threads = args.threads or torch.get_num_threads()
     runs = [r for r in configurations(args.quick) if not args.groups or r[0] in args.groups]
     pool_batch_size = 4 if args.quick else max(BATCH_SIZES)  # the same pool whichever groups run
-    results = []
-    for group, label, settings in runs:
-        steps = 2 if args.quick else settings.get("steps") or max(2, args.steps * 16 // settings["batch_size"])
-        spec = dict(settings, group=group, label=label, steps=steps, warmup=1 if args.quick else args.warmup,
-                    threads=threads, pool_batch_size=pool_batch_size)
-        results.append({**spec, **run_isolated(__file__, ["--one", json.dumps(spec)], args.timeout)})
-        r = results[-1]
-        status = r.get("error") or f"{r['read_tokens_per_second']:.0f} read tokens/s, peak {r['peak_memory_mb']} MB"
-        print(f"  {group:<15} {label:<36}: {status}", flush=True)
+    specs = [dict(settings, group=group, label=label, warmup=1 if args.quick else args.warmup, threads=threads,
+                  pool_batch_size=pool_batch_size,
+                  steps=2 if args.quick else settings.get("steps") or max(2, args.steps * 16 // settings["batch_size"]))
+             for group, label, settings in runs]
+    results = run_each(__file__, specs, args.timeout, ["group", "label"],
+                       lambda r: f"{r['read_tokens_per_second']:.0f} read tokens/s, peak {r['peak_memory_mb']} MB")
     report = {
         "benchmark": "training steps: speed levers, batch size, sliding memory (MiniLM, IMDb training reviews)",
         "command": " ".join(["python benchmarks/bench_training.py", *sys.argv[1:]]),

@@ -5,6 +5,7 @@ which run with this folder on sys.path."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -69,12 +70,48 @@ def run_isolated(script: str, args: list[str], timeout: float) -> dict:
     return json.loads(lines[-1])
 
 
+def run_each(script: str, specs: list[dict], timeout: float, keys: list[str],
+             status: Callable[[dict], str]) -> list[dict]:
+    """Run every configuration of `script` in a fresh process (`script --one SPEC`), printing a line as each ends: its
+    `keys` and `status(result)`, or its error. Returns each spec merged with its result."""
+    results = []
+    for spec in specs:
+        result = {**spec, **run_isolated(script, ["--one", json.dumps(spec)], timeout)}
+        results.append(result)
+        name = " ".join(str(spec[key]) for key in keys)
+        print(f"  {name}: {result.get('error') or status(result)}", flush=True)
+    return results
+
+
 def find(results: list[dict], system: str, precision: str, tokens: int) -> dict | None:
     """The successful result of one configuration, or None."""
     for r in results:
         if (r["system"], r["precision"], r["tokens"]) == (system, precision, tokens) and "error" not in r:
             return r
     return None
+
+
+def table_printer(columns: list[tuple[str, str, str]], keys: int) -> Callable[[list[dict]], None]:
+    """A printer of result rows as a fixed-width table. `columns` are (header, result field, format spec such as
+    '>9.3f'); the first `keys` of them name the configuration, and are all that a failed one prints before its error."""
+
+    def width(spec: str) -> str:  # the alignment and width of a spec: '>9.3f' -> '>9'
+        return re.match(r"[<>^]?\d*", spec).group(0)
+
+    def cell(row: dict, field: str, spec: str) -> str:
+        value = row.get(field)
+        return format("-", width(spec)) if value is None else format(value, spec)
+
+    def print_table(results: list[dict]) -> None:
+        header = " ".join(format(title, width(spec)) for title, _, spec in columns)
+        print(header)
+        print("-" * len(header))
+        for row in results:
+            shown = columns[:keys] if "error" in row else columns
+            line = " ".join(cell(row, field, spec) for _, field, spec in shown)
+            print(f"{line}  fails: {row['error'][:70]}" if "error" in row else line)
+
+    return print_table
 
 
 def write_results(output: Path, report: dict, table: Callable[[list[dict]], None]) -> None:
