@@ -13,7 +13,7 @@ What is measured: one document per forward, inference (eval mode, no_grad), fp32
                             MiniLM's weights copied in, positions extended the same way
   chunk                     the `chunk` strategy: 510-token chunks through plain MiniLM (sdpa), all in one pass
 Every configuration runs in a fresh subprocess, so each peak is its own: peak_memory_mb is the process's peak
-resident set size during its first forward (longbert.hardware.measure), model_memory_mb the resident size just
+resident set size during its first forward (longbert.utils.hardware.measure), model_memory_mb the resident size just
 before it (weights, runtime), forward_memory_mb the difference. Time is the median of the timed forwards after
 that first one. Documents are random token ids from a fixed seed: attention cost does not depend on the words.
 
@@ -64,7 +64,7 @@ def build_forward(system: str, max_tokens: int):
     import torch
     from transformers import AutoTokenizer
 
-    from longbert.backbone import load_backbone, resolve_backbone
+    from longbert.modeling.backbone import load_backbone, resolve_backbone
     from longbert.strategies.base import PassBudget, SpecialTokens
 
     special = SpecialTokens.from_tokenizer(AutoTokenizer.from_pretrained(resolve_backbone("minilm")))
@@ -112,7 +112,7 @@ def transformers_bigbird(max_tokens: int, attention_type: str):
     from transformers import BigBirdConfig as HFBigBirdConfig
     from transformers import BigBirdModel
 
-    from longbert.backbone import resolve_backbone
+    from longbert.modeling.backbone import resolve_backbone
     from longbert.strategies.bigbird import extend_positions
 
     reference = Path(resolve_backbone("minilm"))
@@ -167,7 +167,7 @@ def check_weights(threads: int) -> dict:
     """transformers' BigBird with the copied weights in full-attention mode reproduces MiniLM on 300 tokens."""
     import torch
 
-    from longbert.backbone import load_backbone
+    from longbert.modeling.backbone import load_backbone
 
     _quiet()
     torch.set_num_threads(threads)
@@ -236,7 +236,7 @@ def main() -> None:
         print(json.dumps(check_weights(threads)))
         return
 
-    from longbert.hardware import describe_machine
+    from longbert.utils.hardware import describe_machine
 
     lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
     repeats = args.repeats or (1 if args.quick else 5)

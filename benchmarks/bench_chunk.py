@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 from longbert.config import load_recipe
-from longbert.data import tokenize_documents
-from longbert.sources import resolve_data_path
-from longbert.hardware import describe_machine
-from longbert.model import LongDocumentClassifier
+from longbert.data.documents import tokenize_documents
+from longbert.data.sources import resolve_data_path
+from longbert.utils.hardware import describe_machine
+from longbert.modeling.classifier import LongDocumentClassifier
 
 OUT = Path(__file__).resolve().parent / "results" / "chunk.json"
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 
 from longbert.config import load_recipe
-from longbert.data import tokenize_documents
-from longbert.export import export_model
-from longbert.exported import ExportedClassifier
-from longbert.hardware import describe_machine
-from longbert.model import LongDocumentClassifier
-from longbert.sources import resolve_data_path
+from longbert.data.documents import tokenize_documents
+from longbert.inference.export import export_model
+from longbert.inference.exported import ExportedClassifier
+from longbert.utils.hardware import describe_machine
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.data.sources import resolve_data_path
 
 OUT = Path(__file__).resolve().parent / "results" / "inference.json"
 

@@ -15,7 +15,7 @@ What is measured: one document per forward, inference (eval mode, no_grad), bf16
 The document is the first reviews of IMDb's test split joined with spaces, tokenized without special tokens and
 cut to the length (content tokens; [CLS]/[SEP] come on top). Every configuration runs in a fresh subprocess, so
 each peak is its own: peak_memory_mb is the process's peak resident set size during its first forward
-(longbert.hardware.measure), model_memory_mb the resident size just before it (weights, runtime, the token ids),
+(longbert.utils.hardware.measure), model_memory_mb the resident size just before it (weights, runtime, the token ids),
 forward_memory_mb the difference. Time is the median of the timed forwards after that first one.
 Targets: forward memory flat in length for `recurrence`; its time per token within 1.5x of chunk's.
 
@@ -47,7 +47,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "recurrence.json"
 def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
     """The first `tokens` content ids of IMDb test reviews laid end to end (repeated if they run out); returns
     (ids, reviews used)."""
-    from longbert.sources import resolve_data_path
+    from longbert.data.sources import resolve_data_path
 
     folder = resolve_data_path("imdb")
     if folder is None or not (folder / "test.jsonl.gz").is_file():
@@ -83,7 +83,7 @@ def run_one(spec: dict) -> dict:
     import torch
     import transformers
 
-    from longbert.backbone import load_backbone
+    from longbert.modeling.backbone import load_backbone
     from longbert.strategies.base import SpecialTokens
 
     transformers.logging.set_verbosity_error()
@@ -167,7 +167,7 @@ def main() -> None:
         print(json.dumps(run_one(json.loads(args.one))))
         return
 
-    from longbert.hardware import describe_machine
+    from longbert.utils.hardware import describe_machine
 
     lengths = args.lengths or ([STREAMING_LENGTH] if args.streaming else QUICK_LENGTHS if args.quick else LENGTHS)
     precisions = args.precisions or (["bf16"] if args.quick or args.streaming else PRECISIONS)

@@ -48,7 +48,7 @@ def run_one(spec: dict) -> dict:
     import transformers
 
     from bench_recurrence import imdb_document
-    from longbert.backbone import load_backbone
+    from longbert.modeling.backbone import load_backbone
     from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, get_entry
 
     transformers.logging.set_verbosity_error()
@@ -152,7 +152,7 @@ def main() -> None:
         print(json.dumps(run_one(json.loads(args.one))))
         return
 
-    from longbert.hardware import describe_machine
+    from longbert.utils.hardware import describe_machine
 
     threads = args.threads or torch.get_num_threads()
     lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)

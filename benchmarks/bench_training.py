@@ -4,10 +4,10 @@ is worth, tokens/s against batch size, and where imdb_sliding's memory goes.
     python benchmarks/bench_training.py            # every configuration: benchmarks/results/training.json + .png
     python benchmarks/bench_training.py --quick    # two configurations, two steps each: checks that it runs
 
-A training step here is the loop's own (longbert.training): bf16 autocast as accelerate sets it on this CPU,
+A training step here is the loop's own (longbert.training.finetune): bf16 autocast as accelerate sets it on this CPU,
 forward through the strategy, the loss, backward, gradient clipping, AdamW step over the recipe's parameter groups.
 Every configuration runs in a fresh subprocess (its peak memory is its own) on the same pool of 50 batches of
-seeded IMDb training reviews: with `grouped`, in the order `train.group_by_length` gives (longbert.data.
+seeded IMDb training reviews: with `grouped`, in the order `train.group_by_length` gives (longbert.data.documents.
 length_grouped_order), else in a plain seeded shuffle. After `warmup` steps, `steps` steps are timed.
   read tokens/s      tokens the backbone reads, [CLS]/[SEP] included, padding not (truncate: at most 512 a document;
                      sliding: every window, overlaps counted twice)
@@ -18,7 +18,7 @@ length_grouped_order), else in a plain seeded shuffle. After `warmup` steps, `st
 Configurations (the `levers` group adds one lever at a time, in this order):
   as shipped      MiniLM's own dropout (attention 0.1, hidden 0.1), plain shuffle, the per-tensor AdamW loop
   attention 0     attention dropout 0 (what every recipe already sets: sdpa stays on its fused path)
-  fused AdamW     the optimizer step in one fused kernel (longbert.hardware.adamw, what training now uses)
+  fused AdamW     the optimizer step in one fused kernel (longbert.utils.hardware.adamw, what training now uses)
   grouped         batches of similar length (train.group_by_length)
   hidden 0        no dropout inside the backbone either (imdb_full_cpu's setting)
 Probes of levers the loop does not use, measured on the `hidden 0` configuration:
@@ -29,7 +29,7 @@ Batch sizes 4 .. 32 with the `hidden 0` configuration; and sliding (imdb_sliding
 steps each, the resident size recorded after every step: at batch 16, at batch 8 (the same documents, in two halves:
 what train.gradient_accumulation 2 does), at batch 16 with backbone.gradient_checkpointing, at batch 16 with glibc's
 mmap threshold fixed at 1 MB (`set_mmap_threshold`), and at batch 16 with the heap trimmed after every step
-(longbert.hardware.trim_heap, what the training loop now does on the CPU).
+(longbert.utils.hardware.trim_heap, what the training loop now does on the CPU).
 Run it alone on the machine: about 20 minutes on a 2-core CPU (`--groups` runs a part).
 """
 
@@ -82,11 +82,11 @@ def set_mmap_threshold(size: int) -> None:
 
 
 def pool_documents(tokenizer, count: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """`count` seeded IMDb training reviews, tokenized as longbert.data does (no special tokens), and their labels."""
+    """`count` seeded IMDb training reviews, tokenized as longbert.data.documents does (no special tokens), and their labels."""
     import gzip
     import random
 
-    from longbert.sources import resolve_data_path
+    from longbert.data.sources import resolve_data_path
 
     folder = resolve_data_path("imdb")
     if folder is None or not (folder / "train.jsonl.gz").is_file():
@@ -103,11 +103,11 @@ def run_one(spec: dict) -> dict:
     import torch
 
     from longbert.config import recipe_from_dict
-    from longbert.data import length_grouped_order
-    from longbert.hardware import _rss_bytes, measure, trim_heap
-    from longbert.model import LongDocumentClassifier
+    from longbert.data.documents import length_grouped_order
+    from longbert.utils.hardware import _rss_bytes, measure, trim_heap
+    from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.strategies.base import unit_spans
-    from longbert.training import _param_groups
+    from longbert.training.finetune import _param_groups
 
     if spec.get("mmap_threshold"):
         set_mmap_threshold(spec["mmap_threshold"])
@@ -261,7 +261,7 @@ def main() -> None:
         print(json.dumps(run_one(json.loads(args.one))))
         return
 
-    from longbert.hardware import describe_machine
+    from longbert.utils.hardware import describe_machine
 
     threads = args.threads or torch.get_num_threads()
     runs = [r for r in configurations(args.quick) if not args.groups or r[0] in args.groups]

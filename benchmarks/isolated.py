@@ -27,9 +27,9 @@ def rss_mb() -> float | None:
 
 
 def measure_forwards(forward: Callable[[], object], repeats: int, tokens: int) -> tuple[dict, object]:
-    """Run `forward` once under longbert.hardware.measure (peak memory of the first forward), then `repeats` more
+    """Run `forward` once under longbert.utils.hardware.measure (peak memory of the first forward), then `repeats` more
     times for the time (median). Returns (measurements, the first forward's result)."""
-    from longbert.hardware import measure
+    from longbert.utils.hardware import measure
 
     before = rss_mb()
     with measure("cpu") as first:

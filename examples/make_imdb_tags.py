@@ -17,8 +17,8 @@ import json
 import random
 from pathlib import Path
 
-from longbert.backbone import load_tokenizer
-from longbert.sources import resolve_data_path
+from longbert.modeling.backbone import load_tokenizer
+from longbert.data.sources import resolve_data_path
 
 TAGS = ("positive", "extreme", "long")
 

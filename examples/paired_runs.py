@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from longbert.errors import LongbertError
-from longbert.results import is_right, paired_comparisons, read_predictions
+from longbert.comparison.results import is_right, paired_comparisons, read_predictions
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl")

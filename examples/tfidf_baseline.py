@@ -1,5 +1,5 @@
 """The classical baseline for a recipe, on its own: TF-IDF (words and bigrams) + logistic regression
-(longbert.baseline, the row every `longbert compare` report shows), trained on the recipe's own training documents
+(longbert.comparison.baseline, the row every `longbert compare` report shows), trained on the recipe's own training documents
 (same data settings, seed and subsample), C chosen on its validation split, scored once on its test split.
 
     python examples/tfidf_baseline.py recipes/imdb_rating.yaml
@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 
 import longbert
-from longbert.atomic import write_text_atomically
-from longbert.backbone import load_tokenizer
-from longbert.baseline import prediction_rows, tfidf_baseline
-from longbert.data import load_corpus
+from longbert.utils.atomic import write_text_atomically
+from longbert.modeling.backbone import load_tokenizer
+from longbert.comparison.baseline import prediction_rows, tfidf_baseline
+from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
-from longbert.evaluation import write_json
+from longbert.evaluation.command import write_json
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("recipe")

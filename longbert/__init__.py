@@ -12,7 +12,7 @@
     pipeline("text-classification", model=str(result.run_dir / "best"))("a long review ...")
 
 Imports stay light: torch and transformers load when a name that needs them is first used. `import longbert` only
-installs an import hook (longbert.hf_hook) that registers longbert's model type with transformers' Auto classes when
+installs an import hook (longbert.hf.hook) that registers longbert's model type with transformers' Auto classes when
 transformers loads them.
 """
 
@@ -20,26 +20,26 @@ from __future__ import annotations
 
 import importlib
 
-from longbert import hf_hook
+from longbert.hf import hook as hf_hook
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "load_recipe": ("longbert.config", "load_recipe"),
     "Recipe": ("longbert.config", "Recipe"),
-    "train": ("longbert.training", "train"),
-    "TrainResult": ("longbert.training", "TrainResult"),
-    "evaluate": ("longbert.evaluation", "evaluate"),
-    "compare": ("longbert.comparison", "compare"),
-    "LongDocumentClassifier": ("longbert.model", "LongDocumentClassifier"),
-    "LongbertConfig": ("longbert.hf_config", "LongbertConfig"),
-    "LongbertForSequenceClassification": ("longbert.hf", "LongbertForSequenceClassification"),
+    "train": ("longbert.training.finetune", "train"),
+    "TrainResult": ("longbert.training.finetune", "TrainResult"),
+    "evaluate": ("longbert.evaluation.command", "evaluate"),
+    "compare": ("longbert.comparison.run", "compare"),
+    "LongDocumentClassifier": ("longbert.modeling.classifier", "LongDocumentClassifier"),
+    "LongbertConfig": ("longbert.hf.config", "LongbertConfig"),
+    "LongbertForSequenceClassification": ("longbert.hf.model", "LongbertForSequenceClassification"),
     "strategy_names": ("longbert.strategies.base", "strategy_names"),
     "LongbertError": ("longbert.errors", "LongbertError"),
-    "pretrain": ("longbert.pretraining", "pretrain"),
+    "pretrain": ("longbert.training.pretrain", "pretrain"),
     "load_pretrain_recipe": ("longbert.config", "load_pretrain_recipe"),
     "PretrainRecipe": ("longbert.config", "PretrainRecipe"),
-    "PretrainResult": ("longbert.pretraining", "PretrainResult"),
+    "PretrainResult": ("longbert.training.pretrain", "PretrainResult"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -17,7 +17,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _run(action: Callable[[], object]) -> object:
     """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback."""
-    from longbert.training import TrainingInterrupted
+    from longbert.training.finetune import TrainingInterrupted
 
     try:
         return action()
@@ -63,8 +63,8 @@ def train(
 ):
     """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
     from longbert.config import load_recipe
-    from longbert.evaluation import headline
-    from longbert.training import train as run_training
+    from longbert.evaluation.command import headline
+    from longbert.training.finetune import train as run_training
 
     def action():
         if recipe is None and not set_:
@@ -89,7 +89,7 @@ def pretrain(
     """Continue masked-language-model training of a backbone on unlabelled long text, read through a strategy;
     writes <run folder>/backbone, usable as a training recipe's backbone.name."""
     from longbert.config import load_pretrain_recipe
-    from longbert.pretraining import pretrain as run_pretraining
+    from longbert.training.pretrain import pretrain as run_pretraining
 
     def action():
         result = run_pretraining(load_pretrain_recipe(recipe, set_), resume=resume, command=_command_line())
@@ -108,8 +108,8 @@ def evaluate(
                                                      "data.max_eval_documents=100 (repeatable)"),
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
-    from longbert.evaluation import evaluate as run_evaluation
-    from longbert.evaluation import headline
+    from longbert.evaluation.command import evaluate as run_evaluation
+    from longbert.evaluation.command import headline
 
     def action():
         metrics = run_evaluation(run_dir, split, batch_size, set_)
@@ -139,7 +139,7 @@ def predict(
 ):
     """Predict labels for new texts; JSON lines out, in input order, with the id, the label, the class probabilities
     and the length in tokens. Several processes: accelerate launch -m longbert.cli predict ..."""
-    from longbert.predict import predict_file
+    from longbert.inference.predict import predict_file
 
     def action():
         message = predict_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision,
@@ -164,12 +164,12 @@ def export(
     parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to check on"),
 ):
     """Export a model to ONNX for onnxruntime (documents of any length); writes parity.json against PyTorch fp32."""
-    from longbert.export import export_model, parity_line
+    from longbert.inference.export import export_model, parity_line
 
     def action():
         texts = None
         if parity_texts is not None:
-            from longbert.predict import read_documents
+            from longbert.inference.predict import read_documents
 
             texts = list(read_documents(parity_texts)["text"])
         result = export_model(model_dir, output, format, quantize, texts, parity_documents)
@@ -188,7 +188,7 @@ def serve(
     max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="how long a batch waits for more requests"),
 ):
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
-    from longbert.serve import serve as run_server
+    from longbert.inference.serve import serve as run_server
 
     _run(lambda: run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo))
 
@@ -216,8 +216,8 @@ def compare(
     reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes (<reports-dir>/<name>/)"),
 ):
     """Train and evaluate several strategies on the same data and budget; write one report comparing them."""
-    from longbert.comparison import compare as run_compare
-    from longbert.report import print_summary
+    from longbert.comparison.run import compare as run_compare
+    from longbert.comparison.render import print_summary
 
     def action():
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,

@@ -37,7 +37,7 @@ def tiny_bert_config(**overrides):
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from longbert.backbone import prepare_tokenizer, resolve_backbone
+    from longbert.modeling.backbone import prepare_tokenizer, resolve_backbone
 
     return prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_backbone("minilm")))
 
@@ -56,7 +56,7 @@ def tiny_backbone_dir(tmp_path_factory, tokenizer) -> str:
 
 @pytest.fixture
 def tiny_backbone(tiny_backbone_dir):
-    from longbert.backbone import load_backbone
+    from longbert.modeling.backbone import load_backbone
 
     model, _ = load_backbone(tiny_backbone_dir)
     return model.eval()

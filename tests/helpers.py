@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from longbert.config import load_recipe
-from longbert.model import LongDocumentClassifier
+from longbert.modeling.classifier import LongDocumentClassifier
 
 # Settings that fit every registered strategy into the tiny backbone (128 positions). A strategy registered
 # without an entry here fails the contract tests, so none escapes them.

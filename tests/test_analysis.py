@@ -8,9 +8,9 @@ import torch
 from datasets import Dataset
 
 from helpers import build_model, random_documents
-from longbert.analysis import decisive_units, excerpt, select_examples
-from longbert.evaluation import predict_dataset, write_predictions
-from longbert.results import read_predictions
+from longbert.inference.attribution import decisive_units, excerpt, select_examples
+from longbert.evaluation.command import predict_dataset, write_predictions
+from longbert.comparison.results import read_predictions
 from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, strategy_names, unit_spans
 from longbert.strategies.chunk import ChunkConfig
 from longbert.strategies.sliding import SlidingConfig

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from helpers import TINY_STRATEGY_SETTINGS
-from longbert.backbone import load_encoder
+from longbert.modeling.backbone import load_encoder
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
-from longbert.model import LongDocumentClassifier
+from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.strategies.base import strategy_names
 
 BERT_TOKENS = [("pad_token", "[PAD]"), ("unk_token", "[UNK]"), ("cls_token", "[CLS]"), ("sep_token", "[SEP]"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longbert.backbone import load_backbone, load_encoder, load_tokenizer
+from longbert.modeling.backbone import load_backbone, load_encoder, load_tokenizer
 from longbert.errors import LongbertError
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from datasets import Dataset
 
-from longbert.baseline import C_GRID, prediction_rows, tfidf_baseline
-from longbert.data import Corpus
+from longbert.comparison.baseline import C_GRID, prediction_rows, tfidf_baseline
+from longbert.data.documents import Corpus
 
 WORDS = {0: ["dull", "boring", "awful", "weak"], 1: ["great", "superb", "moving", "fine"]}
 

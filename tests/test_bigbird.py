@@ -10,7 +10,7 @@ import torch
 
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
-from longbert.model import LongDocumentClassifier
+from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.strategies.attention import key_padding_mask
 from longbert.strategies.base import PassBudget, SpecialTokens
 from longbert.strategies.bigbird import (

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import longbert
-from longbert.atomic import atomic_folder, recover
+from longbert.utils.atomic import atomic_folder, recover
 from longbert.errors import LongbertError
 
 from helpers import assert_same_run

@@ -63,17 +63,17 @@ def test_train_predict_evaluate(tiny_recipe, tmp_path):
     assert_user_error(run("evaluate", run_dir, "--split", "dev"), "split 'dev' is not in this run's data")
 
     # --set changes the run's data and eval settings before its data loads; only the asked split is tokenized.
-    import longbert.data
+    import longbert.data.documents
 
     tokenized = []
-    tokenize = longbert.data.tokenize_documents
+    tokenize = longbert.data.documents.tokenize_documents
 
     def counting(tokenizer, texts, cap):
         tokenized.append(len(texts))
         return tokenize(tokenizer, texts, cap)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(longbert.data, "tokenize_documents", counting)
+        patch.setattr(longbert.data.documents, "tokenize_documents", counting)
         result = run("evaluate", run_dir, "--split", "test", "--set", "data.max_eval_documents=5",
                      "--set", "eval.batch_size=2")
     assert result.exit_code == 0, result.output
@@ -270,8 +270,8 @@ def test_version():
 
 
 def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, tmp_path):
-    import longbert.training
-    from longbert.training import TrainResult
+    import longbert.training.finetune
+    from longbert.training.finetune import TrainResult
 
     seen = {}
 
@@ -279,7 +279,7 @@ def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, t
         seen["recipe"] = recipe
         return TrainResult(tmp_path / "run", {})
 
-    monkeypatch.setattr(longbert.training, "train", fake_train)
+    monkeypatch.setattr(longbert.training.finetune, "train", fake_train)
     result = run("train", "--set", "data.path=imdb", "--set", "strategy.name=sliding", "--set", "train.epochs=3")
     assert result.exit_code == 0, result.output
     recipe = seen["recipe"]

@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison import compare, resolve_recipes, split_overrides
+from longbert.comparison.run import compare, resolve_recipes, split_overrides
 from longbert.config import parse_override
 from longbert.errors import LongbertError
 
@@ -120,7 +120,7 @@ def test_a_report_with_twenty_classes_lists_top_confusions_and_plots_the_matrice
     """The tiny comparison's results with 20 synthetic classes: no 20-column table; the plot holds the matrices."""
     import copy
 
-    from longbert.report import write_report
+    from longbert.comparison.render import write_report
 
     results = copy.deepcopy(compared["results"])
     labels = [f"topic-{k:02d}" for k in range(20)]

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from longbert.config import DataConfig
-from longbert.data import collate, length_bucket, load_corpus, text_pieces, tokenize_documents
-from longbert.sources import resolve_data_path
+from longbert.data.documents import collate, length_bucket, load_corpus, text_pieces, tokenize_documents
+from longbert.data.sources import resolve_data_path
 from longbert.errors import LongbertError
 
 TEXTS = ["a good film " * 5, "a bad film " * 5, "great acting " * 5, "boring plot " * 5] * 5
@@ -253,10 +253,10 @@ def long_text(words: int, seed: int = 0) -> str:
 
 @pytest.mark.parametrize("piece_chars", [400, 4000])
 def test_piecewise_tokenizing_equals_whole_text_tokenizing(tokenizer, monkeypatch, piece_chars):
-    import longbert.data
+    import longbert.data.documents
 
-    monkeypatch.setattr(longbert.data, "PIECE_CHARS", piece_chars)
-    monkeypatch.setattr(longbert.data, "BATCH_CHARS", piece_chars * 3)
+    monkeypatch.setattr(longbert.data.documents, "PIECE_CHARS", piece_chars)
+    monkeypatch.setattr(longbert.data.documents, "BATCH_CHARS", piece_chars * 3)
     texts = [long_text(6000), "a short one", long_text(300, seed=1)]
     whole = tokenizer(texts, add_special_tokens=False)["input_ids"]
     assert len(whole[0]) > 5000
@@ -268,7 +268,7 @@ def test_piecewise_tokenizing_equals_whole_text_tokenizing(tokenizer, monkeypatc
 
 def test_a_huge_text_is_tokenized_in_bounded_pieces(tokenizer):
     """A few hundred thousand words never reach the tokenizer at once, and only `cap` ids are kept."""
-    import longbert.data
+    import longbert.data.documents
 
     calls = []
 
@@ -278,7 +278,7 @@ def test_a_huge_text_is_tokenized_in_bounded_pieces(tokenizer):
 
     text = "A long, long story; and then some more words. " * 40_000  # 360,000 words, 1.8 million characters
     ids, lengths = tokenize_documents(counting_tokenizer, [text, "and a short one"], cap=512)
-    assert len(calls) > 1 and max(calls) <= longbert.data.BATCH_CHARS
+    assert len(calls) > 1 and max(calls) <= longbert.data.documents.BATCH_CHARS
     assert [len(d) for d in ids] == [512, 4]
     assert lengths[0] == 12 * 40_000 + 2 and ids[0] == tokenizer(text[:5000], add_special_tokens=False)["input_ids"][:512]
 
@@ -296,10 +296,10 @@ def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
     """A hub dataset may have an empty split; local files without rows are named by `file_problem` above."""
     from datasets import Dataset, DatasetDict
 
-    import longbert.data
+    import longbert.data.documents
 
     empty = DatasetDict({"train": Dataset.from_dict({"text": [], "label": []})})
-    monkeypatch.setattr(longbert.data, "load_raw_splits", lambda config, wanted, *more: (empty, None))
+    monkeypatch.setattr(longbert.data.documents, "load_raw_splits", lambda config, wanted, *more: (empty, None))
     with pytest.raises(LongbertError, match="there are no documents of split 'train'"):
         load_corpus(DataConfig(path="someone/empty", test_split=None, label_names=["neg", "pos"]), tokenizer, seed=0)
 
@@ -334,16 +334,16 @@ def test_evaluation_on_long_test_documents_only(tmp_path, tokenizer):
 def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_path, monkeypatch):
     """The second load of the same data tokenizes nothing and gives the same corpus; a different cap or tokenizer
     setting tokenizes again; a damaged entry is rebuilt; `off` writes nothing."""
-    import longbert.data
+    import longbert.data.documents
 
     calls = []
-    tokenize = longbert.data.tokenize_documents
+    tokenize = longbert.data.documents.tokenize_documents
 
     def counting(tokenizer, texts, cap):
         calls.append(len(texts))
         return tokenize(tokenizer, texts, cap)
 
-    monkeypatch.setattr(longbert.data, "tokenize_documents", counting)
+    monkeypatch.setattr(longbert.data.documents, "tokenize_documents", counting)
     cache = tmp_path / "token-cache"
     monkeypatch.setenv("LONGBERT_TOKEN_CACHE", str(cache))
     first = load_corpus(config(folder), tokenizer, seed=1)
@@ -371,7 +371,7 @@ def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_p
 
 
 def test_the_token_cache_key_follows_the_tokenizer(tokenizer, tmp_path, monkeypatch):
-    from longbert.data import tokenizer_fingerprint
+    from longbert.data.documents import tokenizer_fingerprint
 
     monkeypatch.setenv("LONGBERT_TOKEN_CACHE", str(tmp_path))
     lowercase = tokenizer_fingerprint(tokenizer)

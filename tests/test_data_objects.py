@@ -9,8 +9,8 @@ import pytest
 
 import longbert
 from longbert.config import DataConfig
-from longbert.data import load_corpus
-from longbert.sources import describe_data_object
+from longbert.data.documents import load_corpus
+from longbert.data.sources import describe_data_object
 from longbert.errors import LongbertError
 
 TEXTS = ["a good film " * 5, "a bad film " * 5, "great acting " * 5, "boring plot " * 5] * 5

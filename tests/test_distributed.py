@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 import longbert
 from helpers import build_model
-from longbert.predict import predict_file
+from longbert.inference.predict import predict_file
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.distributed

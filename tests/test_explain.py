@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from helpers import build_model
 from longbert.cli import app
-from longbert.explain import explain, page_path
+from longbert.inference.explain import explain, page_path
 
 runner = CliRunner()
 WORDS = "film plot actor scene music camera ending story director cast dull brilliant awful moving slow funny".split()

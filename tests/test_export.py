@@ -19,9 +19,9 @@ from longbert.errors import LongbertError
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from longbert.export import check_exportable, export_model, exportable_strategies  # noqa: E402
-from longbert.exported import ExportedClassifier  # noqa: E402
-from longbert.model import LongDocumentClassifier  # noqa: E402
+from longbert.inference.export import check_exportable, export_model, exportable_strategies  # noqa: E402
+from longbert.inference.exported import ExportedClassifier  # noqa: E402
+from longbert.modeling.classifier import LongDocumentClassifier  # noqa: E402
 
 runner = CliRunner()
 TEXTS = ["Short.", "A film about a long train journey, and rather too long itself. " * 40,
@@ -189,7 +189,7 @@ def test_a_missing_extra_is_one_line(tiny_run, tmp_path, monkeypatch, missing):
 
 
 def test_importing_longbert_loads_no_export_or_server_library():
-    code = ("import sys, longbert, longbert.cli, longbert.export, longbert.exported, longbert.serve, longbert.explain; "
+    code = ("import sys, longbert, longbert.cli, longbert.inference.export, longbert.inference.exported, longbert.inference.serve, longbert.inference.explain; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('onnx', 'onnxruntime', 'onnxscript', 'fastapi', 'uvicorn', 'starlette')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -200,7 +200,7 @@ def test_serving_an_exported_folder(tiny_run):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from longbert.serve import build_app, load_predictor
+    from longbert.inference.serve import build_app, load_predictor
 
     predictor, backend = load_predictor(tiny_run / "onnx")
     assert backend == "onnx-int8"

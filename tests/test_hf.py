@@ -17,7 +17,7 @@ import torch
 
 from helpers import build_model
 from longbert.errors import LongbertError
-from longbert.model import LongDocumentClassifier
+from longbert.modeling.classifier import LongDocumentClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_TEXT = "A wonderful film with a moving story, fine acting and a score I still hum days later. " * 25
@@ -80,7 +80,7 @@ print(config_class.__name__, AutoModelForSequenceClassification._model_mapping[c
 
 def test_import_longbert_loads_nothing_heavy_and_registers_when_transformers_loads():
     out = run_python("import sys, longbert\n"
-                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf', 'longbert.hf_config') if m in sys.modules))\n"
+                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', 'longbert.hf.config') if m in sys.modules))\n"
                      + CHECK_REGISTERED)
     assert out.splitlines() == ["[]", "LongbertConfig LongbertForSequenceClassification"]
 
@@ -92,7 +92,7 @@ def test_registration_when_transformers_was_loaded_before_longbert():
 
 
 def test_a_registration_that_fails_is_a_warning_not_a_broken_import():
-    from longbert import hf_hook
+    from longbert.hf import hook as hf_hook
 
     with pytest.warns(UserWarning, match=r"longbert could not register its models with transformers' Auto classes "
                                          r"\(longbert\.no_such_module: ModuleNotFoundError"):
@@ -105,8 +105,8 @@ def test_a_registration_that_fails_is_a_warning_not_a_broken_import():
 def test_auto_classes_and_pipeline_classify_whole_documents_as_predict_does(finetune, saved):
     from transformers import AutoConfig, AutoModelForSequenceClassification, pipeline
 
-    from longbert.hf import LongbertForSequenceClassification
-    from longbert.hf_config import LongbertConfig
+    from longbert.hf.model import LongbertForSequenceClassification
+    from longbert.hf.config import LongbertConfig
 
     root, before_saving = saved
     folder = root / finetune
@@ -173,7 +173,7 @@ def test_multi_label_models_give_sigmoid_scores_in_the_pipeline(tiny_backbone_di
 def test_transformers_side_errors_are_one_line(saved, tmp_path):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from longbert.hf import LongbertForSequenceClassification
+    from longbert.hf.model import LongbertForSequenceClassification
 
     folder = saved[0] / "frozen"
     with pytest.raises(LongbertError, match="cannot be built from a config alone"):
@@ -252,7 +252,7 @@ def test_card_of_a_model_not_trained_by_longbert_train(tiny_backbone_dir, tmp_pa
 
 
 def test_paths_are_shown_by_their_last_part():
-    from longbert.card import describe_data, portable
+    from longbert.modeling.card import describe_data, portable
 
     assert portable("longbert train /home/me/r.yaml --set data.path=/data/imdb/ --set x=~/m") == \
         "longbert train .../r.yaml --set data.path=.../imdb --set x=.../m"
@@ -313,7 +313,7 @@ def test_a_folder_moved_away_from_a_deleted_backbone_predicts_the_same(finetune,
 
 
 def test_what_a_folder_may_name_instead_of_saving_the_backbone(tmp_path):
-    from longbert.backbone import portable_reference
+    from longbert.modeling.backbone import portable_reference
 
     assert portable_reference("minilm") == "minilm"
     assert portable_reference("bert-base-uncased") == "bert-base-uncased"
@@ -376,8 +376,8 @@ HUB_LOAD = """
 import json, longbert
 from pathlib import Path
 from transformers import AutoModelForSequenceClassification, pipeline
-from longbert.model import LongDocumentClassifier
-from longbert.predict import predict_file
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.inference.predict import predict_file
 texts = {texts!r}
 out = {{"longbert": [r["probabilities"] for r in LongDocumentClassifier.from_pretrained("someone/long-model").predict(texts)],
        "auto": type(AutoModelForSequenceClassification.from_pretrained("someone/long-model")).__name__,
@@ -469,7 +469,7 @@ def fake_hub(monkeypatch):
 
 
 def test_push_to_hub_uploads_the_self_contained_folder(fake_hub, tiny_backbone_dir, tmp_path):
-    from longbert.hf import LongbertForSequenceClassification
+    from longbert.hf.model import LongbertForSequenceClassification
 
     model = build_model(tiny_backbone_dir, "chunk", ["model.finetune=lora"])
     assert model.push_to_hub("me/long-model", private=True, token="hf_x") == "https://huggingface.co/me/long-model/commit/abc"

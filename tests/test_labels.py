@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from longbert.data import infer_label_names, label_index, load_corpus
+from longbert.data.documents import infer_label_names, label_index, load_corpus
 from longbert.config import DataConfig
 from longbert.errors import LongbertError
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from longbert.evaluation import compute_metrics, metrics_markdown, tune_thresholds, write_predictions
-from longbert.training import class_weights_for
+from longbert.evaluation.command import compute_metrics, metrics_markdown, tune_thresholds, write_predictions
+from longbert.training.finetune import class_weights_for
 
 from helpers import build_model
 

@@ -12,7 +12,7 @@ import torch
 from helpers import build_model
 from longbert.config import LoraConfig
 from longbert.errors import LongbertError
-from longbert.model import LongDocumentClassifier, ModelSettings
+from longbert.modeling.classifier import LongDocumentClassifier, ModelSettings
 from longbert.strategies.base import PassBudget
 from longbert.strategies.chunk import ChunkConfig
 

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import longbert
-from longbert.comparison import DEFAULT_RECIPE, default_recipe
+from longbert.comparison.run import DEFAULT_RECIPE, default_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGED = Path(longbert.__file__).resolve().parent / "recipes"
@@ -41,7 +41,7 @@ def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_pa
     assert sorted(shipped) == [f"longbert/recipes/{name}" for name in recipes]
 
     # The unpacked wheel alone on the path, run from a folder with no recipes/ in it.
-    probe = ("import longbert, longbert.comparison as c; p = c.default_recipe(); "
+    probe = ("import longbert, longbert.comparison.run as c; p = c.default_recipe(); "
              "print(longbert.__file__); print(p); print(p.read_text().splitlines()[0])")
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "installed"))
     ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -12,8 +12,8 @@ import pytest
 
 from helpers import build_model
 from longbert.errors import LongbertError
-from longbert.model import LongDocumentClassifier
-from longbert.predict import check_output, predict_file, read_documents, read_texts
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.inference.predict import check_output, predict_file, read_documents, read_texts
 
 TEXTS = ["A short one.", "word " * 100, "A long one, " * 30, "Middling length, this text is.", "ok"]
 
@@ -133,7 +133,7 @@ def test_ids_and_kept_columns_are_carried_in_input_order(model_dir, model, tmp_p
 
 
 def test_documents_run_sorted_by_length_and_come_out_in_input_order(model, monkeypatch):
-    import longbert.predict as predict_module
+    import longbert.inference.predict as predict_module
     from accelerate import PartialState
     from datasets import Dataset
 

@@ -18,12 +18,12 @@ import longbert
 from longbert.cli import app
 from longbert.config import MaskingConfig, load_pretrain_recipe
 from longbert.errors import LongbertError
-from longbert.pretraining import IGNORE, Masker, seeded
+from longbert.training.pretrain import IGNORE, Masker, seeded
 from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
 from longbert.strategies.bigbird import BigBirdConfig, extend_positions
 from longbert.strategies.recurrence import RecurrenceConfig
 from longbert.strategies.windows import encode_tokens_in_windows
-from longbert.training import TrainingInterrupted
+from longbert.training.finetune import TrainingInterrupted
 
 SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)
 SPECIAL_IDS = [0, 100, 101, 102, 103]  # [PAD] [UNK] [CLS] [SEP] [MASK] of the uncased WordPiece vocabulary
@@ -302,7 +302,7 @@ def test_resume_equals_an_uninterrupted_run(tiny_backbone_dir, corpus, tmp_path,
 def test_the_written_backbone_loads_with_automodel_and_fine_tunes(tiny_backbone_dir, corpus, imdb_slice, tmp_path):
     from transformers import AutoModel
 
-    from longbert.backbone import load_tokenizer
+    from longbert.modeling.backbone import load_tokenizer
 
     run = longbert.pretrain(load_pretrain_recipe(None, tiny_pretraining(tiny_backbone_dir, corpus, tmp_path / "pre",
                                                                         "bigbird", "train.steps=3")))

@@ -303,7 +303,7 @@ def test_inference_keeps_no_activations_of_earlier_segments(tiny_backbone, confi
     ["strategy.name=rmt", "strategy.segment=20", "strategy.memory_tokens=4"],
 ], ids=["recurrence", "rmt"])
 def test_lora_model_saves_and_loads_with_identical_predictions(tiny_backbone_dir, tmp_path, strategy):
-    from longbert.model import LongDocumentClassifier
+    from longbert.modeling.classifier import LongDocumentClassifier
 
     torch.manual_seed(0)
     recipe = load_recipe(None, [f"backbone.name={tiny_backbone_dir}", "model.finetune=lora", *strategy])

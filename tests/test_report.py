@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from longbert.evaluation import MANY_CLASSES, metrics_markdown, top_confusions
+from longbert.evaluation.command import MANY_CLASSES, metrics_markdown, top_confusions
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from longbert.results import paired_comparisons
-from longbert.statistics import mcnemar_p, wilson_interval
+from longbert.comparison.results import paired_comparisons
+from longbert.comparison.statistics import mcnemar_p, wilson_interval
 
 
 def _wilson_by_formula(correct: int, total: int, z: float = 1.959963984540054) -> list[float]:
@@ -73,7 +73,7 @@ def test_the_detectable_difference_is_found_with_the_stated_power():
     better by the computed difference d: the exact McNemar test should find it significant about 80% of the time."""
     import numpy as np
 
-    from longbert.statistics import detectable_difference, mcnemar_p
+    from longbert.comparison.statistics import detectable_difference, mcnemar_p
 
     n, discordant = 1500, 150
     d = detectable_difference(n, discordant)

@@ -14,7 +14,7 @@ from transformers import BertModel
 from conftest import tiny_bert_config
 from helpers import TINY_STRATEGY_SETTINGS, build_model, random_documents
 from longbert.errors import LongbertError
-from longbert.fields import option
+from longbert.config.fields import option
 from longbert.strategies.base import (REGISTRY, PassBudget, Pooled, SpecialTokens, build_strategy, register,
                                       strategy_names, unit_spans)
 from longbert.strategies.windows import build_pass, check_fits, encode_windows, gather_units, split_windows
@@ -333,7 +333,7 @@ class MiddleStrategy(nn.Module):
 
 
 def test_a_strategy_registered_from_one_new_file_works_through_the_whole_model(tiny_backbone_dir, tmp_path):
-    from longbert.model import LongDocumentClassifier
+    from longbert.modeling.classifier import LongDocumentClassifier
 
     assert "middle" not in REGISTRY
     register("middle", MiddleConfig, "one window from the middle of each document (a test strategy)")(MiddleStrategy)
@@ -418,7 +418,7 @@ def _with_pooling_config(folder, tmp_path, mode):
 
 
 def test_auto_token_pooling_follows_the_backbones_pooling_config_and_is_saved(tiny_backbone_dir, tmp_path):
-    from longbert.model import LongDocumentClassifier
+    from longbert.modeling.classifier import LongDocumentClassifier
 
     plain = build_model(tiny_backbone_dir, "chunk")  # a folder without sentence-transformers modules: cls
     assert plain.settings.strategy.token_pooling == "cls"
@@ -436,7 +436,7 @@ def test_auto_token_pooling_follows_the_backbones_pooling_config_and_is_saved(ti
 
 
 def test_minilm_says_it_mean_pools():
-    from longbert.backbone import backbone_token_pooling, resolve_backbone
+    from longbert.modeling.backbone import backbone_token_pooling, resolve_backbone
 
     class Loaded:  # what backbone_token_pooling reads: where the model came from
         config = type("Config", (), {"name_or_path": resolve_backbone("minilm")})()

@@ -18,7 +18,7 @@ import longbert
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import strategy_names
-from longbert.training import TrainingInterrupted
+from longbert.training.finetune import TrainingInterrupted
 
 from helpers import TINY_STRATEGY_SETTINGS, assert_same_run
 
@@ -152,7 +152,7 @@ def test_frozen_mode_trains_a_strategy_whose_weights_all_act_on_the_cache(tiny_r
 
 def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe, monkeypatch):
     # fp32 everywhere (evaluate() would pick bf16 on a fast CPU), so that metrics compare exactly.
-    monkeypatch.setattr("longbert.evaluation.autocast_for", lambda model: torch.autocast("cpu", enabled=False))
+    monkeypatch.setattr("longbert.evaluation.command.autocast_for", lambda model: torch.autocast("cpu", enabled=False))
     # Validation after every step with a learning rate high enough to overshoot: the kept model is not the last one.
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.eval_every_steps=1", "train.learning_rate=0.05",
                                                       "train.best_metric=loss", "train.warmup_ratio=0"])
@@ -196,7 +196,7 @@ def test_a_run_folder_in_use_is_refused(tiny_recipe):
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1"])
     run_dir = Path(recipe.output_dir)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from longbert.runs import locked\n"
+        [sys.executable, "-c", "import sys; from pathlib import Path; from longbert.training.runs import locked\n"
          "with locked(Path(sys.argv[1])):\n    print('locked', flush=True); sys.stdin.read()", str(run_dir)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -242,7 +242,7 @@ def test_resume_without_checkpoint(tiny_recipe):
 
 def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, tiny_backbone_dir, monkeypatch):
     calls = []
-    import longbert.frozen as frozen
+    import longbert.training.frozen as frozen
 
     original = frozen.cache_units
     monkeypatch.setattr(frozen, "cache_units", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
@@ -409,7 +409,7 @@ def test_multi_label_runs_through_the_cli_and_compare(tiny_recipe, multi_label_s
 
 
 def test_length_grouped_batches_are_seeded_and_a_resumed_run_sees_the_same_ones(tiny_recipe, tmp_path, deterministic):
-    from longbert.data import length_grouped_order
+    from longbert.data.documents import length_grouped_order
 
     lengths = [(i * 37) % 500 + 1 for i in range(203)]
     order = length_grouped_order(lengths, 8, seed=5, group_batches=5)
@@ -433,12 +433,12 @@ def test_length_grouped_batches_are_seeded_and_a_resumed_run_sees_the_same_ones(
 
 
 def test_optimizer_steps_are_fused_and_followed_by_a_heap_trim_when_asked(tiny_recipe, monkeypatch, tmp_path):
-    import longbert.training
+    import longbert.training.finetune
 
     trims, optimizers = [], []
-    real_adamw = longbert.training.adamw
-    monkeypatch.setattr(longbert.training, "trim_heap", lambda: trims.append(1) or True)
-    monkeypatch.setattr(longbert.training, "adamw", lambda groups: optimizers.append(real_adamw(groups)) or optimizers[-1])
+    real_adamw = longbert.training.finetune.adamw
+    monkeypatch.setattr(longbert.training.finetune, "trim_heap", lambda: trims.append(1) or True)
+    monkeypatch.setattr(longbert.training.finetune, "adamw", lambda groups: optimizers.append(real_adamw(groups)) or optimizers[-1])
     longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"]))
     assert trims == [], "only when the recipe asks"
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.gradient_accumulation=2",
@@ -450,7 +450,7 @@ def test_optimizer_steps_are_fused_and_followed_by_a_heap_trim_when_asked(tiny_r
 @pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"), reason="glibc only")
 def test_trimming_the_heap_hands_freed_memory_back():
     """Freed heap blocks below the last live one stay resident until trimmed (glibc trims only the heap's top)."""
-    from longbert.hardware import _rss_bytes, trim_heap
+    from longbert.utils.hardware import _rss_bytes, trim_heap
 
     blocks = [bytearray(64 * 1024) for _ in range(4000)]  # 250 MB of heap, touched
     last = blocks[-1]

@@ -8,13 +8,14 @@ backbone can be run once and cached:
     pool(units)                 -> Pooled   # no backbone: the document vector (and, where it exists, how
                                             # much each unit weighed in it)
 
-Optional hooks, asked for with `getattr` (a strategy without them still works everywhere):
+Optional hooks, each a runtime-checkable Protocol below (`isinstance(strategy, ReadsWindows)`; a strategy without
+them still works everywhere):
     unit_spans(length)        -> for a document of `length` content tokens, each unit's token ranges
                                  [[(start, end), ...], ...] (what compare's error analysis highlights)
     windows(ids)              -> a window strategy's cut of one document's content ids (T,): (the pieces it reads
                                  independently, each wrapped as [CLS] piece [SEP], one unit each; their sizes in
                                  mean pooling, or None); its `encode` uses it, and so does an exported model
-                                 (longbert/export.py), which needs it
+                                 (longbert/inference/export.py), which needs it
     checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
     lora_modules_to_save      a tuple of backbone module names that must train in full under LoRA, because the
@@ -23,7 +24,7 @@ Optional hooks, asked for with `getattr` (a strategy without them still works ev
                               -> one (T', H) tensor per document: the hidden state of every content token the
                                  strategy reads (its first T' <= T tokens; [CLS]/[SEP] left out), computed with the
                                  strategy's own attention (bigbird: block-sparse; recurrence: with its memory).
-                                 Continued pretraining (longbert.pretraining) trains on it; a strategy without it
+                                 Continued pretraining (longbert.training.pretrain) trains on it; a strategy without it
                                  is pretrained on plain consecutive windows of the backbone's positions
 
 `adapt_backbone(backbone)` is called once when the model is built, before any weights are loaded into the
@@ -118,12 +119,53 @@ class Strategy(Protocol):
     def pool(self, units: Units) -> Pooled: ...
 
 
+@runtime_checkable
+class HasUnitSpans(Protocol):
+    """A strategy that says which content tokens each of its units covers."""
+
+    def unit_spans(self, length: int) -> list[list[tuple[int, int]]]: ...
+
+
+@runtime_checkable
+class ReadsWindows(Protocol):
+    """A strategy that reads a document as independent windows (what an exported per-window graph can run)."""
+
+    def windows(self, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[float] | None]: ...
+
+
+@runtime_checkable
+class HasCheckpointState(Protocol):
+    """A strategy with state outside its weights that a resumed run needs (bigbird's random-block generator)."""
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]: ...
+
+    def load_checkpoint_state(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+@runtime_checkable
+class EncodesTokens(Protocol):
+    """A strategy that gives every content token's hidden state under its own attention (continued pretraining)."""
+
+    def encode_tokens(self, backbone: nn.Module, documents: list[torch.Tensor]) -> list[torch.Tensor]: ...
+
+
+@runtime_checkable
+class SavesLoraModules(Protocol):
+    """A strategy that made backbone modules which must train in full under LoRA (peft's modules_to_save)."""
+
+    lora_modules_to_save: tuple[str, ...]
+
+
 def unit_spans(strategy: nn.Module, length: int) -> list[list[tuple[int, int]]] | None:
     """Each unit's content-token ranges for a document of `length` tokens, or None when the strategy does not say."""
-    hook = getattr(strategy, "unit_spans", None)
-    if not callable(hook):
+    if not isinstance(strategy, HasUnitSpans):
         return None
-    return [[(int(a), int(b)) for a, b in unit] for unit in hook(length)]
+    return [[(int(a), int(b)) for a, b in unit] for unit in strategy.unit_spans(length)]
+
+
+def lora_modules_to_save(strategy: nn.Module) -> tuple[str, ...]:
+    """The backbone modules a strategy needs trained in full beside LoRA adapters (none for most)."""
+    return tuple(strategy.lora_modules_to_save) if isinstance(strategy, SavesLoraModules) else ()
 
 
 def spans_of_indices(indices: list[int]) -> list[tuple[int, int]]:
@@ -143,21 +185,38 @@ class StrategyEntry:
     config_cls: type
     module_cls: Callable[..., nn.Module]
     summary: str
+    # "default": what a recipe without strategy.name gets; "reference": the baseline every comparison measures
+    # the others against. At most one strategy holds each role.
+    role: str | None = None
 
 
 REGISTRY: dict[str, StrategyEntry] = {}
+ROLES = ("default", "reference")
 
 
-def register(name: str, config_cls: type, summary: str):
-    """Class decorator: list a strategy module under `name` with its config dataclass."""
+def register(name: str, config_cls: type, summary: str, role: str | None = None):
+    """Class decorator: list a strategy module under `name` with its config dataclass (and, for one strategy each,
+    the role `default` or `reference`)."""
 
     def wrap(module_cls):
         if name in REGISTRY:
             raise RuntimeError(f"strategy {name!r} registered twice")
-        REGISTRY[name] = StrategyEntry(name, config_cls, module_cls, summary)
+        if role is not None and (role not in ROLES or any(e.role == role for e in REGISTRY.values())):
+            raise RuntimeError(f"strategy {name!r}: role {role!r} is not one of {ROLES} or is taken")
+        REGISTRY[name] = StrategyEntry(name, config_cls, module_cls, summary, role)
         return module_cls
 
     return wrap
+
+
+def strategy_with_role(role: str) -> str:
+    """The name of the strategy registered with `role` ("default" or "reference")."""
+    from longbert import strategies  # noqa: F401
+
+    names = [e.name for e in REGISTRY.values() if e.role == role]
+    if len(names) != 1:
+        raise RuntimeError(f"exactly one strategy must be registered with role {role!r}, found {names}")
+    return names[0]
 
 
 def get_entry(name: str) -> StrategyEntry:

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.fields import one_of, option
+from longbert.config.fields import one_of, option
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS

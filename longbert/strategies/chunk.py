@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.fields import one_of, option
+from longbert.config.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, UNIT_WEIGHTS, build_pooler
 from longbert.strategies.windows import check_fits, cut_windows, encode_cuts, window_spans
@@ -35,7 +35,8 @@ class ChunkConfig:
         return out
 
 
-@register("chunk", ChunkConfig, "consecutive chunks of the whole document, chunk vectors pooled (mean/max/attention/transformer)")
+@register("chunk", ChunkConfig, "consecutive chunks of the whole document, chunk vectors pooled (mean/max/attention/transformer)",
+          role="default")
 class ChunkStrategy(nn.Module):
     def __init__(self, config: ChunkConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.fields import option
+from longbert.config.fields import option
 from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import build_pooler, pool_tokens

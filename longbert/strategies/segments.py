@@ -9,8 +9,8 @@ from typing import Callable
 
 import torch
 
-from longbert.fields import one_of
-from longbert.hardware import trim_heap
+from longbert.config.fields import one_of
+from longbert.utils.hardware import trim_heap
 from longbert.strategies.base import PassBudget, Units
 from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLING_SETTINGS
 

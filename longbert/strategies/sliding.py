@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.fields import one_of, option
+from longbert.config.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, UNIT_WEIGHTS, build_pooler
 from longbert.strategies.windows import check_fits, cut_windows, encode_cuts, window_spans

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.fields import one_of, option
+from longbert.config.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
 from longbert.strategies.windows import check_fits, encode_cuts
@@ -49,7 +49,8 @@ def keep(ids: torch.Tensor, config: TruncateConfig) -> torch.Tensor:
     return torch.cat([ids[: config.head_tokens], ids[ids.shape[0] - tail :]])
 
 
-@register("truncate", TruncateConfig, "one window: the head, the tail, or head+tail (Sun et al. 2019) of each document")
+@register("truncate", TruncateConfig, "one window: the head, the tail, or head+tail (Sun et al. 2019) of each document",
+          role="reference")
 class TruncateStrategy(nn.Module):
     def __init__(self, config: TruncateConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()

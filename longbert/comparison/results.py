@@ -1,0 +1,184 @@
+"""The numbers of a comparison report: the test-prediction rows each run wrote, and `assemble_results`, which turns
+the runs, their predictions, speed measurements and error-analysis examples into the results dict that
+results.json holds and `longbert.comparison.render` renders (every number the report shows comes from it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+from pathlib import Path
+
+from longbert.errors import LongbertError
+from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
+
+LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
+PREDICTIONS_FILE = "predictions-test.jsonl"
+
+
+def read_predictions(run_dir: Path) -> list[dict]:
+    """The rows of a run folder's predictions-test.jsonl, one per test document in order:
+    {index, n_tokens, label, probabilities, predicted, unit_weights}."""
+    path = Path(run_dir) / PREDICTIONS_FILE
+    if not path.is_file():
+        raise LongbertError(f"{run_dir} has no {PREDICTIONS_FILE}; compare needs a test split (data.test_split)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def is_right(row: dict) -> bool:
+    """Whether a prediction row's prediction is its label (every label, for multi-label rows)."""
+    return row["predicted"] == row["label"]
+
+
+def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> list[dict]:
+    """Every pair of strategies (and the baseline, when `predictions` holds it), on all test documents and on the
+    long ones: how many documents, who alone was right how often, the exact McNemar p-value of that split, and the
+    smallest accuracy difference the test could detect at this size and disagreement (80% power, alpha 0.05)."""
+    names = list(predictions)
+    out = []
+    for x, a in enumerate(names):
+        for b in names[x + 1 :]:
+            for subset in ("all", "long"):
+                only_a = only_b = documents = 0
+                for ra, rb in zip(predictions[a], predictions[b]):
+                    if subset == "long" and ra["n_tokens"] <= long_tokens:
+                        continue
+                    documents += 1
+                    only_a += is_right(ra) and not is_right(rb)
+                    only_b += is_right(rb) and not is_right(ra)
+                out.append({"a": a, "b": b, "documents": subset, "n": documents, "only_a_right": only_a,
+                            "only_b_right": only_b, "p_value": mcnemar_p(only_a, only_b),
+                            "detectable_difference": detectable_difference(documents, only_a + only_b)})
+    return out
+
+
+def baseline_fields(result: dict) -> dict:
+    """What the results dict keeps of `baseline.tfidf_baseline`'s result besides the test summary."""
+    return {"settings": result["settings"], "validation": result["validation"],
+            "train_seconds": result["train_seconds"]}
+
+
+def test_summary(rows: list[dict], test: dict, long_tokens: int) -> dict:
+    """Accuracy with its interval, macro-F1, accuracy by length bucket and on the long documents, from a classifier's
+    prediction rows and its test metrics. For multi-label rows a row is right when every label is (exact match): the
+    same number as the test metrics' accuracy or exact_match, recomputed from the rows the paired tests use."""
+    right = sum(is_right(r) for r in rows)
+    long_rows = [r for r in rows if r["n_tokens"] > long_tokens]
+    long_right = sum(is_right(r) for r in long_rows)
+    return {
+        "accuracy": right / len(rows) if rows else None,
+        "accuracy_ci95": wilson_interval(right, len(rows)),
+        "macro_f1": test["macro_f1"],
+        "documents": test["documents"],
+        "by_length": {bucket: {"documents": row["documents"], "accuracy": row.get("accuracy", row.get("exact_match"))}
+                      for bucket, row in test["by_length"].items()},
+        "long": {"documents": len(long_rows), "accuracy": long_right / len(long_rows) if long_rows else None,
+                 "ci95": wilson_interval(long_right, len(long_rows))},
+    }
+
+
+def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
+                     machine, long_tokens, label_names, baseline=None) -> dict:
+    """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
+    shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
+
+    names: strategies in report order; recipes, runs ({status, metrics}), predictions (rows) and speed (by length
+    bucket) are keyed by strategy; examples: what `analysis.build_examples` returned. baseline: what
+    `baseline.tfidf_baseline` returned, or None; with it, predictions also hold its rows under `baseline.BASELINE`
+    and the paired comparisons include it."""
+    from longbert import __version__
+
+    strategies = {}
+    for s in names:
+        metrics = runs[s]["metrics"]
+        test = metrics["test"]
+        strategies[s] = {
+            "status": runs[s]["status"],
+            "run_dir": recipes[s].output_dir,
+            # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
+            "settings": metrics.get("strategy_settings") or dataclasses.asdict(recipes[s].strategy),
+            **test_summary(predictions[s], test, long_tokens),
+            "confusion_matrix": test["confusion_matrix"],
+            "per_class": test.get("per_class"),
+            "train_seconds": metrics["train_seconds"],
+            "steps": metrics["steps"],
+            "trainable_parameters": metrics["trainable_parameters"],
+            "speed": test["speed"],
+            "speed_by_length": speed[s],
+            "eval_batch_size": recipes[s].eval.batch_size,
+            "mixed_precision": metrics.get("mixed_precision"),
+            "machine": metrics["machine"],
+        }
+    fastest = max((strategies[s]["speed"]["documents_per_second"] or 0) for s in names) or None
+    quickest_train = min(strategies[s]["train_seconds"] or math.inf for s in names)
+    for s in names:
+        dps = strategies[s]["speed"]["documents_per_second"]
+        strategies[s]["relative_cost"] = {
+            "inference": fastest / dps if fastest and dps else None,
+            "training": (strategies[s]["train_seconds"] / quickest_train
+                         if quickest_train not in (0, math.inf) else None),
+        }
+
+    first = recipes[names[0]]
+    first_metrics = runs[names[0]]["metrics"]
+    notes = []
+    if first.model.problem_type == "multi_label":
+        notes.append("multi-label runs: 'accuracy' here is exact match (a document counts as right only when every "
+                     "label is); micro-F1, Hamming loss and the thresholds are in each run's metrics.json")
+    steps = {s: strategies[s]["steps"] for s in names}
+    if len(set(steps.values())) > 1:
+        notes.append(f"the strategies took different numbers of optimisation steps: {steps}")
+    machines = {json.dumps(strategies[s]["machine"], sort_keys=True) for s in names}
+    if len(machines) > 1:
+        notes.append("the runs were trained on different machines: training times are not comparable")
+    test_rows = predictions[names[0]]
+    # Test documents per class (per label, for multi-label), all and long: the class balance the tables state.
+    classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
+    for r in test_rows:
+        hot = r["label"] if isinstance(r["label"], list) else [int(i == r["label"]) for i in range(len(label_names))]
+        for n, h in zip(label_names, hot):
+            classes[n] += h
+            long_classes[n] += h if r["n_tokens"] > long_tokens else 0
+    from longbert.comparison.baseline import BASELINE
+
+    return {
+        "name": name,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "longbert_version": __version__,
+        "command": command,
+        "base_recipe": base_source,
+        "overrides": overrides,
+        "machine": machine,
+        "strategy_order": names,
+        "label_names": label_names,
+        "problem_type": first.model.problem_type,
+        "budget": {
+            "seed": first.seed,
+            "backbone": first.backbone.name,
+            "finetune": first.model.finetune,
+            "epochs": first.train.epochs,
+            "max_steps": first.train.max_steps,
+            "batch_size": first.train.batch_size,
+            "gradient_accumulation": first.train.gradient_accumulation,
+            "learning_rate": first.train.learning_rate,
+            "steps": steps,
+        },
+        "data": {
+            "path": first.data.path,
+            "splits": first_metrics.get("data"),
+            "test_documents": len(test_rows),
+            "long_tokens": long_tokens,
+            "long_documents": sum(r["n_tokens"] > long_tokens for r in test_rows),
+            "class_counts": classes,
+            "long_class_counts": long_classes,
+        },
+        "strategies": strategies,
+        "baseline": None if baseline is None else {
+            "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
+                                                                         long_tokens)},
+        "comparisons": paired_comparisons(predictions, long_tokens),
+        "error_analysis": {"long_tokens": long_tokens, "examples": examples,
+                           "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},
+        "notes": notes,
+    }

@@ -1,0 +1,393 @@
+"""Documents out: whole tokenized documents (no truncation beyond the per-document cap) with integer labels, as a
+Corpus of train / validation / test splits (carved, subsampled and checked here). Where the documents come from (files,
+folders, hub ids, objects in memory) is longbert.data.sources.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from longbert.errors import LongbertError
+from longbert.data.sources import load_raw_splits
+
+LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
+# Long documents reach the tokenizer in pieces of at most PIECE_CHARS characters, and no call sees more than
+# BATCH_CHARS, so tokenizing stays within a bounded memory however long a document is (see tokenize_documents).
+PIECE_CHARS = 100_000
+BATCH_CHARS = 1_000_000
+CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
+
+
+def _label_names_from(dataset, column: str, local: Path | None) -> list[str] | None:
+    feature = dataset.features.get(column)
+    names = getattr(feature, "names", None) or getattr(getattr(feature, "feature", None), "names", None)
+    if names:
+        return list(names)
+    if local is not None and column == "label":  # a data folder's metadata.json names the classes of its `label` field
+        metadata = (local if local.is_dir() else local.parent) / "metadata.json"
+        if metadata.is_file():
+            names = json.loads(metadata.read_text()).get("label_names")
+            if names:
+                return list(names)
+    return None
+
+
+def label_index(value: Any, names: list[str], where: str) -> int:
+    """One label value (an index or a name) -> its index in `names`, or a LongbertError naming `where`."""
+    if isinstance(value, bool):
+        raise LongbertError(f"{where}: label {value!r} is not an index or a label name")
+    if isinstance(value, int):
+        if integer_names(names):  # e.g. star ratings 1..4, 7..10: the integer is the class's name, not its index
+            if str(value) not in names:
+                raise LongbertError(f"{where}: label {value} is not one of label_names {names}")
+            return names.index(str(value))
+        if not 0 <= value < len(names):
+            raise LongbertError(f"{where}: label {value} is outside 0..{len(names) - 1} (label_names: {names})")
+        return value
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    raise LongbertError(f"{where}: label {value!r} is not one of label_names {names}")
+
+
+@dataclass
+class Corpus:
+    """Tokenized splits ready for training: each a datasets.Dataset with columns text, input_ids, labels,
+    n_tokens (the document's full length in WordPiece tokens with [CLS]/[SEP], before the cap)."""
+
+    splits: dict[str, Any]
+    label_names: list[str]
+    multi_label: bool
+    stats: dict[str, dict] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line for the start of training: documents per split, where validation came from, long documents."""
+        parts = []
+        for role, s in self.stats.items():
+            origin = "" if s["source_split"] == role else f"{s['source_split']}, "
+            parts.append(f"{s['documents']} {role} ({origin}{s['over_512']} over 512 tokens)")
+        return "data: " + ", ".join(parts)
+
+
+def _check_texts(dataset, column: str, split: str) -> None:
+    if column not in dataset.column_names:
+        raise LongbertError(
+            f"data.text_column {column!r} not found in split {split!r}; columns: {', '.join(dataset.column_names)}"
+        )
+    for row, text in enumerate(dataset[column]):
+        if not isinstance(text, str):
+            raise LongbertError(f"data: row {row} of split {split!r}: text is {_kind_of_value(text)}, not a string")
+        if not text.strip():
+            raise LongbertError(f"data: document {row} of split {split!r} is empty or whitespace-only")
+
+
+def _kind_of_value(value: Any) -> str:
+    if value is None:
+        return "missing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({type(value).__name__})"
+    return f"a {type(value).__name__}"
+
+
+def _check_classes(labels: list, names: list[str], documents: str) -> None:
+    """Training needs documents of at least two classes (two label sets, for multi-label)."""
+    distinct = {tuple(v) if isinstance(v, list) else v for v in labels}
+    if len(distinct) > 1:
+        return
+    if not distinct:
+        raise LongbertError(f"data: there are no {documents}")
+    (only,) = distinct
+    what = (f"the labels {[n for n, hot in zip(names, only) if hot]}" if isinstance(only, tuple)
+            else f"label {names[only]!r}")
+    raise LongbertError(f"data: all {len(labels)} {documents} have {what}; training needs at least 2 classes")
+
+
+def _encode_labels(values: list, names: list[str], multi_label: bool, split: str) -> list:
+    out = []
+    for row, value in enumerate(values):
+        where = f"data: row {row} of split {split!r}"
+        if multi_label:
+            items = value if isinstance(value, list) else [value]
+            hot = [0.0] * len(names)
+            for item in items:
+                hot[label_index(item, names, where)] = 1.0
+            out.append(hot)
+        else:
+            if isinstance(value, list):
+                raise LongbertError(f"{where}: a list label needs model.problem_type: multi_label")
+            out.append(label_index(value, names, where))
+    return out
+
+
+def integer_names(names: list[str]) -> bool:
+    """Whether class names are integers other than the indices 0..C-1 (then an integer label is a name)."""
+    return all(n.lstrip("-").isdigit() for n in names) and names != [str(i) for i in range(len(names))]
+
+
+def infer_label_names(values: list, multi_label: bool) -> list[str]:
+    """Class names from the training labels: integers 0..C-1 are indices (names "0".."C-1"); other integers (star
+    ratings 1..10, say) are names themselves, in numeric order, so no empty class is made; strings sort."""
+    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        if min(flat) < 0:
+            raise LongbertError("data: negative label found (unlabelled rows?); drop them or set data.label_names")
+        distinct = sorted(set(flat))
+        return [str(i) for i in (range(max(flat) + 1) if distinct == list(range(len(distinct))) else distinct)]
+    return sorted({str(v) for v in flat})
+
+
+def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
+    """`text` as consecutive pieces of at most `size` characters. Each piece ends just before a space, tab or line
+    break, where a WordPiece (BERT) tokenizer splits anyway, so tokenizing the pieces one after another gives the
+    tokens of the whole text. Only a stretch of `size` characters without any of them is cut where it must be."""
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = next((i for i in range(end, start, -1) if text[i] in CUT_BEFORE), end)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def tokenize_documents(tokenizer, texts: list[str], cap: int) -> tuple[list[list[int]], list[int]]:
+    """Whole documents -> (content ids capped at `cap`, full lengths with [CLS]/[SEP]).
+
+    Memory stays bounded by the cap, not by the documents: long texts reach the tokenizer in pieces (see
+    `text_pieces`), no call sees more than BATCH_CHARS characters, and only the first `cap` ids of a document are
+    kept, while its full length is still counted."""
+    ids: list[list[int]] = [[] for _ in texts]
+    lengths = [2] * len(texts)  # [CLS] and [SEP]
+    pieces: list[str] = []
+    owners: list[int] = []  # pieces[i] is part of texts[owners[i]]
+
+    def tokenize_pieces() -> None:
+        encoded = tokenizer(pieces, add_special_tokens=False, truncation=False, verbose=False,
+                            return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        for owner, piece_ids in zip(owners, encoded):
+            lengths[owner] += len(piece_ids)
+            room = cap - len(ids[owner])
+            if room > 0:
+                ids[owner].extend(piece_ids[:room])
+        pieces.clear()
+        owners.clear()
+
+    queued = 0  # characters in `pieces`
+    for owner, text in enumerate(texts):
+        for piece in text_pieces(text, PIECE_CHARS):
+            if pieces and queued + len(piece) > BATCH_CHARS:
+                tokenize_pieces()
+                queued = 0
+            pieces.append(piece)
+            owners.append(owner)
+            queued += len(piece)
+    if pieces:
+        tokenize_pieces()
+    return ids, lengths
+
+
+def token_cache_folder() -> Path | None:
+    """Where `tokenize_cached` keeps tokenized splits: LONGBERT_TOKEN_CACHE (`off`: no cache), else a folder in the
+    datasets cache (HF_DATASETS_CACHE)."""
+    setting = os.environ.get("LONGBERT_TOKEN_CACHE")
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "0", "off", "no", "false") else Path(setting)
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / "longbert-tokens"
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """What decides a tokenizer's output: a fast tokenizer's whole definition (vocabulary, normaliser, pre-tokenizer),
+    else the pickled tokenizer."""
+    from datasets.fingerprint import Hasher
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return Hasher.hash([type(tokenizer).__name__, backend.to_str() if backend is not None else tokenizer])
+
+
+def tokenize_cached(tokenizer, texts: list[str], cap: int) -> tuple[list[list[int]], list[int]]:
+    """`tokenize_documents`, kept on disk (a datasets Arrow folder in `token_cache_folder`) under a hash of the
+    tokenizer, the cap and the texts: the documents a run tokenized are not tokenized again by the next run, by
+    `evaluate`, or by the other strategies of a `compare`. An entry is written whole or not at all (a rename); an
+    entry that cannot be read is tokenized again."""
+    folder = token_cache_folder()
+    if folder is None or not texts:
+        return tokenize_documents(tokenizer, texts, cap)
+    from datasets import Dataset, load_from_disk
+    from datasets.fingerprint import Hasher
+
+    entry = folder / Hasher.hash([tokenizer_fingerprint(tokenizer), cap, PIECE_CHARS, texts])
+    if entry.is_dir():
+        try:
+            stored = load_from_disk(str(entry))
+            if len(stored) == len(texts):
+                return stored["input_ids"], stored["n_tokens"]
+        except Exception:  # a damaged or foreign entry: tokenize again, and replace it
+            pass
+    ids, lengths = tokenize_documents(tokenizer, texts, cap)
+    partial = folder / f".{entry.name}.{os.getpid()}"
+    try:
+        Dataset.from_dict({"input_ids": ids, "n_tokens": lengths}).save_to_disk(str(partial))
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(partial, entry)
+    except OSError:  # a read-only or full disk costs the cache, not the run
+        shutil.rmtree(partial, ignore_errors=True)
+    return ids, lengths
+
+
+def count_cut(lengths: list[int], cap: int) -> int:
+    """How many documents of these full lengths (with [CLS]/[SEP]) the per-document token cap cut."""
+    return sum(n - 2 > cap for n in lengths)
+
+
+def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: Any = None,
+                roles: list[str] | None = None) -> Corpus:
+    """Load, check, carve, subsample and tokenize the splits a recipe names (`data`, a DataConfig), from `source`
+    when given (an object in memory, see `data_object_splits`), else from data.path. With data.validation_split
+    null, a split named 'validation' is the validation split when the data has one; otherwise validation is carved
+    from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
+    documents as without `roles`)."""
+    wanted = [data.train_split] + [s for s in (data.validation_split, data.test_split) if s]
+    optional = ["validation"] if data.validation_split is None and "validation" not in wanted else []
+    raw, local = load_raw_splits(data, wanted, optional, source)
+    validation_split = data.validation_split or next((s for s in optional if s in raw), None)
+    if validation_split and validation_split not in wanted:
+        wanted.insert(1, validation_split)
+    for split in wanted:
+        _check_texts(raw[split], data.text_column, split)
+        if data.label_column not in raw[split].column_names:
+            raise LongbertError(
+                f"data.label_column {data.label_column!r} not found in split {split!r}; "
+                f"columns: {', '.join(raw[split].column_names)}"
+            )
+    names = data.label_names or _label_names_from(raw[data.train_split], data.label_column, local)
+    if names is None:
+        names = infer_label_names(list(raw[data.train_split][data.label_column]), multi_label)
+    if len(names) < 2:
+        raise LongbertError(f"data: need at least 2 classes, found {names}")
+
+    def kept_columns(split: str) -> list[str]:
+        has_ids = data.id_column and data.id_column in raw[split].column_names
+        return [data.text_column, data.label_column] + ([data.id_column] if has_ids else [])
+
+    splits = {s: raw[s].select_columns(kept_columns(s)) for s in wanted}
+    labels = {s: _encode_labels(list(splits[s][data.label_column]), names, multi_label, s) for s in wanted}
+    _check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    chosen: dict[str, np.ndarray] = {}
+    train_rows = np.arange(len(splits[data.train_split]))
+    validation_name = validation_split or "validation"
+    if validation_split is None:
+        from sklearn.model_selection import train_test_split
+
+        stratify = None if multi_label else labels[data.train_split]
+        try:
+            train_rows, val_rows = train_test_split(
+                train_rows, test_size=data.validation_fraction, random_state=seed, stratify=stratify
+            )
+        except ValueError as error:
+            raise LongbertError(f"data: cannot carve a stratified validation split from train: {error}") from None
+        chosen["validation"] = np.sort(val_rows)
+        splits[validation_name] = splits[data.train_split]
+        labels[validation_name] = labels[data.train_split]
+    else:
+        chosen["validation"] = np.arange(len(splits[validation_name]))
+    chosen["train"] = np.sort(train_rows)
+    if data.test_split:
+        chosen["test"] = np.arange(len(splits[data.test_split]))
+    sources = {"train": data.train_split, "validation": validation_name, "test": data.test_split}
+    described = dict(sources)  # where each split came from, as the stats say it
+    if validation_split is None:
+        described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
+    if data.test_split and data.test_longer_than:
+        described["test"] = f"{data.test_split}, documents over {data.test_longer_than} tokens"
+
+    def subsample(rows: np.ndarray, limit: int | None) -> np.ndarray:
+        return rows if limit is None or limit >= len(rows) else np.sort(rng.choice(rows, limit, replace=False))
+
+    from datasets import Dataset
+
+    out, stats = {}, {}
+    for role, rows in chosen.items():
+        source = sources[role]
+        tokenized = None  # {row: (ids, length)} of a whole split tokenized to select by length
+        if role == "test" and data.test_longer_than and (roles is None or role in roles):
+            every = list(splits[source][data.text_column])
+            tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, every, data.max_document_tokens))))
+            rows = np.array([r for r in rows.tolist() if tokenized[r][1] > data.test_longer_than], dtype=np.int64)
+            if not len(rows):
+                raise LongbertError(f"data.test_longer_than={data.test_longer_than}: no document of split "
+                                    f"{source!r} is that long (its longest has {max(n for _, n in tokenized.values())} "
+                                    "tokens)")
+        limit = {"train": data.max_train_documents, "validation": data.max_eval_documents,
+                 "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
+        rows = subsample(rows, limit)
+        if role == "train":
+            _check_classes([labels[source][i] for i in rows], names,
+                           "training documents (after carving validation and data.max_train_documents)")
+        if roles is not None and role not in roles:
+            continue  # subsampled all the same, so that the roles asked for draw the same documents
+        chosen_rows = splits[source].select(rows)
+        texts = list(chosen_rows[data.text_column])
+        if tokenized is not None:
+            ids, lengths = [tokenized[r][0] for r in rows.tolist()], [tokenized[r][1] for r in rows.tolist()]
+        else:
+            ids, lengths = tokenize_cached(tokenizer, texts, data.max_document_tokens)
+        columns = {"text": texts, "input_ids": ids, "labels": [labels[source][i] for i in rows], "n_tokens": lengths}
+        if data.id_column in chosen_rows.column_names:  # document ids travel to the prediction files
+            columns["id"] = list(chosen_rows[data.id_column])
+        out[role] = Dataset.from_dict(columns)
+        stats[role] = {
+            "documents": len(rows),
+            "source_split": described[role],
+            "cut_by_token_cap": count_cut(lengths, data.max_document_tokens),
+            "median_tokens": int(np.median(lengths)) if lengths else 0,
+            "over_512": sum(n > 512 for n in lengths),
+        }
+    return Corpus(out, list(names), multi_label, stats)
+
+
+def length_grouped_order(lengths: list[int], batch_size: int, seed: int, group_batches: int = 50) -> list[int]:
+    """A training order that batches documents of similar length: a seeded random permutation, cut into groups of
+    `group_batches` batches, each group sorted by length (longest first), the batches then shuffled again (seeded)
+    so that long and short batches alternate across the epoch. The same seed gives the same order (resumable); as
+    transformers' group_by_length does, the grouping keeps most of the randomness of a plain shuffle."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    permutation = torch.randperm(len(lengths), generator=generator).tolist()
+    size = batch_size * group_batches
+    batches = []
+    for start in range(0, len(permutation), size):
+        group = sorted(permutation[start : start + size], key=lambda i: -lengths[i])
+        batches += [group[k : k + batch_size] for k in range(0, len(group), batch_size)]
+    full = [b for b in batches if len(b) == batch_size]
+    short = [b for b in batches if len(b) < batch_size]  # only the last group can leave one: it goes last, as a
+    order = torch.randperm(len(full), generator=generator).tolist()  # plain shuffle's short batch does
+    return [i for k in order for i in full[k]] + [i for b in short for i in b]
+
+
+def collate(rows: list[dict]) -> dict:
+    """Rows of a tokenized split -> {'documents': list of (T,) LongTensors, 'labels': (B,) or (B, C)}."""
+    import torch
+
+    documents = [torch.as_tensor(r["input_ids"], dtype=torch.long) for r in rows]
+    first = rows[0]["labels"]
+    dtype = torch.float32 if isinstance(first, list) else torch.long
+    return {"documents": documents, "labels": torch.tensor([r["labels"] for r in rows], dtype=dtype)}
+
+
+def length_bucket(n_tokens: int) -> str:
+    for low, high, name in LENGTH_BUCKETS:
+        if n_tokens >= low and (high is None or n_tokens <= high):
+            return name
+    raise ValueError(n_tokens)

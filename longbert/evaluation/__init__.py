@@ -1,0 +1,1 @@
+"""Metrics, inference across processes, and `longbert evaluate`."""

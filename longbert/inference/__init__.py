@@ -1,0 +1,1 @@
+"""A trained model at work: predict, explain, ONNX export and its runtime, serve."""

@@ -1,0 +1,131 @@
+"""`longbert predict --explain`: per document, how much each chunk or window weighed in the prediction and which
+one decided it, as two more fields of each prediction row and as an HTML page that highlights the decisive passage.
+
+    units     [{"tokens": [[start, end], ...], "weight": w or null}, ...]: each unit's content-token ranges (0-based,
+              end excluded, [CLS]/[SEP] not counted; the strategy's `unit_spans` hook) and its weight in the pooling
+              (null where the pooler gives none, e.g. the transformer pooler); null when the strategy does not say
+              which tokens its units cover
+    decisive  the unit that decided, found as compare's error analysis finds it (`analysis.decisive_units`): the
+              heaviest unit when the pooling weighs by content (attention, max), else (mean pooling, whose weights
+              only count tokens) the unit whose removal lowers the predicted class's probability most (occlusion);
+              for truncate, the tokens it kept
+
+Each document is read once more for its units (and, for occlusion, its pooling and head once per unit), after its
+prediction: explaining costs about one more forward pass. The page keeps every document's text until the end, so
+it is meant for inspecting a file of documents, not a corpus. It reuses the comparison report's renderer (text
+escaped) and its excerpts around the decisive unit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from longbert.errors import LongbertError
+
+PAGE_NAME = "explain.html"
+
+
+def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> dict:
+    """One document's content ids (as read: cut at max_document_tokens) and its prediction row -> the `units` and
+    `decisive` fields (see the module docstring)."""
+    from longbert.inference.attribution import decisive_units
+    from longbert.utils.hardware import autocast_for
+    from longbert.strategies.base import unit_spans
+
+    device = next(model.parameters()).device
+    with torch.no_grad(), autocast_for(model, precision):
+        units = model.encode([torch.tensor(ids, dtype=torch.long, device=device)])  # (1, N, H)
+        pooled = model.strategy.pool(units)
+    weights = None if pooled.weights is None else pooled.weights[0][units.mask[0]].float().cpu().tolist()
+    if "labels" in row:  # multi-label: which labels were predicted, as decisive_units expects them
+        predicted = [int(name in row["labels"]) for name in model.label_names]
+    else:
+        predicted = model.label_names.index(row["label"])
+    decisive = decisive_units(model, [{"input_ids": ids}], [{"unit_weights": weights, "predicted": predicted}], [0])[0]
+    spans = unit_spans(model.strategy, len(ids))
+    if weights is not None and (spans is None or len(weights) != len(spans)):
+        weights = None
+    listed = None if spans is None else [
+        {"tokens": [list(s) for s in unit], "weight": None if weights is None else round(weights[u], 6)}
+        for u, unit in enumerate(spans)]
+    return {"units": listed, "decisive": decisive}
+
+
+def document_ids(model, text: str) -> list[int]:
+    """The content ids the model reads for `text` (cut at max_document_tokens)."""
+    documents, _ = model.tokenize([text])
+    return documents[0].tolist()
+
+
+def explain(model, texts: list[str], batch_size: int = 16, precision: str = "auto") -> tuple[list[dict], list[list[int]]]:
+    """Texts -> (`model.predict`'s rows with `units` and `decisive` added, each text's content ids as read)."""
+    rows = model.predict(texts, batch_size, precision)
+    read = [document_ids(model, text) for text in texts]
+    for row, ids in zip(rows, read):
+        row.update(unit_details(model, ids, row, precision))
+    return rows, read
+
+
+def page_path(target: str | Path) -> Path:
+    """--explain's argument -> the HTML file to write: a path ending in .html is that file; anything else is a folder
+    (made when missing, in a folder that exists) that gets explain.html. Checked before any work is done."""
+    target = Path(target)
+    if target.suffix.lower() == ".html":
+        if target.is_dir():
+            raise LongbertError(f"--explain {target} is a folder; name an .html file or a folder without .html")
+        if not target.parent.is_dir():
+            raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
+        return target
+    if target.exists() and not target.is_dir():
+        raise LongbertError(f"--explain {target} is a file; name an .html file or a folder")
+    if not target.exists() and not target.parent.is_dir():
+        raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
+    return target / PAGE_NAME
+
+
+def explained(model, texts, rows: Iterator[dict], page: Path, title: str, precision: str = "auto") -> Iterator[dict]:
+    """`predict`'s rows in input order, each with `units` and `decisive` added (`texts[i]` is row i's text); once the
+    last row is out, the HTML page is written to `page` (whole or not at all)."""
+    from longbert.utils.atomic import write_text_atomically
+
+    shown = []
+    for i, row in enumerate(rows):
+        text = texts[i]
+        ids = document_ids(model, text)
+        row.update(unit_details(model, ids, row, precision))
+        shown.append((text, row, ids))
+        yield row
+    page.parent.mkdir(exist_ok=True)
+    write_text_atomically(page, render_page(shown, model.tokenizer, title))
+
+
+def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str) -> str:
+    """The HTML page for (text, row with units and decisive, content ids) triples: per text, its prediction, how
+    the decisive unit was found, an excerpt with that unit highlighted, and every unit's token range and weight."""
+    from longbert.inference.attribution import decisive_excerpt
+    from longbert.comparison.render import decisive_text, render_html
+
+    blocks: list[tuple] = [("h", 1, title), ("p", (
+        "For each text: the predicted label, the unit (chunk or window) that decided it, highlighted in the text, and "
+        "how much every unit weighed in the pooling. Where the pooling weighs all units the same, the decisive unit "
+        "is the one whose removal lowers the predicted class's probability most."))]
+    for i, (text, row, ids) in enumerate(shown):
+        label = row.get("label") or ", ".join(row.get("labels", [])) or "(none)"
+        p = row["probabilities"][row["label"]] if "label" in row else None
+        name = f"Text {i + 1}" + (f" (id {row['id']})" if "id" in row and row["id"] != i else "")
+        heading = f"{name}: {label}" + (f" (p = {p:.2f})" if p is not None else "") + f", {row['n_tokens']:,} tokens"
+        blocks += [("h", 2, heading), ("p", f"Decisive part: {decisive_text(row['decisive'])}")]
+        segments = decisive_excerpt(text, ids, row["decisive"], tokenizer)
+        if segments:
+            blocks.append(("quote", [(s["text"], "mark" if s["highlight"] else None) for s in segments]))
+        units = row["units"] or []
+        if len(units) > 1:
+            chosen = (row["decisive"] or {}).get("unit")
+            table = [[f"{u + 1}" + (" (decisive)" if u == chosen else ""),
+                      " + ".join(f"{a + 1:,}–{b:,}" for a, b in unit["tokens"]),
+                      "n/a" if unit["weight"] is None else f"{unit['weight']:.3f}"] for u, unit in enumerate(units)]
+            blocks.append(("table", ["unit", "tokens", "pooling weight"], table))
+    return render_html(blocks, {}, title)

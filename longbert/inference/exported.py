@@ -1,0 +1,146 @@
+"""An exported model folder (written by `longbert export`, longbert/inference/export.py) and the runtime that reads documents
+of any length with it through onnxruntime, without the PyTorch model.
+
+    <dir>/export.json          what the folder holds: the model's settings (as in longbert_config.json), the hidden
+                               size, the graph files, how they were made
+    <dir>/encoder.onnx         one pass of windows -> one vector per window:
+                               input_ids (W, L) int64, attention_mask (W, L) int64 -> vectors (W, H) float32
+                               (the backbone and the strategy's token pooling, cls or mean; W and L dynamic)
+    <dir>/encoder.int8.onnx    with `--quantize int8`: the same graph with int8 weights (dynamic quantization)
+    <dir>/head.onnx            the window vectors of each document -> logits:
+                               vectors (B, N, H) float32, mask (B, N) bool, sizes (B, N) float32 -> logits (B, C)
+                               (the strategy's unit pooling and the classification head; B and N dynamic; sizes:
+                               how much each window counts in mean pooling, `Units.sizes`, 1 where the strategy
+                               gives none; a graph whose pooling does not use an input does not have it)
+    <dir>/tokenizer files
+    <dir>/parity.json          the graphs against PyTorch fp32 on real texts (see export.py)
+
+`ExportedClassifier.predict` tokenizes with the saved tokenizer (cut at the settings' max_document_tokens, as the
+PyTorch model does), cuts each document with its strategy's own `windows` hook, lays the windows out in the same
+bounded passes (`run_passes`), runs the encoder graph pass by pass and the head graph once per batch, and returns
+the rows `LongDocumentClassifier.predict` returns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from longbert.errors import LongbertError
+
+EXPORT_FILE = "export.json"
+ENCODER_FILES = {"fp32": "encoder.onnx", "int8": "encoder.int8.onnx"}
+HEAD_FILE = "head.onnx"
+PARITY_FILE = "parity.json"
+EXPORT_FORMAT = 1
+
+
+def is_export_folder(folder: str | Path) -> bool:
+    return (Path(folder) / EXPORT_FILE).is_file()
+
+
+class ExportedClassifier:
+    """Run an exported folder with onnxruntime. `precision`: 'fp32', 'int8', or None for the int8 encoder when the
+    folder has one. `threads`: onnxruntime's intra-op threads (None: its default, every core)."""
+
+    def __init__(self, folder: str | Path, precision: str | None = None, threads: int | None = None):
+        from longbert.utils.extras import require
+
+        require("export", "running an exported model")
+        import onnxruntime
+
+        from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
+        from longbert.modeling.classifier import ModelSettings
+        from longbert.strategies.base import SpecialTokens, build_strategy
+
+        self.folder = Path(folder)
+        info = read_export_info(self.folder)
+        self.info = info
+        self.settings = ModelSettings.from_dict(info["settings"], f"{self.folder / EXPORT_FILE} (settings)")
+        self.tokenizer = prepare_tokenizer(load_tokenizer(self.folder))
+        self.special = SpecialTokens.from_tokenizer(self.tokenizer)
+        # The strategy module is built only for its `windows` hook (its pooler's weights live in head.onnx); building
+        # it initialises those weights, which must not move the caller's random numbers.
+        with torch.random.fork_rng(devices=[]):
+            self.strategy = build_strategy(self.settings.strategy, info["hidden_size"], self.special,
+                                           self.settings.budget)
+        encoders = info["encoders"]
+        self.precision = precision or ("int8" if "int8" in encoders else "fp32")
+        if self.precision not in encoders:
+            raise LongbertError(f"{self.folder} has no {self.precision} encoder; it has {', '.join(sorted(encoders))}")
+        options = onnxruntime.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        providers = ["CPUExecutionProvider"]
+        self.encoder = onnxruntime.InferenceSession(str(self.folder / encoders[self.precision]), options, providers=providers)
+        self.head = onnxruntime.InferenceSession(str(self.folder / info["head"]), options, providers=providers)
+
+    @property
+    def label_names(self) -> list[str]:
+        return self.settings.label_names
+
+    @property
+    def multi_label(self) -> bool:
+        return self.settings.problem_type == "multi_label"
+
+    def tokenize(self, texts: list[str]) -> tuple[list[torch.Tensor], list[int]]:
+        """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""
+        from longbert.data.documents import tokenize_documents
+
+        ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings.max_document_tokens)
+        return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
+
+    def logits(self, documents: list[torch.Tensor]) -> torch.Tensor:
+        """B documents' content ids -> (B, C) logits, through both graphs."""
+        from longbert.strategies.windows import run_passes, units_of_cuts
+
+        cuts = [self.strategy.windows(ids) for ids in documents]  # (windows, sizes) of each document
+        flat = [w for windows, _ in cuts for w in windows]
+
+        def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:  # (W, L) -> (W, H)
+            feed = {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
+            return torch.from_numpy(self.encoder.run(["vectors"], feed)[0])
+
+        vectors = run_passes(flat, self.special, self.settings.budget, run)  # (W, H)
+        units = units_of_cuts(vectors, cuts)  # (B, N, H)
+        sizes = units.mask.float() if units.sizes is None else units.sizes  # (B, N); 1 = every unit counts the same
+        feed = {"vectors": units.vectors.numpy(), "mask": units.mask.numpy(), "sizes": sizes.numpy()}
+        wanted = {i.name for i in self.head.get_inputs()}
+        return torch.from_numpy(self.head.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0])  # (B, C)
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(logits) if self.multi_label else logits.softmax(-1)
+
+    def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
+        """Texts -> the rows `LongDocumentClassifier.predict` gives: label (or labels), probabilities, n_tokens."""
+        from longbert.modeling.classifier import check_texts, prediction_rows
+
+        check_texts(texts)
+        rows = []
+        for start in range(0, len(texts), batch_size):
+            documents, lengths = self.tokenize(texts[start : start + batch_size])
+            rows += prediction_rows(self.settings, self.probabilities(self.logits(documents)), lengths)
+        return rows
+
+
+def read_export_info(folder: Path) -> dict:
+    """export.json of an exported folder, checked for what the runtime needs (one LongbertError line otherwise)."""
+    path = folder / EXPORT_FILE
+    if not path.is_file():
+        raise LongbertError(f"{folder} is not a longbert export folder (no {EXPORT_FILE}); `longbert export` writes one")
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LongbertError(f"{path} is damaged: {error}") from None
+    if not isinstance(info, dict) or info.get("format") != EXPORT_FORMAT:
+        raise LongbertError(f"{path} was written by another longbert export format; this longbert reads format "
+                            f"{EXPORT_FORMAT}")
+    missing = [k for k in ("settings", "hidden_size", "encoders", "head") if k not in info]
+    if missing:
+        raise LongbertError(f"{path} is damaged: no {', '.join(missing)}")
+    for name in [*info["encoders"].values(), info["head"]]:
+        if not (folder / name).is_file():
+            raise LongbertError(f"{folder} is incomplete: no {name}")
+    return info

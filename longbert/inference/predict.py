@@ -1,0 +1,231 @@
+"""`longbert predict`: reading the documents, running a saved model over them, and writing its JSON lines.
+
+Inputs: '-' (stdin) and any file that is not a data file are one text per line, split on '\\n' only (a trailing '\\r'
+is dropped, blank lines are skipped), so a text holding U+2028 or a form feed stays one text. csv, jsonl, json(.gz),
+parquet files, save_to_disk folders, folders of <split> files and hub ids are read through datasets
+(longbert.data.sources.load_table), and the texts come from one of their columns.
+
+Every input problem is found before the model loads: a missing input, a line that is not UTF-8 or a row that is
+not JSON, a missing column (named with those there are), a text that is empty or not a string, an output folder
+that does not exist.
+
+Corpus scale: documents go through the model in blocks of `BATCHES_PER_BLOCK` batches per process; within a block
+they are batched by length, and every row is written (and flushed) as soon as all rows before it in the input are.
+Under `accelerate launch` or torchrun each block is split between the processes and gathered back; only the main
+process writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, TextIO
+
+from longbert.data.documents import count_cut
+from longbert.errors import LongbertError
+from longbert.utils.hardware import INFERENCE_PRECISIONS, process_state
+from longbert.data.sources import is_data_file, load_table, text_lines
+
+BATCHES_PER_BLOCK = 64  # documents sorted by length together: this many batches per process
+PREDICTION_FIELDS = ("label", "labels", "probabilities", "n_tokens")  # what the model writes into each row
+LINES_COLUMN = "text"  # the one column of a text-per-line input
+
+
+@dataclass
+class Prediction:
+    """What `predict_file` did: how many documents it predicted, and how many of them the token cap cut."""
+
+    documents: int
+    cut: int
+    cap: int
+    main_process: bool = True  # False on the other processes of a multi-process run: the main one reports
+
+    def cut_message(self) -> str | None:
+        """The line that says how many texts were cut; None when none was, or on a process other than the main one."""
+        if not self.cut or not self.main_process:
+            return None
+        return f"{self.cut} of {self.documents} documents were cut at max_document_tokens={self.cap}"
+
+
+def read_texts(source: str) -> list[str]:
+    """'-' -> stdin lines; a file -> one text per line. Blank lines are skipped; an empty result is an error, and so
+    is a line that is not UTF-8, named by its line number."""
+    if source == "-":
+        return _lines(text_lines(sys.stdin.buffer, "stdin"), "stdin")
+    path = Path(source)
+    with open(path, "rb") as stream:
+        return _lines(text_lines(stream, str(path)), str(path))
+
+
+def _lines(lines: Iterator[tuple[int, str]], where: str) -> list[str]:
+    texts = [line for _, line in lines if line.strip()]
+    if not texts:
+        raise LongbertError(f"{where} holds no texts")
+    return texts
+
+
+def read_documents(source: str, text_column: str = "text", id_column: str | None = None, keep: tuple[str, ...] = (),
+                   split: str | None = None):
+    """The documents of `source` as a datasets.Dataset holding at least `text_column`, `id_column` and the `keep`
+    columns (see the module's docstring for what `source` may be; `split` picks one split of a source that holds
+    several). Every text must be a non-empty string. Problems -> one LongbertError naming the input and the column
+    or row."""
+    from datasets import Dataset
+
+    path = Path(source).expanduser()
+    if source == "-" or (path.is_file() and not is_data_file(path)):
+        if split is not None:
+            raise LongbertError(f"--split {split}: {'stdin' if source == '-' else path} is one text per line, "
+                                "with no splits")
+        documents, where = Dataset.from_dict({LINES_COLUMN: read_texts(source)}), "stdin" if source == "-" else str(path)
+        hint = f" (one text per line, read as the column {LINES_COLUMN!r})"
+    elif path.exists() or path.suffix or source.startswith((".", "/", "~")):
+        if not path.exists():
+            raise LongbertError(f"input file not found: {path}")
+        documents, where = load_table(str(path), split), str(path)
+        hint = (" (a .csv file is a table whose first line names the columns; for one text per line, name it .txt)"
+                if path.name.lower().endswith((".csv", ".csv.gz")) else "")
+    else:
+        documents, where = load_table(source, split), repr(source)
+        hint = ""
+    wanted = [("--text-column", text_column)] + ([("--id-column", id_column)] if id_column else [])
+    wanted += [("--keep", column) for column in keep]
+    for option, column in wanted:
+        if column not in documents.column_names:
+            raise LongbertError(f"{option} {column}: {where} has no column {column!r}; its columns: "
+                                f"{', '.join(map(repr, documents.column_names))}"
+                                f"{hint if option == '--text-column' else ''}")
+    for column in keep:
+        if column in PREDICTION_FIELDS or column == "id":
+            raise LongbertError(f"--keep {column}: every output row has its own {column!r} field; "
+                                "keep another column")
+    if len(documents) == 0:
+        raise LongbertError(f"{where} holds no rows")
+    _check_texts(documents, text_column, where)
+    return documents
+
+
+def _check_texts(documents, column: str, where: str) -> None:
+    """Every value of `column` is a string that is not blank, else a LongbertError naming the first bad row."""
+    import pyarrow.compute as pc
+
+    if getattr(documents.features[column], "dtype", None) in ("string", "large_string"):
+        values = documents.with_format("arrow")[column]
+        blank = pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0))
+        first = pc.index(blank, True).as_py()
+        if first >= 0:
+            raise LongbertError(f"{where} row {first + 1}: the text (column {column!r}) is empty, whitespace-only "
+                                "or missing")
+        return
+    for number, value in enumerate(documents[column], 1):  # not a string column: find the first value that is no text
+        if not isinstance(value, str) or not value.strip():
+            what = "empty or whitespace-only" if isinstance(value, str) else f"not a string ({type(value).__name__} {value!r})"
+            raise LongbertError(f"{where} row {number}: the text (column {column!r}) is {what}")
+
+
+def check_output(output: Path | None) -> None:
+    """Refuse an output path that cannot be written, before any work is done."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise LongbertError(f"--output {output} is a folder; name a file in it")
+    if not output.parent.is_dir():
+        raise LongbertError(f"--output {output}: the folder {output.parent} does not exist")
+
+
+def predict_file(model_dir: str | Path, source: str, output: Path | None = None, batch_size: int = 16,
+                 text_column: str = "text", id_column: str | None = None, keep: tuple[str, ...] = (),
+                 precision: str = "auto", split: str | None = None, explain: str | Path | None = None) -> Prediction:
+    """Predict a label for each document of `source` (see `read_documents`) with the model in `model_dir` (a run
+    folder or a saved model folder), on the accelerator when there is one, and write one JSON line per document to
+    `output` (None: stdout), in input order, each as soon as it and every row before it are done. A row holds `id`
+    (the `id_column` value, else the row number from 0), the `keep` columns, then the prediction (label or labels,
+    probabilities, n_tokens). `precision`: fp32, bf16 or auto (bf16 where the device runs it fast).
+    Inputs and the output path are checked before the model loads; the output file is written under a temporary
+    name beside it and renamed when complete, so it appears whole or not at all.
+    Under `accelerate launch` / torchrun the documents are split between the processes and the main process writes
+    them all, in input order. `explain`: an .html file or a folder; rows also say how much each unit weighed and
+    which decided, and an HTML page shows it (longbert/inference/explain.py; one process only)."""
+    from longbert.modeling.classifier import LongDocumentClassifier
+
+    if batch_size < 1:
+        raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    check_output(output)
+    page = None
+    if explain is not None:
+        from longbert.inference.explain import page_path
+
+        page = page_path(explain)
+    process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
+    if source == "-" and process.num_processes > 1:
+        raise LongbertError("stdin reaches only one process; give the input as a file to predict with several")
+    if page is not None and process.num_processes > 1:
+        raise LongbertError("--explain runs in one process; predict without accelerate launch or torchrun")
+    documents = read_documents(source, text_column, id_column, tuple(keep), split)
+    model = LongDocumentClassifier.from_pretrained(model_dir).to(process.device)
+    rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
+    if page is not None:
+        from longbert.inference.explain import explained
+
+        rows = explained(model, documents[text_column], rows, page, f"longbert predict --explain: {model_dir}", precision)
+    cut = 0
+    with _output_stream(output) if process.is_main_process else nullcontext() as stream:
+        if process.is_main_process:
+            from longbert.utils.progress import progress
+
+            rows = progress(rows, "predicting", total=len(documents))
+        for row in rows:  # every process runs through its rows (each block is gathered by all of them)
+            cut += count_cut([row["n_tokens"]], model.settings.max_document_tokens)
+            if stream is not None:
+                stream.write(json.dumps(row, default=str) + "\n")
+                stream.flush()
+    return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process)
+
+
+def rows_in_input_order(model, documents, process, batch_size: int, precision: str, text_column: str = "text",
+                        id_column: str | None = None, keep: tuple[str, ...] = ()) -> Iterator[dict]:
+    """The output rows (see `predict_file`) of every document, in input order, on every process. Blocks of
+    `BATCHES_PER_BLOCK` batches per process are split between the processes (`process`: accelerate's PartialState);
+    each process predicts its contiguous share, longest documents first, and the shares are gathered. A row comes out
+    as soon as every row before it has."""
+    from accelerate.utils import gather_object
+
+    per_block = batch_size * BATCHES_PER_BLOCK * process.num_processes
+    texts_of = documents.select_columns([text_column])  # reading a block's rows reads only the columns needed
+    carried = documents.select_columns(([id_column] if id_column else []) + list(keep))
+    waiting: dict[int, dict] = {}  # finished rows whose predecessors are not all finished yet
+    next_row = 0
+    for start in range(0, len(documents), per_block):
+        block = list(range(start, min(start + per_block, len(documents))))
+        with process.split_between_processes(block) as share:
+            mine = list(share)
+        texts = texts_of[mine[0] : mine[-1] + 1][text_column] if mine else []
+        done = ((mine[i], row) for i, row in model.predictions_as_done(texts, batch_size, precision))
+        if process.num_processes > 1:
+            done = gather_object(list(done))  # every process's (index, row) pairs, to every process
+        columns = carried[block[0] : block[-1] + 1]
+        for index, prediction in done:
+            waiting[index] = prediction
+            while next_row in waiting:
+                at = next_row - block[0]
+                row = {"id": columns[id_column][at] if id_column else next_row}
+                row.update({column: columns[column][at] for column in keep})
+                row.update(waiting.pop(next_row))
+                yield row
+                next_row += 1
+
+
+@contextmanager
+def _output_stream(output: Path | None) -> Iterator[TextIO]:
+    if output is None:
+        yield sys.stdout
+        return
+    from longbert.utils.atomic import atomic_stream
+
+    with atomic_stream(output) as stream:
+        yield stream

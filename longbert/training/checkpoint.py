@@ -1,0 +1,189 @@
+"""Resumable checkpoints: everything a stopped run needs to continue exactly as if it had never stopped.
+
+A checkpoint folder (written whole through `atomic_folder`; safetensors and JSON, no pickle) holds:
+    model.safetensors       the trainable weights (the backbone's too in full fine-tuning, adapters in LoRA,
+                            the strategy's pooler and the head always)
+    best.safetensors        the kept weights (best validation metric so far), when they are not the current ones
+    strategy.safetensors    the strategy's own state outside its weights (its `checkpoint_state` hook), if any
+    optimizer.safetensors   the optimiser's tensors and the torch random states (CPU, and CUDA where present)
+    optimizer.json          the optimiser's layout, the scheduler, Python's random state
+    state.json              the loop state and the fingerprint of the recipe that wrote it; written last, so a
+                            folder with state.json is a finished checkpoint
+Nothing in training draws from numpy's random state, so it is not saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from longbert.errors import LongbertError
+
+FORMAT_VERSION = 1
+STATE_FILE = "state.json"
+
+
+@dataclass
+class LoopState:
+    """Everything besides tensors that a resumed run needs to continue exactly where it stopped."""
+
+    global_step: int = 0  # optimiser steps taken
+    epoch: int = 0  # current epoch (0-based)
+    batches_in_epoch: int = 0  # batches of the current epoch already consumed
+    best_metric: float | None = None
+    best_step: int | None = None
+    history: list = dataclasses.field(default_factory=list)  # one entry per validation
+    train_seconds: float = 0.0
+    train_log: list = dataclasses.field(default_factory=list)  # one entry per `train.log_every_steps` steps
+    loss_sum: float = 0.0  # training loss summed over the batches since the last train_log entry ...
+    loss_batches: int = 0  # ... and how many batches that was
+    tokens: int = 0  # document tokens trained on since the last train_log entry
+    logged_seconds: float = 0.0  # train_seconds at the last train_log entry, plus the validation time since
+    validations_without_improvement: int = 0  # for early stopping
+    stopped_early_at_step: int | None = None
+
+
+def recipe_fingerprint(recipe) -> str:
+    """A short hash of the resolved recipe: a checkpoint continues only the recipe that wrote it."""
+    from longbert.config import recipe_to_yaml
+
+    return hashlib.sha256(recipe_to_yaml(recipe).encode()).hexdigest()[:16]
+
+
+def is_finished(directory: Path) -> bool:
+    """Whether `directory` holds a complete checkpoint."""
+    return (Path(directory) / STATE_FILE).is_file()
+
+
+def trainable_weights(model) -> dict[str, torch.Tensor]:
+    """A CPU copy of the weights that training changes (those with requires_grad), by parameter name."""
+    return {n: p.detach().cpu().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_weights(model, weights: dict[str, torch.Tensor], source: str | Path) -> None:
+    """Copy `weights` (from `trainable_weights`) into `model`; every trainable weight must be there."""
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    if set(weights) != trainable:
+        raise LongbertError(f"{source} does not match this model's trainable weights "
+                            f"({len(set(weights) ^ trainable)} names differ)")
+    model.load_state_dict(weights, strict=False)
+
+
+def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopState, fingerprint: str,
+                    best: dict[str, torch.Tensor] | None) -> None:
+    """Write a checkpoint of `model` (the unwrapped LongDocumentClassifier) into `directory`, whole or not at all.
+    `best`: the kept weights (from `trainable_weights`), or None before the first validation."""
+    from safetensors.torch import save_file
+
+    from longbert.utils.atomic import atomic_folder
+
+    with atomic_folder(directory) as staging:
+        save_file(trainable_weights(model), staging / "model.safetensors")
+        if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
+            save_file(best, staging / "best.safetensors")
+        hook = getattr(model.strategy, "checkpoint_state", None)
+        if callable(hook):
+            save_file({k: v.detach().cpu().contiguous() for k, v in hook().items()}, staging / "strategy.safetensors")
+        tensors, layout = _flatten_optimizer(optimizer.state_dict())
+        tensors["rng.torch"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            for i, s in enumerate(torch.cuda.get_rng_state_all()):
+                tensors[f"rng.cuda.{i}"] = s
+        save_file(tensors, staging / "optimizer.safetensors")
+        extra = {"optimizer": layout, "scheduler": scheduler.state_dict(),
+                 "python_random": _jsonable(random.getstate())}
+        (staging / "optimizer.json").write_text(json.dumps(extra))
+        written = {"format": FORMAT_VERSION, "recipe_fingerprint": fingerprint, "loop": dataclasses.asdict(state)}
+        (staging / STATE_FILE).write_text(json.dumps(written, indent=2))
+
+
+def read_fingerprint(directory: Path) -> str | None:
+    """The fingerprint of the recipe that wrote the checkpoint in `directory`."""
+    return _read_state(Path(directory)).get("recipe_fingerprint")
+
+
+def load_checkpoint(directory: Path, model, optimizer, scheduler, fingerprint: str
+                    ) -> tuple[LoopState, dict[str, torch.Tensor] | None]:
+    """Restore a checkpoint written by `save_checkpoint` into `model`, `optimizer`, `scheduler`, the strategy and the
+    random states. Returns the loop state and the kept weights (None before the first validation)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    saved = _read_state(directory)
+    if saved.get("recipe_fingerprint") != fingerprint:
+        raise LongbertError(f"the checkpoint in {directory} was written by another recipe; "
+                            "resume with the recipe and overrides that started it")
+    state = LoopState(**saved["loop"])
+    load_trainable_weights(model, load_file(directory / "model.safetensors"), directory / "model.safetensors")
+    best = None
+    if (directory / "best.safetensors").is_file():
+        best = load_file(directory / "best.safetensors")
+    elif state.best_step is not None:
+        best = trainable_weights(model)  # the kept weights were the current ones
+    hook = getattr(model.strategy, "load_checkpoint_state", None)
+    if callable(hook):
+        hook(load_file(directory / "strategy.safetensors"))
+    tensors = load_file(directory / "optimizer.safetensors")
+    extra = json.loads((directory / "optimizer.json").read_text())
+    optimizer.load_state_dict(_unflatten_optimizer(tensors, extra["optimizer"]))
+    scheduler.load_state_dict(extra["scheduler"])
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    random.setstate(_tupled(extra["python_random"]))
+    return state, best
+
+
+def _read_state(directory: Path) -> dict:
+    try:
+        saved = json.loads((directory / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise LongbertError(f"{directory} holds no readable checkpoint ({error})") from None
+    if saved.get("format") != FORMAT_VERSION:
+        raise LongbertError(f"the checkpoint in {directory} was written by another longbert checkpoint format "
+                            f"({saved.get('format')}); start the run again")
+    return saved
+
+
+def _flatten_optimizer(state_dict: dict) -> tuple[dict, dict]:
+    """Optimiser state -> (tensors for safetensors, JSON layout with the non-tensor values)."""
+    tensors, layout = {}, {"param_groups": state_dict["param_groups"], "state": {}}
+    for index, slots in state_dict["state"].items():
+        entry = {}
+        for key, value in slots.items():
+            if torch.is_tensor(value):
+                name = f"optim.{index}.{key}"
+                tensors[name] = value.detach().contiguous().cpu()
+                entry[key] = {"tensor": name}
+            else:
+                entry[key] = {"value": value}
+        layout["state"][str(index)] = entry
+    return tensors, layout
+
+
+def _unflatten_optimizer(tensors: dict, layout: dict) -> dict:
+    state = {}
+    for index, entry in layout["state"].items():
+        state[int(index)] = {k: tensors[v["tensor"]] if "tensor" in v else v["value"] for k, v in entry.items()}
+    return {"state": state, "param_groups": layout["param_groups"]}
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return {"tuple": [_jsonable(v) for v in value]}
+    return value
+
+
+def _tupled(value):
+    if isinstance(value, dict) and "tuple" in value:
+        return tuple(_tupled(v) for v in value["tuple"])
+    if isinstance(value, list):
+        return [_tupled(v) for v in value]
+    return value

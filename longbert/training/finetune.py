@@ -1,0 +1,460 @@
+"""Training: one loop, read top to bottom, for every fine-tuning mode. accelerate does device placement, mixed
+precision and distribution, so the same code runs on a CPU, one GPU, or many through `accelerate launch`.
+Frozen mode runs the same loop; only a batch differs (each document's cached unit vectors instead of its token ids),
+and only the strategy's pooler and the head train.
+
+A run folder holds:
+    recipe.yaml                the resolved recipe (what ran)
+    checkpoint/                the last resumable state (see longbert.training.checkpoint); written whole or not at all
+    best/                      the kept model (best validation metric), loadable by LongDocumentClassifier and by
+                               transformers' Auto classes; written when training ends, its model card (README.md)
+                               refreshed with the test metrics
+    metrics.json, metrics.md   training log (loss, learning rate, tokens/s), validation history, test metrics, timing,
+                               data statistics
+    predictions-test.jsonl     per-document test predictions (for error analysis)
+    logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
+One process writes a run folder at a time (longbert.training.runs locks it); what a killed run left there (a half-written
+checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without --resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import math
+import signal
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import numpy as np
+import torch
+
+from longbert.training.checkpoint import (LoopState, load_checkpoint, load_trainable_weights, recipe_fingerprint,
+                                 save_checkpoint, trainable_weights)
+from longbert.config import Recipe, recipe_to_yaml
+from longbert.errors import LongbertError
+from longbert.evaluation.command import (HISTORY_METRICS, evaluate_split, improves, metrics_markdown, model_inputs,
+                                 predict_dataset, split_loader, tune_thresholds, write_json, write_predictions)
+from longbert.utils.hardware import adamw, describe_machine, process_state, resolve_precision, trim_heap
+from longbert.utils.progress import progress
+from longbert.training.runs import BEST, CHECKPOINT, RECIPE, locked, prepare
+
+TRACKER_LOGS = "logs"  # the trackers' folder inside the run folder (tensorboard writes its event files there)
+
+
+class TrainingInterrupted(LongbertError):
+    """Raised after a clean stop (Ctrl-C, SIGTERM, or a stop request) once the checkpoint is on disk."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    metrics: dict  # what metrics.json holds
+
+
+class StopRequest(Protocol):
+    """What `train(stop=...)` accepts: a threading.Event, or anything with the same two methods."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+def train(recipe: Recipe, resume: bool = False, command: str | None = None,
+          stop: StopRequest | None = None, data=None) -> TrainResult:
+    """Train `recipe` into its run folder (recipe.output_dir) and evaluate the kept model on the test split.
+    With `resume`, continue the run from its last checkpoint (the recipe must be the same).
+    `stop`: checked once after every optimiser step; once set, training writes a checkpoint and raises
+    TrainingInterrupted. Ctrl-C and SIGTERM set it (in the main thread); a second Ctrl-C interrupts at once.
+    `data`: documents in memory instead of data.path (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts
+    and labels; see longbert.data.sources.data_object_splits); the recipe's other data settings apply, and the recipe saved
+    in the run folder says what kind of object it was and its rows per split."""
+    from accelerate.utils import broadcast_object_list
+
+    from longbert.data.sources import recipe_for_data_object
+
+    if data is not None:
+        recipe = recipe_for_data_object(recipe, data)
+    run_dir = Path(recipe.output_dir)
+    stop = threading.Event() if stop is None else stop
+    check_tracker(recipe.train.report_to)
+    if resume and not run_dir.is_dir():
+        raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (the folder does not exist)")
+    process = process_state()  # which process this is (`accelerate launch` starts one per device)
+    # The main process holds the folder's lock and decides how the run starts; the others follow its decision.
+    with locked(run_dir) if process.is_main_process else nullcontext(), stop_on_signals(stop):
+        decision = [prepare(run_dir, recipe, resume) if process.is_main_process else None]
+        if process.num_processes > 1:
+            broadcast_object_list(decision)
+        return _train(recipe, run_dir, decision[0], command, stop, data)
+
+
+def check_tracker(report_to: str) -> None:
+    """Raise one LongbertError, before anything runs, when `train.report_to` names a tracker that is not installed."""
+    from accelerate.utils import is_mlflow_available, is_tensorboard_available, is_wandb_available
+
+    available = {"none": lambda: True, "tensorboard": is_tensorboard_available, "wandb": is_wandb_available,
+                 "mlflow": is_mlflow_available}[report_to]
+    if not available():
+        raise LongbertError(f"train.report_to={report_to}: the {report_to} package is not installed "
+                            f"(pip install {report_to}), or set train.report_to=none")
+
+
+def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
+    """`model.class_weights` as a (C,) tensor for the loss, or None. balanced: n_documents / (n_classes * count) per
+    class (scikit-learn's "balanced"); for multi-label, each label's negatives / positives (its pos_weight). A list
+    must hold one weight per class."""
+    if setting is None:
+        return None
+    n_classes = len(label_names)
+    if isinstance(setting, list):
+        if len(setting) != n_classes:
+            raise LongbertError(f"model.class_weights has {len(setting)} weights but the data has {n_classes} "
+                                f"classes ({', '.join(label_names)})")
+        return torch.tensor(setting, dtype=torch.float32)
+    labels = np.asarray(train_labels)
+    if multi_label:
+        positives = labels.sum(0)  # (C,)
+        return torch.tensor((len(labels) - positives) / np.maximum(positives, 1), dtype=torch.float32)
+    counts = np.bincount(labels, minlength=n_classes)
+    return torch.tensor(len(labels) / (n_classes * np.maximum(counts, 1)), dtype=torch.float32)
+
+
+def tracker_config(recipe: Recipe) -> dict:
+    """The recipe flattened to `section/key: value` scalars, as trackers take hyperparameters."""
+    flat = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}/")
+            else:
+                flat[prefix + key] = value if isinstance(value, (int, float, str, bool)) else str(value)
+
+    walk(recipe.to_dict(), "")
+    return flat
+
+
+@contextmanager
+def stop_on_signals(stop: StopRequest) -> Iterator[None]:
+    """While the block runs, the first Ctrl-C / SIGTERM sets `stop` (the loop stops after the current optimiser step
+    and writes a checkpoint); a second Ctrl-C interrupts at once."""
+
+    def request(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {}
+    try:
+        previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: no signal handling
+        pass
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
+           data=None) -> TrainResult:
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    from longbert.training import frozen
+    from longbert.utils.atomic import write_text_atomically
+    from longbert.modeling.backbone import load_backbone
+    from longbert.modeling.card import TrainingFacts, refresh_card
+    from longbert.data.documents import load_corpus
+    from longbert.modeling.classifier import LongDocumentClassifier
+
+    cfg = recipe.train
+    precision = resolve_precision(cfg.mixed_precision, "cuda" if torch.cuda.is_available() else "cpu")
+    # accelerate keeps its settings in a process-wide singleton; a second run in the same process (a notebook, or
+    # `compare`) may ask for another precision, so clear the per-run part (never the process group).
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    tracker = None if cfg.report_to == "none" else cfg.report_to
+    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.gradient_accumulation,
+                              log_with=tracker, project_dir=run_dir)
+    set_seed(recipe.seed)
+
+    # The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
+    # with that tokenizer; then the model around that backbone.
+    backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
+                                        recipe.backbone.hidden_dropout)
+    multi_label = recipe.model.problem_type == "multi_label"
+    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
+    accelerator.print(corpus.summary())
+    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
+    if cut:
+        accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
+                          + ", ".join(f"{n} in {role}" for role, n in cut.items()))
+    model = LongDocumentClassifier.from_recipe(recipe, corpus.label_names, loaded=(backbone, tokenizer))
+    for note in model.notes:
+        accelerator.print(note)
+    class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
+                                      corpus.label_names, multi_label)
+    if class_weights is not None:
+        accelerator.print("class weights: " + ", ".join(f"{n} {w:.3f}" for n, w in zip(corpus.label_names,
+                                                                                     class_weights.tolist())))
+    threshold = recipe.model.multi_label_threshold
+    if multi_label and not isinstance(threshold, str):
+        model.settings.thresholds = [float(threshold)] * len(corpus.label_names)
+
+    # Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote.
+    cached, cache_seconds = None, 0.0
+    if model.frozen:
+        frozen.refuse_untrainable(model)
+        model.to(accelerator.device)
+        started = time.perf_counter()
+        cached = {split: frozen.cache_units(model, corpus.splits[split], recipe.eval.batch_size,
+                                            f"caching {split} embeddings") for split in ("train", "validation")}
+        cache_seconds = time.perf_counter() - started
+        accelerator.print(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
+
+    if accelerator.is_main_process:
+        write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
+    accelerator.wait_for_everyone()
+
+    if tracker is not None:
+        accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
+    try:
+        state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, class_weights)
+    finally:
+        if tracker is not None:
+            accelerator.end_training()
+
+    # The kept model: its weights back into the model in memory, saved as best/, evaluated on the test split
+    # (token ids, in every mode: the test measures the whole model). No autocast wrapper from training is left on.
+    accelerator.wait_for_everyone()
+    core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    if best is not None:
+        load_trainable_weights(core, best, "the kept weights")
+    if multi_label and isinstance(threshold, str):
+        # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
+        raw = predict_dataset(core, corpus.splits["validation"], recipe.eval.batch_size,
+                              description="tuning thresholds", cached=cached["validation"] if cached else None)
+        core.settings.thresholds = tune_thresholds(raw["labels"], raw["probabilities"], threshold == "tune_per_label")
+        accelerator.print("multi-label thresholds tuned on validation: " + ", ".join(
+            f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
+    # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
+    validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
+    core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation)
+    if accelerator.is_main_process:
+        core.save_pretrained(run_dir / BEST)
+    metrics = {
+        "recipe": recipe.name,
+        "strategy": recipe.strategy.name,
+        # The strategy's settings as the model was built with them (token_pooling's auto resolved).
+        "strategy_settings": dataclasses.asdict(core.settings.strategy),
+        "command": command,
+        "machine": describe_machine(),
+        "mixed_precision": precision,
+        "data": corpus.stats,
+        "label_names": corpus.label_names,
+        "trainable_parameters": core.trainable_parameters(),
+        "train_seconds": cache_seconds + state.train_seconds,
+        "steps": state.global_step,
+        "best_step": state.best_step,
+        "best_validation": state.best_metric,
+        "best_metric": cfg.best_metric,
+        "stopped_early_at_step": state.stopped_early_at_step,
+        "train_log": state.train_log,
+        "validation_history": state.history,
+    }
+    if multi_label:
+        metrics["thresholds"] = core.thresholds
+    if "test" in corpus.splits:
+        test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
+                                           process=accelerator.state)  # divided between the processes
+        metrics["test"] = test_metrics
+        if accelerator.is_main_process:
+            write_predictions(run_dir / "predictions-test.jsonl", corpus.splits["test"], raw,
+                              corpus.label_names, multi_label, core.thresholds if multi_label else None)
+    if accelerator.is_main_process:
+        write_json(run_dir / "metrics.json", metrics)
+        page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
+                                run_dir / "confusion-matrix.png") if "test" in metrics else ""
+        write_text_atomically(run_dir / "metrics.md", page)
+        if "test" in metrics:
+            core.training_facts.test = metrics["test"]
+            refresh_card(run_dir / BEST, core)
+    return TrainResult(run_dir, metrics)
+
+
+def _param_groups(model, cfg):
+    """AdamW groups: backbone weights (decayed), backbone biases/LayerNorm (not decayed), strategy + head."""
+    backbone_decay, backbone_plain, head = [], [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if not name.startswith("backbone."):
+            head.append(p)
+        elif p.ndim < 2:
+            backbone_plain.append(p)
+        else:
+            backbone_decay.append(p)
+    groups = [
+        {"params": backbone_decay, "lr": cfg.learning_rate, "weight_decay": cfg.weight_decay},
+        {"params": backbone_plain, "lr": cfg.learning_rate, "weight_decay": 0.0},
+        {"params": head, "lr": cfg.head_learning_rate, "weight_decay": cfg.weight_decay},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
+         class_weights: torch.Tensor | None = None):
+    """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). `class_weights`:
+    (C,) loss weights or None. Returns the loop state, the prepared model and the kept weights (from
+    `trainable_weights`)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    cfg = recipe.train
+    epochs = cfg.frozen_head_epochs if cached is not None else cfg.epochs
+    cached = cached or {}
+    batches_per_epoch = math.ceil(len(corpus.splits["train"]) / (cfg.batch_size * accelerator.num_processes))
+    steps_per_epoch = math.ceil(batches_per_epoch / cfg.gradient_accumulation)
+    total_steps = epochs * steps_per_epoch
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+
+    optimizer = adamw(_param_groups(model, cfg))
+    # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
+    # processes), so the schedule is laid out in those units: the same learning rate at every optimiser step as one
+    # process with the same effective batch.
+    per_step = accelerator.num_processes
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps) * per_step,
+                                                total_steps * per_step)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    core = accelerator.unwrap_model(model)
+    fingerprint = recipe_fingerprint(recipe)
+
+    state, best = LoopState(), None  # best: a CPU copy of the kept weights, taken when validation improves
+    if resume:
+        state, best = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
+        accelerator.print(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
+
+    def evaluate_and_keep():
+        nonlocal best
+        evaluation_started = time.perf_counter()
+        metrics, _ = evaluate_split(model, corpus.splits["validation"], recipe.eval.batch_size, accelerator,
+                                    description="validation", cached=cached.get("validation"))
+        value = metrics[cfg.best_metric]
+        better = improves(value, state.best_metric, cfg.best_metric)
+        entry = {k: metrics[k] for k in HISTORY_METRICS if k in metrics}
+        state.history.append({"step": state.global_step, "epoch": state.epoch + 1, **entry})
+        accelerator.log({f"validation/{k}": v for k, v in entry.items()}, step=state.global_step)
+        if better:
+            state.best_metric, state.best_step = value, state.global_step
+            state.validations_without_improvement = 0
+            best = trainable_weights(core)
+        else:
+            state.validations_without_improvement += 1
+        accelerator.print(f"step {state.global_step}: validation {cfg.best_metric} {value:.4f}"
+                          f"{' (best so far, kept)' if better else ''}")
+        state.logged_seconds += time.perf_counter() - evaluation_started  # tokens/s counts training time only
+        # Early stopping: `patience` validations in a row without a better best_metric end the training.
+        if cfg.early_stopping_patience and state.validations_without_improvement >= cfg.early_stopping_patience:
+            state.stopped_early_at_step = state.global_step
+            accelerator.print(f"step {state.global_step}: stopping early, {state.validations_without_improvement} "
+                              f"validations without a better {cfg.best_metric} (best at step {state.best_step})")
+
+    def log_training():
+        """One train_log entry (printed, recorded, sent to the tracker): the mean training loss of the batches since
+        the last entry, the learning rates now, and the document tokens trained on per second since then."""
+        totals = accelerator.reduce(torch.tensor([state.loss_sum, state.loss_batches, state.tokens],
+                                                 dtype=torch.float64, device=accelerator.device), "sum").tolist()
+        state.train_seconds = time.perf_counter() - started
+        seconds = state.train_seconds - state.logged_seconds
+        rates = scheduler.get_last_lr()
+        entry = {"step": state.global_step, "epoch": state.epoch + 1, "loss": totals[0] / max(totals[1], 1),
+                 "learning_rate": rates[0], "head_learning_rate": rates[-1],
+                 "tokens_per_second": totals[2] / seconds if cached.get("train") is None and seconds > 0 else None}
+        state.train_log.append(entry)
+        state.loss_sum, state.loss_batches, state.tokens = 0.0, 0, 0
+        state.logged_seconds = state.train_seconds
+        speed = "" if entry["tokens_per_second"] is None else f", {entry['tokens_per_second']:.0f} tokens/s"
+        accelerator.print(f"step {state.global_step}: train loss {entry['loss']:.4f}, "
+                          f"learning rate {entry['learning_rate']:.2e}{speed}")
+        accelerator.log({f"train/{k}": v for k, v in entry.items() if k != "step" and v is not None},
+                        step=state.global_step)
+
+    def checkpoint():
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            save_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, state, fingerprint, best)
+
+    model.train()
+    started = time.perf_counter() - state.train_seconds
+    while state.epoch < epochs and state.stopped_early_at_step is None:
+        # The epoch's order depends only on the seed and the epoch, so a resumed run sees the same batches.
+        loader = accelerator.prepare(split_loader(corpus.splits["train"], cfg.batch_size, cached.get("train"),
+                                                  shuffle_seed=recipe.seed + state.epoch,
+                                                  group_by_length=cfg.group_by_length))
+        if state.batches_in_epoch:
+            loader = accelerator.skip_first_batches(loader, state.batches_in_epoch)
+        for batch in progress(loader, f"epoch {state.epoch + 1}/{epochs}"):
+            if state.global_step >= total_steps:  # max_steps reached (here too when resuming at that very step)
+                break
+            # Forward and backward; accelerate sums gradients over `gradient_accumulation` batches.
+            with accelerator.accumulate(model):
+                logits = model(**model_inputs(batch)).logits  # (B, C)
+                loss = core.loss(logits, batch["labels"], class_weights)
+                accelerator.backward(loss)
+                # Clip, step, schedule: these act only when the accumulated gradients are complete.
+                if accelerator.sync_gradients and cfg.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            if cfg.trim_heap and accelerator.sync_gradients and accelerator.device.type == "cpu":
+                trim_heap()
+            state.batches_in_epoch += 1
+            state.loss_sum += loss.item()
+            state.loss_batches += 1
+            state.tokens += sum(len(d) for d in batch.get("documents", ()))  # real tokens, not padding
+            if not accelerator.sync_gradients:
+                continue
+            state.global_step += 1
+            state.train_seconds = time.perf_counter() - started
+            # Log every L steps; evaluate every N steps when asked; checkpoint every M steps (and when stopping
+            # early); stop cleanly on request.
+            if state.global_step % cfg.log_every_steps == 0:
+                log_training()
+            if cfg.eval_every_steps and state.global_step % cfg.eval_every_steps == 0:
+                evaluate_and_keep()
+                model.train()
+            if state.stopped_early_at_step is not None:
+                break
+            if state.global_step % cfg.checkpoint_every_steps == 0:
+                checkpoint()
+            if stop.is_set():
+                checkpoint()
+                raise TrainingInterrupted(
+                    f"training stopped at step {state.global_step}; the checkpoint is in {run_dir / CHECKPOINT}; "
+                    "continue with --resume"
+                )
+        # End of epoch (or of max_steps, or early stopping): evaluate (unless evaluating every N steps already did at
+        # this step), log the batches since the last log line when training ends here, and checkpoint.
+        state.train_seconds = time.perf_counter() - started
+        if not cfg.eval_every_steps or state.global_step % cfg.eval_every_steps:
+            evaluate_and_keep()
+            model.train()
+        ending = (state.epoch + 1 == epochs or state.global_step >= total_steps
+                  or state.stopped_early_at_step is not None)
+        if ending and state.loss_batches:
+            log_training()
+        state.epoch += 1
+        state.batches_in_epoch = 0
+        checkpoint()
+        if state.global_step >= total_steps:
+            break
+    return state, model, best

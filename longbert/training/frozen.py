@@ -1,0 +1,76 @@
+"""Frozen backbone (feature extraction): run the backbone once over train and validation, cache each document's
+unit vectors (chunk/window embeddings), and train only the strategy's pooler and the head on the cache.
+This is the classic "BERT embeddings + a light classifier" recipe; the head trains in seconds.
+
+Training runs the same loop as fine-tuning (longbert.training.finetune); only a batch differs: cached unit vectors instead
+of token ids (see `evaluation.split_loader`)."""
+
+from __future__ import annotations
+
+import torch
+
+from longbert.errors import LongbertError
+from longbert.utils.hardware import autocast_for
+from longbert.utils.progress import progress
+from longbert.strategies.base import Units
+from longbert.strategies.windows import gather_units
+
+
+@torch.no_grad()
+def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]:
+    """Each document of a tokenized split, run once through the frozen backbone: a list of
+    {'unit_vectors': (N_i, H) float32 on the CPU, 'labels': the document's label}, and 'unit_sizes' (N_i,) where the
+    strategy weighs its units (`Units.sizes`)."""
+    from torch.utils.data import DataLoader
+
+    from longbert.data.documents import collate
+
+    was_training = model.training
+    model.eval()
+    cached = []
+    loader = DataLoader(dataset.select_columns(["input_ids", "labels"]), batch_size=batch_size, collate_fn=collate)
+    device = next(model.parameters()).device
+    with autocast_for(model):
+        for batch in progress(loader, description):
+            units = model.encode([d.to(device) for d in batch["documents"]])  # (B, N, H)
+            for b, label in enumerate(batch["labels"]):
+                row = {"unit_vectors": units.vectors[b][units.mask[b]].float().cpu(), "labels": label}
+                if units.sizes is not None:
+                    row["unit_sizes"] = units.sizes[b][units.mask[b]].float().cpu()
+                cached.append(row)
+    model.train(was_training)
+    return cached
+
+
+def collate_units(rows: list[dict]) -> dict:
+    """Cached documents -> {'unit_vectors': (B, N, H) padded, 'unit_mask': (B, N), 'labels': (B,) or (B, C)}, and
+    'unit_sizes' (B, N) when the rows have them."""
+    vectors = [r["unit_vectors"] for r in rows]
+    sizes = torch.cat([r["unit_sizes"] for r in rows]).tolist() if "unit_sizes" in rows[0] else None
+    units = gather_units(torch.cat(vectors), [v.shape[0] for v in vectors], sizes)  # (B, N, H)
+    out = {"unit_vectors": units.vectors, "unit_mask": units.mask, "labels": torch.stack([r["labels"] for r in rows])}
+    if units.sizes is not None:
+        out["unit_sizes"] = units.sizes
+    return out
+
+
+def refuse_untrainable(model) -> None:
+    """Frozen mode trains on cached unit vectors, so only the parameters that `pool` and the head use can learn. A
+    strategy parameter used while the backbone reads the document (an initial memory, an attention bias) would be
+    saved untrained: raise a LongbertError naming it, before anything is cached or trained."""
+    hidden = model.backbone.config.hidden_size
+    device = next(model.parameters()).device
+    sample = torch.randn(2, 3, hidden, generator=torch.Generator().manual_seed(0)).to(device)  # (B, N, H)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    was_training = model.training
+    model.eval()  # no dropout: the check draws nothing from the random state that training uses
+    logits = model(units=Units(sample, torch.ones(2, 3, dtype=torch.bool, device=device))).logits  # (B, C)
+    grads = torch.autograd.grad(logits.sum(), [p for _, p in trainable], allow_unused=True)
+    model.train(was_training)
+    unused = [n for (n, _), g in zip(trainable, grads) if g is None]
+    if unused:
+        raise LongbertError(
+            f"model.finetune=frozen cannot train {', '.join(unused)}: the strategy uses it while the backbone reads "
+            "the document, which frozen mode does once, before training; use model.finetune=lora or full, or turn "
+            "that part of the strategy off"
+        )

@@ -1,0 +1,114 @@
+"""Run folders: one process writes a run folder at a time, and what a killed run left there is put right before the
+next one starts.
+
+    with locked(run_dir):                      # a second process asking for the folder gets a LongbertError at once
+        resume = prepare(run_dir, recipe, resume)   # tidy the folder, then: continue the checkpoint, or start
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from longbert.errors import LongbertError
+
+RECIPE = "recipe.yaml"
+CHECKPOINT = "checkpoint"
+BEST = "best"
+# What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
+RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
+               "logs",  # logs/: what a tracker (train.report_to) writes
+               "backbone")  # the encoder a pretraining run (longbert.training.pretrain) writes
+
+
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the run folder while the block runs. The lock is an flock on the folder itself, so
+    it leaves no file behind and goes with the process however it ends. Another process (or another `train` in this
+    one) that asks for it meanwhile gets a LongbertError naming the folder. A folder made here and still empty at
+    the end (a run that failed before writing anything) is removed. Where the platform has no flock (Windows), the
+    folder is not locked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    busy = LongbertError(f"run folder {run_dir} is in use by another longbert process; wait for it to end, or set "
+                         "another output_dir (--set output_dir=...)")
+    try:
+        handle = os.open(run_dir, os.O_RDONLY)
+    except FileNotFoundError:  # removed by the process that held it, as it ended
+        raise busy from None
+    held = False
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # The folder this lock is on must still be the one at that path (not removed as it was opened).
+            held = os.path.samestat(os.fstat(handle), os.stat(run_dir))
+        except (BlockingIOError, FileNotFoundError):
+            pass
+        if not held:
+            raise busy
+        yield
+    finally:
+        if held and created and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        os.close(handle)  # releases the lock
+
+
+def prepare(run_dir: Path, recipe, resume: bool) -> bool:
+    """Call under `locked(run_dir)`. Finish or remove what killed writes left (see `atomic.recover`), then decide:
+    True -> continue from the folder's checkpoint (`resume`, same recipe); False -> train from the beginning (a new
+    folder, or one whose run stopped before its first checkpoint: it is cleared). Raises LongbertError when the
+    folder holds another run, a run to resume without --resume, or files that no run wrote."""
+    from longbert.utils.atomic import recover
+    from longbert.training.checkpoint import is_finished, read_fingerprint, recipe_fingerprint
+    from longbert.config import recipe_to_yaml
+
+    for line in recover(run_dir):
+        print(f"{run_dir}: {line}")
+    saved = run_dir / RECIPE
+    same_recipe = saved.is_file() and saved.read_text() == recipe_to_yaml(recipe)
+    has_checkpoint = is_finished(run_dir / CHECKPOINT)
+    if resume:
+        if saved.is_file() and not same_recipe:
+            raise LongbertError(f"--resume: the recipe differs from the one {run_dir} was started with ({saved}); "
+                                "resume with the same recipe and overrides")
+        if has_checkpoint:
+            if read_fingerprint(run_dir / CHECKPOINT) != recipe_fingerprint(recipe):
+                raise LongbertError(f"--resume: the checkpoint in {run_dir / CHECKPOINT} was written by another "
+                                    f"recipe than this one; resume with the recipe that started it")
+            return True
+        if not same_recipe:
+            raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (no run was started there)")
+        _clear(run_dir)
+        print(f"--resume: {run_dir} has no checkpoint to continue from (its run stopped before the first one); "
+              "training from the beginning")
+        return False
+    if has_checkpoint or (run_dir / "metrics.json").exists():
+        raise LongbertError(f"run folder {run_dir} already holds a run; pass --resume to continue it, or set another "
+                            "output_dir (--set output_dir=...)")
+    if _clear(run_dir):
+        print(f"{run_dir} holds a run that stopped before its first checkpoint; training it again")
+    return False
+
+
+def _clear(run_dir: Path) -> bool:
+    """Remove what a run wrote into `run_dir` (refusing when anything else is there). Returns whether it held any."""
+    entries = sorted(run_dir.iterdir())
+    foreign = [p.name for p in entries if not any(fnmatch.fnmatch(p.name, pattern) for pattern in RUN_ENTRIES)]
+    if foreign:
+        raise LongbertError(f"run folder {run_dir} holds files that no longbert run wrote ({', '.join(foreign[:3])}); "
+                            "set another output_dir (--set output_dir=...)")
+    for path in entries:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return bool(entries)

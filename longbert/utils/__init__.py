@@ -1,0 +1,1 @@
+"""Small helpers every part uses: atomic files and folders, progress bars, the machine, optional extras."""
