@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import missing_shared_data, tiny_bert_config
+
 os.environ.setdefault("LONGBERT_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -21,16 +23,6 @@ torch.set_num_threads(2)
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # The folders longbert's data loader searches (LONGBERT_DATA_DIR first), so that a worktree elsewhere finds the data.
 DATA_ROOTS = [Path(p) for p in os.environ.get("LONGBERT_DATA_DIR", "").split(os.pathsep) if p] + [SHARED_DATA]
-
-
-def tiny_bert_config(**overrides):
-    from transformers import BertConfig
-
-    settings = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=128, attention_probs_dropout_prob=0.0,
-                    hidden_dropout_prob=0.0)
-    settings.update(overrides)
-    return BertConfig(**settings)
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +59,7 @@ def imdb_slice(tmp_path_factory) -> Path:
     """A folder of train/test jsonl files: 60 + 30 real IMDb reviews (both labels; some over 128 tokens)."""
     source = next((root / "imdb" for root in DATA_ROOTS if (root / "imdb").is_dir()), None)
     if source is None:
-        pytest.skip("imdb is in neither LONGBERT_DATA_DIR nor ../shared/data")
+        missing_shared_data("imdb is in neither LONGBERT_DATA_DIR nor ../shared/data")
     folder = tmp_path_factory.mktemp("imdb-slice")
     for split, per_label in (("train", 30), ("test", 15)):
         rows = {0: [], 1: []}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -21,6 +23,25 @@ TINY_STRATEGY_SETTINGS = {
     "recurrence": ["strategy.segment=40", "strategy.memory=42"],
     "rmt": ["strategy.segment=40", "strategy.memory_tokens=4"],
 }
+
+
+def missing_shared_data(reason: str):
+    """Skip a test that needs ../shared/data when a developer's checkout has none; fail it under CI (CI=true), where
+    the data is always beside the clone and a skip would hide that most of the suite did not run."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def tiny_bert_config(**overrides):
+    """A tiny random-weight BERT config (hidden 32, 2 layers, 128 positions); `overrides` replace any field."""
+    from transformers import BertConfig
+
+    settings = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=128, attention_probs_dropout_prob=0.0,
+                    hidden_dropout_prob=0.0)
+    settings.update(overrides)
+    return BertConfig(**settings)
 
 
 def build_model(backbone_dir: str, strategy: str, extra=(), labels=("neg", "pos"), seed: int = 0):

@@ -1,4 +1,5 @@
-"""The README's layout section stays true: every module is listed there, and imports run the way it says."""
+"""The house keeps its shape: every module is in docs/architecture.md, modules stay small, imports run one way and
+never in a circle, and only strategies/ knows a strategy by name."""
 
 from __future__ import annotations
 
@@ -13,22 +14,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "longbert"
 MODULES = sorted(p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py"))
+SUBPACKAGES = sorted(p.parent.relative_to(PACKAGE) for p in PACKAGE.glob("*/__init__.py"))
+MAX_LINES = 400
 
 
-def layout_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme[readme.index("## Layout") :]
+def module_name(path: Path) -> str:
+    parts = ("longbert", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@pytest.mark.parametrize("module", MODULES, ids=str)
-def test_every_module_is_in_the_readme_layout(module):
-    assert re.search(rf"(?<![\w/]){re.escape(module.name)}(?!\w)", layout_section()), f"{module} is not in the README's layout"
-
-
-def longbert_imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(module, imported names) for every `from longbert... import ...` and `import longbert...` in a file."""
+def longbert_imports(path: Path, top_level_only: bool = False) -> list[tuple[str, list[str]]]:
+    """(module, imported names) for every `from longbert... import ...` and `import longbert...` in a file; with
+    `top_level_only`, only those that run when the module is imported (not inside functions or TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree)
+    if top_level_only:
+        nodes = [n for n in tree.body if not (isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test))]
+        nodes = [sub for n in nodes for sub in ast.walk(n) if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("longbert"):
             out.append((node.module, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
@@ -36,27 +40,123 @@ def longbert_imports(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def architecture_page() -> str:
+    return (ROOT / "docs" / "architecture.md").read_text()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=str)
+def test_every_module_is_on_the_architecture_page(module):
+    page = architecture_page()
+    name = module.name if module.name != "__init__.py" else f"{module.parent}/"
+    assert re.search(rf"(?<![\w]){re.escape(name)}(?!\w)", page), f"{module} is not in docs/architecture.md"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=str)
+def test_no_module_is_over_the_size_limit(module):
+    lines = len((PACKAGE / module).read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}: split it by concern)"
+
+
+@pytest.mark.parametrize("subpackage", SUBPACKAGES, ids=str)
+def test_every_subpackage_says_what_it_holds(subpackage):
+    docstring = ast.get_docstring(ast.parse((PACKAGE / subpackage / "__init__.py").read_text()))
+    assert docstring and len(docstring.splitlines()) >= 1
+
+
 def test_no_module_imports_another_modules_private_names():
     found = [f"{path.relative_to(ROOT)}: {module}.{name}" for path in PACKAGE.rglob("*.py")
-             for module, names in longbert_imports(path) for name in names if name.startswith("_") and not name.endswith("__")]
+             for module, names in longbert_imports(path) for name in names
+             if name.startswith("_") and not name.endswith("__")]
     assert not found
 
 
+def test_no_import_cycle():
+    """Module-level imports (the ones that run at import time) form no cycle."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        targets = set()
+        for module, names in longbert_imports(path, top_level_only=True):
+            for candidate in [f"{module}.{n}" for n in names] + [module]:
+                if candidate in paths and candidate != name:
+                    targets.add(candidate)
+                    break
+        graph[name] = targets
+    # Packages import their modules' names from __init__ on purpose; a cycle through a package's __init__ that only
+    # re-exports is still a cycle, so nothing is exempt.
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target, stack + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
 @pytest.mark.parametrize("importer, forbidden", [
-    ("strategies", ("longbert.training.finetune", "longbert.training.checkpoint", "longbert.training.runs", "longbert.evaluation.command",
-                    "longbert.comparison.run", "longbert.modeling.classifier", "longbert.config")),
-    ("training.py", ("longbert.comparison.run", "longbert.inference.attribution", "longbert.comparison.results", "longbert.comparison.render",
-                     "longbert.comparison.speed", "longbert.comparison.statistics")),
-    ("frozen.py", ("longbert.training.finetune",)),
+    ("strategies", ("longbert.training", "longbert.evaluation", "longbert.comparison", "longbert.modeling",
+                    "longbert.config", "longbert.inference")),
+    ("config", ("longbert.training", "longbert.evaluation", "longbert.comparison", "longbert.modeling",
+                "longbert.inference")),
+    ("training", ("longbert.comparison", "longbert.inference")),
+    ("training/frozen.py", ("longbert.training.finetune",)),
+    ("utils", ("longbert.config", "longbert.data", "longbert.modeling", "longbert.training", "longbert.strategies",
+               "longbert.evaluation", "longbert.inference", "longbert.comparison", "longbert.hf")),
 ])
 def test_imports_run_one_way(importer, forbidden):
-    paths = sorted((PACKAGE / importer).rglob("*.py")) if (PACKAGE / importer).is_dir() else [PACKAGE / importer]
-    found = [f"{p.relative_to(ROOT)} imports {m}" for p in paths for m, _ in longbert_imports(p) if m.startswith(forbidden)]
+    base = PACKAGE / importer
+    paths = sorted(base.rglob("*.py")) if base.is_dir() else [base]
+    found = [f"{p.relative_to(ROOT)} imports {m}" for p in paths for m, _ in longbert_imports(p)
+             if m.startswith(forbidden)]
+    assert not found
+
+
+def test_no_strategy_is_named_outside_strategies():
+    """Code outside strategies/ asks the registry (roles, hooks); it never compares with a strategy's name.
+    Docstrings and comments may name strategies; string constants in code may not."""
+    from longbert.strategies.base import strategy_names
+
+    names = set(strategy_names())
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if "strategies" in path.relative_to(PACKAGE).parts:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                named = names & set(re.findall(r"[a-z]+", node.value))
+                if named and node.value.strip() in names:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not found
 
 
 def test_loading_the_settings_loads_no_strategy_code():
-    code = "import sys, longbert.config; print(sorted(m for m in sys.modules if m.split('.')[0] in ('longbert', 'torch')))"
+    code = ("import sys, longbert.config; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('longbert', 'torch')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert "longbert.config" in loaded
     assert "longbert.strategies" not in loaded and "'torch'" not in loaded
+
+
+def test_no_internal_issue_numbers_in_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    found = []
+    for name in tracked.splitlines():
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".yaml", ".toml", ".txt", "") or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if re.search(r"\bissues? ?#?\d+\b", line, re.IGNORECASE):
+                found.append(f"{name}:{number}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)

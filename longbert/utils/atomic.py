@@ -2,23 +2,137 @@
 and putting right what a killed write left behind.
 
 Beside a target `name`, a write in progress leaves at most:
-    .name.staging-XXXXXXXX    the new folder being written (atomic_folder)
+    .name.staging-PID-XXXX    the new folder being written (atomic_folder)
     .name.old-PID             the folder it replaces, between the swap's two renames and its removal
-    .name.tmp                 a file being written (write_text_atomically, atomic_stream)
-`recover(parent)` restores or removes them; call it while no other process writes into `parent`.
+    .name.tmp-PID-XXXX        a file being written (write_text_atomically, atomic_stream)
+Each temporary name is unique to its writer (two processes writing the same target never share one) and carries
+the writer's process id, so that the next write of the same target removes what a killed writer left (`sweep`).
+`recover(parent)` restores or removes everything left in a folder; call it while no other process writes there.
+
+A target that is not a regular file (a FIFO, a device such as /dev/null, a terminal) is written straight through,
+since renaming over it would replace the node its reader is waiting on; a symbolic link is followed, so the file
+it points to is replaced and the link stays. Files are created with the mode the umask implies (safetensors and
+mkstemp make them private), so a model folder trained by one user can be read by another.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import signal
+import stat
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, TextIO
 
-_LEFTOVER = re.compile(r"^\.(?P<target>.+)\.(?:(?P<old>old-\d+)|staging-\w+|tmp)$")
+from longbert.errors import LongbertError
+
+_LEFTOVER = re.compile(
+    r"^\.(?P<target>.+)\.(?:(?P<old>old-\d+)|staging-(?P<spid>\d+-)?\w+|tmp(?:-(?P<tpid>\d+)-\w+)?)$")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def public_mode(path: Path) -> None:
+    """Give a file (or a folder) the mode a plain `open` (or `mkdir`) would have given it under the umask."""
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(target: Path) -> list[str]:
+    """Remove the staging folders and temporary files that killed writers of `target` left beside it (those whose
+    process is gone); a live writer's are kept. Returns one line per thing removed."""
+    done = []
+    if not target.parent.is_dir():
+        return done
+    for path in target.parent.iterdir():
+        match = _LEFTOVER.match(path.name)
+        if match is None or match["target"] != target.name or match["old"]:
+            continue
+        pid = match["spid"] or match["tpid"]
+        if pid is None or _alive(int(pid.rstrip("-"))):
+            continue
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(True)
+        done.append(f"removed {path.name} (left by a killed write)")
+    return done
+
+
+def writable_destination(path: str | Path, what: str = "output") -> Path:
+    """`path` where a file can be written, checked before any work is done: its symlink followed, its folder
+    created, and a probe file written there. Raises one LongbertError line naming the path otherwise."""
+    path = Path(path).expanduser()
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.exists() and path.is_dir():
+        raise LongbertError(f"{what} {path} is a folder, not a file")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        if not os.access(path, os.W_OK):
+            raise LongbertError(f"{what} {path} is not writable")
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise LongbertError(f"cannot write {what} {path}: {error.strerror or error}") from None
+    return path
+
+
+def writable_folder(path: str | Path, what: str = "output folder") -> Path:
+    """A folder that can be created (or already exists) and written into, checked before any work is done."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise LongbertError(f"{what} {path} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise LongbertError(f"cannot write into {what} {path}: {error.strerror or error}") from None
+    return path
+
+
+def disk_error(error: OSError, path: Path) -> LongbertError:
+    """One line for an OSError met while writing `path` (a full disk, a read-only or vanished place)."""
+    reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+    return LongbertError(f"could not write {path}: {reason}")
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises KeyboardInterrupt (in the main thread) instead of ending the process at
+    once, so that the cleanup of an interrupted write runs as it does for Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -28,10 +142,13 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
     `target` is left as it was."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; the finished folder should read like any other
+    sweep(target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-{os.getpid()}-", dir=target.parent))
     try:
         yield staging
+        for path in (staging, *staging.rglob("*")):  # mkdtemp and safetensors make files private
+            if not path.is_symlink():
+                public_mode(path)
         # The swap: two renames. A kill between them leaves only the old folder, which `recover` puts back.
         old = None
         if target.exists():
@@ -46,11 +163,10 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
 
 
 def write_bytes_atomically(path: str | Path, data: bytes) -> None:
-    """Write a file through a temporary sibling and a rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    """Write a file through a temporary sibling and a rename (straight through a FIFO or device; a symlink's
+    target is the file replaced)."""
+    with _atomic_handle(path, "wb") as stream:
+        stream.write(data)
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
@@ -60,14 +176,63 @@ def write_text_atomically(path: str | Path, text: str) -> None:
 
 @contextmanager
 def atomic_stream(path: str | Path) -> Iterator[TextIO]:
-    """A text file (UTF-8) written progressively: the block writes into a temporary sibling (.name.tmp), which is
-    renamed to `path` when the block finishes and removed when it fails, so `path` never holds a half-written file."""
+    """A text file (UTF-8) written progressively: the block writes into a temporary sibling (.name.tmp-PID-XXXX),
+    which is renamed to `path` when the block finishes and removed when it fails or the process is asked to stop
+    (Ctrl-C, SIGTERM), so `path` never holds a half-written file."""
+    with terminate_as_interrupt(), _atomic_handle(path, "w") as stream:
+        yield stream
+
+
+class _Guarded:
+    """A stream whose write errors (a full disk, a vanished place) become one LongbertError line naming the file;
+    errors of the block's own work pass through unchanged."""
+
+    def __init__(self, stream, path: Path):
+        self._stream, self._path = stream, path
+
+    def write(self, data):
+        try:
+            return self._stream.write(data)
+        except OSError as error:
+            raise disk_error(error, self._path) from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise disk_error(error, self._path) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _atomic_handle(path: str | Path, mode: str):
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    encoding = None if "b" in mode else "utf-8"
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode) and not path.is_dir():
+        try:
+            stream = open(path, mode, encoding=encoding)
+        except OSError as error:
+            raise disk_error(error, path) from None
+        with stream:
+            yield _Guarded(stream, path)
+            _Guarded(stream, path).flush()
+        return
+    sweep(path)
     try:
-        with open(tmp, "w", encoding="utf-8") as stream:
-            yield stream
-        tmp.replace(path)
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+    except OSError as error:
+        raise disk_error(error, path) from None
+    tmp = Path(name)
+    try:
+        with os.fdopen(handle, mode, encoding=encoding) as stream:
+            yield _Guarded(stream, path)
+            _Guarded(stream, path).flush()
+        public_mode(tmp)
+        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

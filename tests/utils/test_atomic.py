@@ -1,0 +1,127 @@
+"""Atomic writes: unique temporary names, FIFOs, devices and symlinks written as meant, unwritable places and full
+disks named in one line before or while writing, SIGTERM cleaned up like Ctrl-C, leftovers of killed writers swept,
+and files readable by others as the umask says."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from longbert.errors import LongbertError
+from longbert.utils.atomic import (atomic_folder, atomic_stream, recover, writable_destination, writable_folder,
+                                   write_text_atomically)
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    out = tmp_path / "out.jsonl"
+    with atomic_stream(out) as first, atomic_stream(out) as second:
+        for i in range(100):
+            first.write(f"first {i}\n")
+            second.write(f"second {i}\n")
+        assert len(list(tmp_path.glob(".out.jsonl.tmp-*"))) == 2
+    # The outer block finishes last: its file wins whole; nothing is interleaved or padded.
+    assert out.read_text() == "".join(f"first {i}\n" for i in range(100))
+    assert list(tmp_path.iterdir()) == [out]
+
+
+def test_a_fifo_is_written_through_and_stays_a_fifo(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    write_text_atomically(fifo, "hello\n")
+    reader.join(timeout=10)
+    assert received == ["hello\n"]
+    assert fifo.is_fifo()
+
+
+def test_a_symlink_is_followed_and_kept(tmp_path):
+    target = tmp_path / "real.jsonl"
+    target.write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    with atomic_stream(link) as stream:
+        stream.write("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_device_is_one_error_line_and_stays_a_device():
+    with pytest.raises(LongbertError, match="could not write /dev/full: the disk is full"):
+        with atomic_stream("/dev/full") as stream:
+            for _ in range(100):
+                stream.write("x" * 65536)
+    assert Path("/dev/full").is_char_device()
+
+
+def test_unwritable_places_are_refused_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(LongbertError, match="cannot write output /proc/"):
+        writable_destination("/proc/x.jsonl")
+    with pytest.raises(LongbertError, match="is a folder"):
+        writable_destination(tmp_path)
+    with pytest.raises(LongbertError, match="exists and is not a folder"):
+        writable_folder(tmp_path / "file")
+    with pytest.raises(LongbertError, match="cannot write"):
+        writable_folder(tmp_path / "file" / "below")
+    assert writable_destination(tmp_path / "new" / "out.jsonl") == tmp_path / "new" / "out.jsonl"
+    assert list((tmp_path / "new").iterdir()) == []  # the probe is gone
+
+
+def test_sigterm_while_streaming_leaves_neither_output_nor_temporary_file(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal
+        from longbert.utils.atomic import atomic_stream
+        with atomic_stream({str(tmp_path / 'out.jsonl')!r}) as stream:
+            stream.write("a row\\n")
+            os.kill(os.getpid(), signal.SIGTERM)
+            stream.write("never\\n")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_leftovers_of_killed_writers_are_swept_and_a_live_writers_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (tmp_path / f".out.jsonl.tmp-{dead}-abc").write_text("partial")
+    (tmp_path / f".out.jsonl.tmp-{os.getpid()}-live").write_text("mine, still writing")
+    (tmp_path / f".export.staging-{dead}-xyz").mkdir()
+    write_text_atomically(tmp_path / "out.jsonl", "done\n")
+    with atomic_folder(tmp_path / "export") as staging:
+        (staging / "a.txt").write_text("a")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f".out.jsonl.tmp-{os.getpid()}-live", "export", "out.jsonl"]
+    assert recover(tmp_path) == [f"removed .out.jsonl.tmp-{os.getpid()}-live (left by an interrupted write)"]
+
+
+def test_files_get_the_mode_the_umask_implies(tmp_path):
+    from safetensors.torch import save_file
+    import torch
+
+    previous = os.umask(0o022)
+    try:
+        with atomic_folder(tmp_path / "model") as staging:
+            save_file({"w": torch.zeros(2)}, staging / "head.safetensors")
+        write_text_atomically(tmp_path / "metrics.json", "{}")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "model" / "head.safetensors").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "model").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "metrics.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_signal_handler_is_restored_after_a_stream(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    with atomic_stream(tmp_path / "x") as stream:
+        stream.write("x")
+    assert signal.getsignal(signal.SIGTERM) is before
