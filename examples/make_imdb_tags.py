@@ -17,8 +17,8 @@ import json
 import random
 from pathlib import Path
 
-from longbert.modeling.backbone import load_tokenizer
 from longbert.data.sources import resolve_data_path
+from longbert.modeling.backbone import load_tokenizer
 
 TAGS = ("positive", "extreme", "long")
 

@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from longbert.errors import LongbertError
 from longbert.comparison.results import is_right, paired_comparisons, read_predictions
+from longbert.errors import LongbertError
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl")
@@ -24,7 +24,7 @@ if len(args.runs) < 2:
 try:
     rows = {str(run): read_predictions(run) for run in args.runs}
 except LongbertError as error:
-    raise SystemExit(f"error: {error}")
+    raise SystemExit(f"error: {error}") from None
 expected = [(r["index"], r["label"]) for r in next(iter(rows.values()))]
 for run, predictions in rows.items():
     if [(r["index"], r["label"]) for r in predictions] != expected:

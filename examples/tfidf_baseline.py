@@ -1,6 +1,6 @@
 """The classical baseline for a recipe, on its own: TF-IDF (words and bigrams) + logistic regression
-(longbert.comparison.baseline, the row every `longbert compare` report shows), trained on the recipe's own training documents
-(same data settings, seed and subsample), C chosen on its validation split, scored once on its test split.
+(longbert.comparison.baseline, the row every `longbert compare` report shows), trained on the recipe's own training
+documents (same data settings, seed and subsample), C chosen on its validation split, scored once on its test split.
 
     python examples/tfidf_baseline.py recipes/imdb_rating.yaml
     python examples/tfidf_baseline.py recipes/imdb_full_cpu.yaml --predictions runs/imdb_full_cpu_tfidf
@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 
 import longbert
-from longbert.utils.atomic import write_text_atomically
-from longbert.modeling.backbone import load_tokenizer
 from longbert.comparison.baseline import prediction_rows, tfidf_baseline
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
 from longbert.evaluation.command import write_json
+from longbert.modeling.backbone import load_tokenizer
+from longbert.utils.atomic import write_text_atomically
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("recipe")
@@ -32,14 +32,15 @@ try:
     corpus = load_corpus(recipe.data, load_tokenizer(recipe.backbone.name), recipe.seed,
                          recipe.model.problem_type == "multi_label")
 except LongbertError as error:
-    raise SystemExit(f"error: {error}")
+    raise SystemExit(f"error: {error}") from None
 result = tfidf_baseline(corpus)
 test = result["metrics"]
 headline = "exact_match" if corpus.multi_label else "accuracy"
 print(f"{len(corpus.splits['train'])} train / {len(corpus.splits['test'])} test, C={result['settings']['C']} "
       f"(validation {headline}: {result['validation']}): test {headline} {test[headline]:.4f}, "
       f"macro-F1 {test['macro_f1']:.4f}, {result['train_seconds']:.1f}s; by length: "
-      + ", ".join(f"{b} {r[headline]:.4f} (n={r['documents']})" for b, r in test["by_length"].items() if r["documents"]))
+      + ", ".join(f"{b} {r[headline]:.4f} (n={r['documents']})" for b, r in test["by_length"].items()
+                  if r["documents"]))
 if args.predictions is not None:
     args.predictions.mkdir(parents=True, exist_ok=True)
     rows = prediction_rows(result, list(corpus.splits["test"]["n_tokens"]))

@@ -64,8 +64,8 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"name: tiny\ndata:\n  path: {tmp_path}\n  validation_fraction: 0.2\n")
     out = tmp_path / "tfidf"
-    result = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(recipe), "--predictions", str(out)],
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(recipe), "--predictions",
+                             str(out)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     predictions = [json.loads(line) for line in (out / "predictions-test.jsonl").read_text().splitlines()]
     assert [p["label"] for p in predictions] == [r["label"] for r in rows[30:]]

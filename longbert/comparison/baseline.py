@@ -25,13 +25,13 @@ SETTINGS = {"features": "TF-IDF words+bigrams (min_df=2, sublinear tf)", "classi
 
 def tfidf_baseline(corpus) -> dict:
     """Train on corpus.splits['train'], pick C on 'validation', predict 'test' (a `data.Corpus`). Returns
-    {'settings', 'validation' ({C: headline metric}), 'metrics' (test, as `evaluation.compute_metrics` gives them),
-    'probabilities' (D, C) and 'labels' of the test split, 'train_seconds'}."""
+    {'settings', 'validation' ({C: headline metric}), 'metrics' (test, as `evaluation.metrics.compute_metrics` gives
+    them), 'probabilities' (D, C) and 'labels' of the test split, 'train_seconds'}."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.multiclass import OneVsRestClassifier
 
-    from longbert.evaluation.command import compute_metrics
+    from longbert.evaluation.metrics import compute_metrics
 
     started = time.perf_counter()
     train, validation, test = (corpus.splits[s] for s in ("train", "validation", "test"))

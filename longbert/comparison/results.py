@@ -10,8 +10,8 @@ import json
 import math
 from pathlib import Path
 
-from longbert.errors import LongbertError
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
+from longbert.errors import LongbertError
 
 LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
 PREDICTIONS_FILE = "predictions-test.jsonl"

@@ -1,5 +1,6 @@
 """`longbert compare`: end to end with two strategies on a tiny model (files and their fields, reuse, resume,
-early errors, the CLI). The error-analysis helpers are tested on their own in test_analysis.py."""
+early errors, the CLI). How overrides reach each strategy is tested in test_plan.py, the verdict in test_verdict.py,
+the error-analysis helpers in tests/inference/test_analysis.py."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison.run import compare, resolve_recipes, split_overrides
-from longbert.config import parse_override
+from longbert.comparison.run import compare
 from longbert.errors import LongbertError
 
 STRATEGIES = ["truncate", "chunk"]
@@ -215,37 +215,3 @@ def test_cli_compare_prints_the_summary_and_reports_errors_in_one_line(compared,
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [result.output.strip()]
     assert "valid strategies" in result.output and not (tmp_path / "r").exists()
-
-
-def test_overrides_reach_every_strategy_those_with_the_field_or_the_one_named(tmp_path):
-    base = {"strategy": {"name": "chunk", "window": 100}, "train": {"epochs": 1}}
-    overrides = ["train.epochs=3", "strategy.token_pooling=mean", "strategy.pooling=max", " truncate.max_tokens = 62",
-                 "truncate.head_tokens=16",
-                 "sliding.stride=7", "data.label_names=[a, b]"]
-    recipes = resolve_recipes(["truncate", "chunk"], base, "base", overrides, "x", tmp_path)
-    truncate, chunk = recipes["truncate"], recipes["chunk"]
-    for recipe in (truncate, chunk):  # every strategy, values typed as YAML reads them
-        assert recipe.train.epochs == 3 and recipe.data.label_names == ["a", "b"]
-        assert recipe.strategy.token_pooling == "mean"  # both have the field
-    assert chunk.strategy.pooling == "max" and chunk.strategy.window == 100  # the base's settings for its strategy
-    assert truncate.strategy.max_tokens == 62 and chunk.name == "x-chunk"
-    assert chunk.output_dir == str(tmp_path / "x" / "chunk")
-    # One parser for `train --set` and `compare --set`: its message, before anything is resolved.
-    with pytest.raises(LongbertError, match="must look like key.path=value"):
-        split_overrides(["train.epochs"], ["chunk"])
-    with pytest.raises(LongbertError, match="compare sets strategy.name itself"):
-        split_overrides(["strategy.name=chunk"], ["chunk"])
-    with pytest.raises(LongbertError, match="truncate.<field>=value"):
-        split_overrides(["truncate=3"], ["chunk"])
-
-
-def test_a_malformed_override_value_is_one_clear_error_before_any_training(tmp_path):
-    try:
-        parse_override("train.epochs=[1,")
-    except LongbertError:
-        pass
-    except Exception:  # noqa: BLE001 - config.parse_override that lets a YAML error through (before issue 8)
-        pytest.skip("config.parse_override does not raise LongbertError for malformed YAML values yet")
-    with pytest.raises(LongbertError, match="train.epochs"):
-        compare(["truncate", "chunk"], overrides=["train.epochs=[1,"], runs_dir=tmp_path / "runs")
-    assert not (tmp_path / "runs").exists()

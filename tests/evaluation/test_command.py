@@ -1,10 +1,14 @@
-"""Metrics pages with many classes: the top confusions as a table, the whole matrix as a PNG heatmap."""
+"""What evaluation writes: metrics pages (with many classes, the top confusions as a table and the whole matrix
+as a PNG heatmap) and one prediction row per document."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
-from longbert.evaluation.command import MANY_CLASSES, metrics_markdown, top_confusions
+from longbert.evaluation.command import metrics_markdown, write_predictions
+from longbert.evaluation.metrics import MANY_CLASSES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -28,15 +32,6 @@ def synthetic_metrics(n_classes: int) -> tuple[dict, list[str]]:
         "by_length": {"<=512": {"documents": 10 * n_classes, "accuracy": 0.8}},
     }
     return metrics, names
-
-
-def test_top_confusions_are_the_largest_off_diagonal_cells_with_their_share_of_the_true_class():
-    matrix = [[5, 3, 0], [1, 8, 1], [0, 4, 6]]
-    assert top_confusions(matrix, ["a", "b", "c"], k=2) == [
-        {"true": "c", "predicted": "b", "count": 4, "share": 0.4},
-        {"true": "a", "predicted": "b", "count": 3, "share": 0.375},
-    ]
-    assert top_confusions([[4, 0], [0, 4]], ["a", "b"]) == []
 
 
 def test_twenty_classes_get_top_confusions_and_a_plot_instead_of_a_twenty_column_table(tmp_path):
@@ -74,3 +69,23 @@ def test_multi_label_pages_have_no_matrix_and_no_plot(tmp_path):
     page = metrics_markdown(metrics, names, "tags: test", tmp_path / "confusion-matrix.png")
     assert "Confusion matrix" not in page and "Top confusions" not in page
     assert not any(tmp_path.iterdir())
+
+
+def test_prediction_rows_carry_ids_and_label_names(tmp_path):
+    from datasets import Dataset
+
+    raw = {"probabilities": np.array([[0.2, 0.8], [0.9, 0.1]]), "labels": np.array([1, 1]), "unit_weights": []}
+    with_ids = Dataset.from_dict({"id": ["doc-7", "doc-9"], "n_tokens": [10, 20]})
+    write_predictions(tmp_path / "p.jsonl", with_ids, raw, ["neg", "pos"], multi_label=False)
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["doc-7", "doc-9"]
+    assert [(r["label_name"], r["predicted_label"]) for r in rows] == [("pos", "pos"), ("pos", "neg")]
+
+    multi = {"probabilities": np.array([[0.6, 0.4], [0.2, 0.3]]), "labels": np.array([[1, 1], [0, 0]]),
+             "unit_weights": []}
+    write_predictions(tmp_path / "m.jsonl", Dataset.from_dict({"n_tokens": [10, 20]}), multi, ["a", "b"], True,
+                      [0.5, 0.35])
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [0, 1], "no id column: the row index"
+    assert rows[0]["predicted_label"] == ["a", "b"] and rows[0]["label_name"] == ["a", "b"]
+    assert rows[1]["predicted_label"] == [] and rows[1]["predicted"] == [0, 0]

@@ -1,18 +1,16 @@
 """Metrics without training: multi-label thresholds tuned on synthetic probabilities, the multi-label metrics and
-their names, class weights in the loss checked by hand, and what a prediction row holds."""
+their names, the largest confusions, and class weights in the loss checked by hand."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 import torch
 
-from longbert.evaluation.command import compute_metrics, metrics_markdown, tune_thresholds, write_predictions
-from longbert.training.finetune import class_weights_for
-
 from helpers import build_model
+from longbert.evaluation.command import metrics_markdown
+from longbert.evaluation.metrics import compute_metrics, top_confusions, tune_thresholds
+from longbert.training.finetune import class_weights_for
 
 
 def f1(truth, predicted):
@@ -71,6 +69,15 @@ def test_single_label_metrics_keep_accuracy():
     assert metrics["accuracy"] == 0.5 and "exact_match" not in metrics and "micro_f1" not in metrics
 
 
+def test_top_confusions_are_the_largest_off_diagonal_cells_with_their_share_of_the_true_class():
+    matrix = [[5, 3, 0], [1, 8, 1], [0, 4, 6]]
+    assert top_confusions(matrix, ["a", "b", "c"], k=2) == [
+        {"true": "c", "predicted": "b", "count": 4, "share": 0.4},
+        {"true": "a", "predicted": "b", "count": 3, "share": 0.375},
+    ]
+    assert top_confusions([[4, 0], [0, 4]], ["a", "b"]) == []
+
+
 def test_class_weights_enter_the_loss_as_computed_by_hand(tiny_backbone_dir):
     logits = torch.tensor([[2.0, -1.0], [0.5, 0.3], [-1.0, 1.5]])
     labels = torch.tensor([0, 1, 1])
@@ -102,7 +109,8 @@ def test_balanced_class_weights():
     assert class_weights_for(None, labels, ["a", "b", "c"], False) is None
     from longbert.errors import LongbertError
 
-    with pytest.raises(LongbertError, match=r"model.class_weights has 2 weights but the data has 3 classes \(a, b, c\)"):
+    with pytest.raises(LongbertError,
+                       match=r"model.class_weights has 2 weights but the data has 3 classes \(a, b, c\)"):
         class_weights_for([1, 2], labels, ["a", "b", "c"], False)
 
 
@@ -112,7 +120,8 @@ def test_recipe_fields_are_validated_with_their_paths():
 
     with pytest.raises(LongbertError) as error:
         load_recipe(None, ["model.class_weights=heavy", "model.multi_label_threshold=1.5", "train.report_to=comet",
-                           "train.log_every_steps=0", "train.early_stopping_patience=0", "train.best_metric=exact_match"])
+                           "train.log_every_steps=0", "train.early_stopping_patience=0",
+                           "train.best_metric=exact_match"])
     message = str(error.value)
     for part in ("model.class_weights must be", "model.multi_label_threshold must be", "train.report_to must be one of",
                  "train.log_every_steps must be >= 1", "train.early_stopping_patience must be >= 1",
@@ -121,21 +130,3 @@ def test_recipe_fields_are_validated_with_their_paths():
     recipe = load_recipe(None, ["model.problem_type=multi_label", "model.class_weights=[1, 2]",
                                 "model.multi_label_threshold=tune_per_label", "train.best_metric=micro_f1"])
     assert recipe.model.class_weights == [1, 2]
-
-
-def test_prediction_rows_carry_ids_and_label_names(tmp_path):
-    from datasets import Dataset
-
-    raw = {"probabilities": np.array([[0.2, 0.8], [0.9, 0.1]]), "labels": np.array([1, 1]), "unit_weights": []}
-    with_ids = Dataset.from_dict({"id": ["doc-7", "doc-9"], "n_tokens": [10, 20]})
-    write_predictions(tmp_path / "p.jsonl", with_ids, raw, ["neg", "pos"], multi_label=False)
-    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in rows] == ["doc-7", "doc-9"]
-    assert [(r["label_name"], r["predicted_label"]) for r in rows] == [("pos", "pos"), ("pos", "neg")]
-
-    multi = {"probabilities": np.array([[0.6, 0.4], [0.2, 0.3]]), "labels": np.array([[1, 1], [0, 0]]), "unit_weights": []}
-    write_predictions(tmp_path / "m.jsonl", Dataset.from_dict({"n_tokens": [10, 20]}), multi, ["a", "b"], True, [0.5, 0.35])
-    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in rows] == [0, 1], "no id column: the row index"
-    assert rows[0]["predicted_label"] == ["a", "b"] and rows[0]["label_name"] == ["a", "b"]
-    assert rows[1]["predicted_label"] == [] and rows[1]["predicted"] == [0, 0]

@@ -1,0 +1,49 @@
+"""How a comparison's numbers read, the same in the verdict, the report's pages and the terminal summary: shares as
+percentages with their 95% interval, durations, memory, the length buckets' titles, and a decisive part of a
+document in words."""
+
+from __future__ import annotations
+
+BUCKETS = ("<=512", "513-1024", ">1024")
+BUCKET_TITLES = {"<=512": "≤512", "513-1024": "513–1024", ">1024": ">1024"}
+
+
+def percent(value) -> str:
+    """0.912 -> '91.2%'; None -> 'n/a'."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def number(value, digits: int = 1) -> str:
+    """1234.5 -> '1,234.5'; None -> 'n/a'."""
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def duration(seconds) -> str:
+    """Seconds as '42.0 s', or from two minutes on as '3.5 min'; None -> 'n/a'."""
+    if seconds is None:
+        return "n/a"
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def interval(bounds) -> str:
+    """A 95% interval [low, high] as ' (88.1–93.0)' to follow a percentage; nothing when there is none."""
+    return "" if not bounds else f" ({100 * bounds[0]:.1f}–{100 * bounds[1]:.1f})"
+
+
+def memory(speed: dict) -> str:
+    """'1,572 MB (+96)': the peak, and in brackets what the measured pass added (absent in older results)."""
+    added = speed.get("added_memory_mb")
+    return f"{number(speed['peak_memory_mb'], 0)} MB" + ("" if added is None else f" (+{number(added, 0)})")
+
+
+def decisive_text(decisive: dict | None) -> str:
+    """The part of a document that decided a prediction (an error-analysis entry's `decisive`), in words."""
+    if not decisive or decisive.get("method") is None:
+        return (decisive or {}).get("note", "n/a")
+    ranges = " + ".join(f"tokens {a + 1:,}–{b:,}" for a, b in decisive["spans"])  # 1-based, inclusive
+    if decisive["method"] == "kept":
+        return f"saw only {ranges}"
+    what = f"unit {decisive['unit'] + 1} of {decisive['units']} ({ranges})"
+    if decisive["method"] == "weight":
+        return f"{what}, pooling weight {decisive['value']:.2f}"
+    return f"{what}; leaving it out lowers p(predicted) by {decisive['value']:.3f}"

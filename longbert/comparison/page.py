@@ -1,0 +1,213 @@
+"""The comparison report's content, built once as a list of blocks from the results dict and rendered twice
+(Markdown and HTML, see `render`), so both pages always say the same.
+
+Blocks: ("h", level, text) ("p", segments) ("ul", [segments]) ("table", headers, rows) ("img", plot key, alt)
+("quote", segments) ("code", text). Segments: a string, or a list of (text, style) with style None, "mark",
+"strong" or "code"."""
+
+from __future__ import annotations
+
+from longbert.comparison.formatting import (
+    BUCKET_TITLES,
+    BUCKETS,
+    decisive_text,
+    duration,
+    interval,
+    memory,
+    number,
+    percent,
+)
+from longbert.comparison.verdict import verdict
+from longbert.evaluation.metrics import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
+
+
+def build_blocks(results: dict) -> list[tuple]:
+    """The whole report page: verdict, results table, plots, speed, confusion matrices, paired tests, error
+    analysis, settings, machine and command."""
+    names = results["strategy_order"]
+    s = results["strategies"]
+    data = results["data"]
+    budget = results["budget"]
+    splits = data.get("splits") or {}
+    blocks: list[tuple] = [("h", 1, f"Which long-document strategy? {results['name']}")]
+    sizes = ", ".join(f"{v['documents']:,} {k}" for k, v in splits.items()) if splits else "see results.json"
+    steps = sorted(set(budget["steps"].values()))
+    blocks.append(("p", (
+        f"{len(names)} strategies ({', '.join(names)}) trained and evaluated on the same documents ({sizes} from "
+        f"{data['path']}), the same backbone ({budget['backbone']}, {budget['finetune']} fine-tuning), seed "
+        f"{budget['seed']} and budget ({budget['epochs']} epoch(s), batch {budget['batch_size']}, "
+        f"{'/'.join(str(x) for x in steps)} optimisation steps each). Created {results['created']}."
+    )))
+    blocks += [("h", 2, "Verdict"), ("ul", verdict(results))]
+    for note in results.get("notes", []):
+        blocks.append(("p", [("Note: ", "strong"), (note, None)]))
+
+    # The main table.
+    counts = {b: s[names[0]]["by_length"].get(b, {}).get("documents", 0) for b in BUCKETS}
+    headers = (["strategy", "accuracy (95% CI)", "macro-F1"] + [f"{BUCKET_TITLES[b]} (n={counts[b]})" for b in BUCKETS]
+               + ["training time", "inference docs/s", "peak memory (added by inference)", "trainable parameters"])
+    rows = []
+    for n in names:
+        r = s[n]
+        rows.append([n, percent(r["accuracy"]) + interval(r["accuracy_ci95"]), f"{r['macro_f1']:.3f}"]
+                    + [percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + [duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
+                       memory(r["speed"]), f"{r['trainable_parameters']:,}"])
+    base = results.get("baseline")
+    if base:
+        rows.append([f"{base['name']} (baseline)", percent(base["accuracy"]) + interval(base["accuracy_ci95"]),
+                     f"{base['macro_f1']:.3f}"]
+                    + [percent(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + [duration(base["train_seconds"]), "–", "–", "–"])
+    blocks += [("h", 2, "Results on the test split"), ("p", _class_balance(data)), ("table", headers, rows)]
+    kinds = {s[n]["speed"]["memory_kind"] for n in names}
+    blocks.append(("p", (
+        "Lengths are WordPiece tokens with [CLS]/[SEP]. Inference speed is the test-split pass of the kept model "
+        f"(batch {s[names[0]]['eval_batch_size']}); peak memory is "
+        f"{' / '.join(sorted(k for k in kinds if k))}"
+        " (process_peak_rss: the whole process's peak resident memory during the pass, model and data included, "
+        "measured after memory freed by earlier work was handed back; cuda_max_allocated: torch's GPU peak); in "
+        "brackets, what the pass added to the memory in use before it. "
+        "Timings on a shared machine vary by tens of percent between runs."
+    )))
+    blocks += _speed_blocks(results) + _confusion_blocks(results) + _paired_test_blocks(results)
+    blocks += _error_blocks(results) + _settings_blocks(results)
+    return blocks
+
+
+def _speed_blocks(results: dict) -> list[tuple]:
+    names, s = results["strategy_order"], results["strategies"]
+    blocks: list[tuple] = []
+    if "accuracy_by_length" in results.get("plots", {}):
+        blocks += [("h", 2, "Accuracy by document length"),
+                   ("img", "accuracy_by_length", "accuracy by length bucket per strategy")]
+    blocks += [("h", 2, "Speed and memory against document length")]
+    if "speed_by_length" in results.get("plots", {}):
+        blocks.append(("img", "speed_by_length", "throughput and peak memory against document length"))
+    speed_rows = []
+    for n in names:
+        for b in BUCKETS:
+            row = (s[n].get("speed_by_length") or {}).get(b) or {}
+            if row.get("documents"):
+                speed_rows.append([n, BUCKET_TITLES[b], str(row["documents"]), number(row["mean_tokens"], 0),
+                                   number(row["documents_per_second"]), number(row["tokens_per_second"], 0),
+                                   memory(row)])
+    blocks.append(("table", ["strategy", "length", "documents timed", "mean tokens", "docs/s", "tokens/s",
+                             "peak memory (added)"], speed_rows))
+    return blocks
+
+
+def _confusion_blocks(results: dict) -> list[tuple]:
+    names, s = results["strategy_order"], results["strategies"]
+    blocks: list[tuple] = [("h", 2, "Confusion matrices (rows: true label, columns: predicted)")]
+    if "confusion_matrices" in results.get("plots", {}):
+        blocks.append(("img", "confusion_matrices", "confusion matrix per strategy"))
+    if results["problem_type"] == "multi_label":
+        return blocks
+    labels = results["label_names"]
+    many = len(labels) > MANY_CLASSES
+    if many:
+        blocks.append(("p", (f"{len(labels)} classes: the plot holds the whole matrices; the tables list each "
+                             f"strategy's {TOP_CONFUSIONS} most frequent confusions (share: of the true class's "
+                             "test documents).")))
+    for n in names:
+        blocks.append(("p", [(n, "strong")]))
+        matrix = s[n]["confusion_matrix"]
+        if many:
+            blocks.append(("table", ["true", "predicted", "documents", "share"],
+                           [[c["true"], c["predicted"], str(c["count"]), percent(c["share"])]
+                            for c in top_confusions(matrix, labels)]))
+        else:
+            blocks.append(("table", ["true \\ predicted", *labels],
+                           [[lab, *[str(v) for v in row]] for lab, row in zip(labels, matrix)]))
+    return blocks
+
+
+def _paired_test_blocks(results: dict) -> list[tuple]:
+    long_tokens = results["data"]["long_tokens"]
+    rows = [[f"{c['a']} vs {c['b']}", "all" if c["documents"] == "all" else f">{long_tokens} tokens",
+             str(c.get("n", "")), str(c["only_a_right"]), str(c["only_b_right"]), f"{c['p_value']:.3g}",
+             "–" if c.get("detectable_difference") is None else f"{100 * c['detectable_difference']:.1f} points"]
+            for c in results["comparisons"]]
+    return [("h", 2, "Are the differences real?"), ("p", (
+        "Paired on the same test documents: how often only one of two strategies was right, and the exact McNemar "
+        "test's two-sided p-value (small p: the difference is unlikely to be chance).")),
+        ("table", ["strategies", "documents", "n", "only the first right", "only the second right", "p-value",
+                   "detectable difference"], rows),
+        ("p", (
+            "Detectable difference: the smallest true accuracy difference this paired test finds significant "
+            "(α = 0.05) 80% of the time, at this number of documents and this rate of disagreement (Connor's "
+            "approximation for McNemar's test). A difference below it, significant or not, is not resolved by this "
+            "test set."))]
+
+
+def _error_blocks(results: dict) -> list[tuple]:
+    analysis = results["error_analysis"]
+    examples = analysis["examples"]
+    blocks: list[tuple] = [("h", 2, f"Error analysis: long documents (>{analysis['long_tokens']} tokens) one strategy "
+                                    "gets right and another gets wrong")]
+    if not examples:
+        blocks.append(("p", "No long test document was classified correctly by one strategy and wrongly by another."))
+        return blocks
+    blocks.append(("p", (
+        "The most confident mistakes first, taking turns between pairs of strategies. The decisive part is "
+        "highlighted: for strategies that pool several chunks or windows, the unit that weighed most in the pooled "
+        "decision (its pooling weight), or, where all units weigh the same (mean pooling), the unit whose removal "
+        "lowers the predicted class's probability most; for truncation, the tokens it kept.")))
+    for position, ex in enumerate(examples, 1):
+        capped = ""
+        if ex["read_tokens"] < ex["n_tokens"] - 2:
+            capped = f" (the first {ex['read_tokens']:,} read: data.max_document_tokens)"
+        blocks.append(("h", 3, f"Example {position}: test document {ex['index']}, {ex['n_tokens']:,} tokens{capped}, "
+                               f"true label {ex['label']}"))
+        rows = []
+        for n, entry in ex["strategies"].items():
+            p = entry["probability_of_truth"]
+            rows.append([n, f"{entry['predicted']} {'✓' if entry['correct'] else '✗'}",
+                         "n/a" if p is None else f"{p:.2f}", decisive_text(entry["decisive"])])
+        blocks.append(("table", ["strategy", "predicted", "p(true label)", "decisive part"], rows))
+        for n, entry in ex["strategies"].items():
+            if entry.get("excerpt"):
+                blocks.append(("p", [(f"{n}", "strong"), (f" ({'right' if entry['correct'] else 'wrong'}), "
+                                                           f"{decisive_text(entry['decisive'])}:", None)]))
+                segments = [(seg["text"], "mark" if seg["highlight"] else None) for seg in entry["excerpt"]]
+                blocks.append(("quote", segments))
+    return blocks
+
+
+def _settings_blocks(results: dict) -> list[tuple]:
+    names, s, budget = results["strategy_order"], results["strategies"], results["budget"]
+    blocks: list[tuple] = [("h", 2, "Settings")]
+    blocks.append(("table", ["strategy", "strategy settings", "run folder", "run"],
+                   [[n, _settings(s[n]["settings"]), s[n]["run_dir"], s[n]["status"]] for n in names]))
+    blocks.append(("p", (
+        f"Base recipe: {results['base_recipe']}; overrides: {', '.join(results['overrides']) or 'none'}. "
+        f"Learning rate {budget['learning_rate']}, gradient accumulation {budget['gradient_accumulation']}, "
+        f"max_steps {budget['max_steps']}. Each run folder holds the resolved recipe.yaml and the kept model "
+        "(`longbert predict <run folder>`)."
+    )))
+    machine = results["machine"]
+    hardware = machine.get("gpu") or machine.get("cpu")
+    device = (f" ({machine.get('gpus')} GPU(s); CPU {machine.get('cpu')})" if machine.get("gpu") else
+              f" ({machine.get('cpu_threads')} threads)")
+    blocks += [("h", 2, "Machine and command"), ("ul", [
+        f"Device: {hardware}" + device,
+        f"torch {machine.get('torch')}, Python {machine.get('python')}, longbert {results['longbert_version']}",
+        "mixed precision: " + ", ".join(f"{n} {s[n]['mixed_precision']}" for n in names),
+    ]), ("code", results["command"])]
+    return blocks
+
+
+def _class_balance(data: dict) -> str:
+    """'Test documents per class: neg 314 (50.0%), pos 314 (50.0%); over 512 tokens: ...' (per label, multi-label)."""
+    def shares(counts: dict, total: int) -> str:
+        return ", ".join(f"{n} {c:,} ({percent(c / total if total else None)})" for n, c in counts.items())
+
+    if not data.get("class_counts"):
+        return "Class balance: see results.json."
+    return (f"Test documents per class: {shares(data['class_counts'], data['test_documents'])}; over "
+            f"{data['long_tokens']} tokens: {shares(data['long_class_counts'], data['long_documents'])}.")
+
+
+def _settings(settings: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items() if k != "name") or "defaults"

@@ -1,0 +1,158 @@
+"""What a comparison will run, decided before anything trains: one validated recipe per strategy (the base recipe,
+the strategy, and the overrides that reach it), what each run folder allows (reuse, resume, train), and a build of
+every model about to train so that a setting the backbone cannot hold fails at once. Every problem of every strategy
+is raised together."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+from longbert.comparison.rows import release_memory
+from longbert.errors import LongbertError
+
+
+def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[str]]:
+    """Each strategy's own list of `key.path=value` overrides, in the order given (see `longbert.comparison.run`).
+    Every override is read by `config.parse_override`, the parser `longbert train --set` uses, so a malformed one
+    fails here, once, before any strategy is resolved."""
+    from longbert.config import Recipe, parse_override
+    from longbert.strategies.base import strategy_names
+
+    recipe_keys = {f.name for f in dataclasses.fields(Recipe)}
+    per: dict[str, list[str]] = {s: [] for s in names}
+    for text in overrides:
+        keys, _ = parse_override(text)
+        if keys[0] in ("name", "output_dir"):
+            raise LongbertError(f"override {text!r}: compare names the runs itself; use --name (and runs_dir)")
+        if keys[0] == "strategy":
+            if len(keys) == 1 or keys[1] == "name":
+                raise LongbertError(f"override {text!r}: compare sets strategy.name itself; "
+                                    "list strategies with --strategies")
+            having = [s for s in names if keys[1] in _strategy_fields(s)]
+            if not having:
+                known = sorted(set().union(*(_strategy_fields(s) for s in names)))
+                raise LongbertError(f"override {text!r}: none of {', '.join(names)} has a field {keys[1]!r}; "
+                                    f"their fields: {', '.join(known)}")
+            for s in having:
+                per[s].append(text)
+        elif keys[0] not in recipe_keys and keys[0] in strategy_names():
+            if len(keys) == 1 or keys[1] == "name":
+                raise LongbertError(f"override {text!r} must name a field: {keys[0]}.<field>=value")
+            if keys[0] in per:  # settings for a strategy that is not being compared are ignored
+                # <strategy>.<field>=value becomes strategy.<field>=value: only the leading key is renamed
+                per[keys[0]].append("strategy" + text.lstrip()[len(keys[0]):])
+        else:
+            for s in names:
+                per[s].append(text)
+    return per
+
+
+def _strategy_fields(strategy: str) -> set[str]:
+    from longbert.strategies.base import get_entry
+
+    return {f.name for f in dataclasses.fields(get_entry(strategy).config_cls)} - {"name"}
+
+
+def resolve_recipes(names: list[str], base_raw: dict, base_source: str, overrides: list[str], name: str,
+                    runs_dir: Path) -> dict:
+    """strategy -> its validated Recipe. Every problem of every strategy is raised together, before training."""
+    from longbert.config import apply_overrides, recipe_from_dict
+
+    per = split_overrides(overrides, names)
+    recipes, problems = {}, {}
+    for strategy in names:
+        raw = copy.deepcopy(base_raw)
+        section = raw.get("strategy")
+        base_strategy = section.get("name") if isinstance(section, dict) else section
+        if base_strategy != strategy:
+            raw["strategy"] = {"name": strategy}
+        try:
+            raw = apply_overrides(raw, per[strategy])
+            raw["name"] = f"{name}-{strategy}"
+            raw["output_dir"] = str(runs_dir / name / strategy)
+            recipes[strategy] = recipe_from_dict(raw, base_source)
+        except LongbertError as error:
+            problems.setdefault(str(error), []).append(strategy)
+            continue
+        if not recipes[strategy].data.test_split:
+            problems.setdefault("compare reports on the test split; data.test_split must name one", []).append(strategy)
+    _raise_problems(problems, names)
+    return recipes
+
+
+def _raise_problems(problems: dict[str, list[str]], names: list[str]) -> None:
+    """One LongbertError for {message: strategies it concerns}; a message shared by every strategy is said once."""
+    if problems:
+        raise LongbertError(" | ".join(message if len(found) == len(names) else f"{', '.join(found)}: {message}"
+                                       for message, found in problems.items()))
+
+
+def preflight(recipes: dict, plan: dict[str, str]) -> None:
+    """Build each model that is about to train (backbone loaded, strategy fitted to it) so that a setting the
+    backbone cannot hold (a window longer than its positions), or a strategy weight that frozen mode cannot train,
+    fails before the first strategy trains."""
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.training.frozen import refuse_untrainable
+
+    problems: dict[str, list[str]] = {}
+    for strategy, recipe in recipes.items():
+        if plan[strategy] == "reuse":
+            continue
+        try:
+            model = LongDocumentClassifier.from_recipe(recipe, ["a", "b"])
+            if model.frozen:
+                refuse_untrainable(model)  # a strategy weight frozen mode cannot train fails here, not mid-compare
+            del model
+        except LongbertError as error:
+            problems.setdefault(str(error), []).append(strategy)
+    release_memory()
+    _raise_problems(problems, list(recipes))
+
+
+def plan_runs(recipes: dict) -> dict[str, str]:
+    """strategy -> 'reuse', 'resume', 'restart' or 'train', from what its run folder holds. A folder holding a run
+    with a different recipe is an error (raised for every such folder at once, before anything trains)."""
+    from longbert.config import recipe_to_yaml
+
+    plan, problems = {}, []
+    for strategy, recipe in recipes.items():
+        run_dir = Path(recipe.output_dir)
+        saved = run_dir / "recipe.yaml"
+        if not run_dir.exists() or not any(run_dir.iterdir()):
+            plan[strategy] = "train"
+        elif not saved.is_file():
+            problems.append(f"{run_dir} is not empty and holds no recipe.yaml; move it away or choose another --name")
+        elif saved.read_text() != recipe_to_yaml(recipe):
+            differing = _differences(saved, recipe)
+            problems.append(f"{run_dir} holds a run with a different recipe ({differing}); choose another --name, "
+                            "or delete that folder to train it again")
+        elif (run_dir / "metrics.json").is_file():
+            plan[strategy] = "reuse"
+        elif (run_dir / "checkpoint" / "state.json").is_file():
+            plan[strategy] = "resume"
+        else:
+            plan[strategy] = "restart"
+    if problems:
+        raise LongbertError(" | ".join(problems))
+    return plan
+
+
+def _differences(saved: Path, recipe) -> str:
+    """'train.learning_rate: 0.001 -> 0.002': the first few settings a saved recipe.yaml and `recipe` differ in."""
+    import yaml
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    old, new = flat(yaml.safe_load(saved.read_text()) or {}), flat(recipe.to_dict())
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
+    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "") if keys else "formatting differs"

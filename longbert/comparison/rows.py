@@ -1,0 +1,100 @@
+"""One row of a comparison at a time: train a strategy's run (or reuse a finished one, or continue an interrupted
+one), load the model and the test split it left for the measurements, and the TF-IDF baseline row, kept beside the
+runs. `compare` (run.py) decides what to run and in which order."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+BASELINE_FILE = "tfidf-baseline.json"
+
+
+def say(message: str) -> None:
+    """A progress line of compare's on stderr (stdout stays for the summary)."""
+    print(f"compare: {message}", file=sys.stderr, flush=True)
+
+
+def run_strategy(strategy: str, recipe, action: str, command: str, counter: str, data=None) -> dict:
+    """Carry out `action` ('reuse', 'resume', 'restart' or 'train', from `plan.plan_runs`) for one strategy's
+    recipe; `counter` ('[1/3]') prefixes what is said. Returns {'status': reused/resumed/trained, 'metrics'}."""
+    from longbert.training.finetune import TrainingInterrupted, train
+
+    run_dir = Path(recipe.output_dir)
+    if action == "reuse":
+        say(f"{counter} {strategy}: finished run in {run_dir} has the same recipe; reused")
+        return {"status": "reused", "metrics": json.loads((run_dir / "metrics.json").read_text())}
+    if action == "restart":
+        say(f"{counter} {strategy}: {run_dir} stopped before its first checkpoint; training it again")
+    verb = "continuing from the checkpoint in" if action == "resume" else "training into"
+    say(f"{counter} {strategy}: {verb} {run_dir}")
+    try:
+        # resume=True for a folder that holds a run: train() first recovers what a killed write left (under the
+        # run folder's lock), then continues from the checkpoint or, with none, starts that run again.
+        result = train(recipe, resume=action != "train", command=command, data=data)
+    except TrainingInterrupted as error:
+        raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
+                                  "command again to continue where it stopped") from None
+    return {"status": "resumed" if action == "resume" else "trained", "metrics": result.metrics}
+
+
+def release_memory() -> None:
+    """Let one strategy's model and optimiser go before the next is built (peak memory is measured per run)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def load_model(run_dir: Path):
+    """The run's kept model, on the GPU when there is one, ready for inference."""
+    import torch
+
+    from longbert.modeling.classifier import LongDocumentClassifier
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return LongDocumentClassifier.from_pretrained(run_dir).to(device).eval()
+
+
+def load_splits(recipe, data=None):
+    """The splits exactly as training saw them (same data settings and seed), tokenized with the tokenizer the runs
+    were trained with (the recipe's backbone's), from `data`, the object in memory, when the runs were trained on
+    one."""
+    from longbert.data.documents import load_corpus
+    from longbert.modeling.backbone import load_tokenizer
+
+    return load_corpus(recipe.data, load_tokenizer(recipe.backbone.name), recipe.seed,
+                       recipe.model.problem_type == "multi_label", source=data)
+
+
+def baseline_row(recipe, folder: Path, splits) -> dict:
+    """The TF-IDF baseline on the recipe's data (see `comparison.baseline`), kept in <folder>/tfidf-baseline.json and
+    reused while the data settings, seed and baseline settings are the same. `splits()` gives the Corpus."""
+    import numpy as np
+
+    from longbert.comparison.baseline import SETTINGS, tfidf_baseline
+    from longbert.evaluation.command import write_json
+
+    key = {"data": dataclasses.asdict(recipe.data), "seed": recipe.seed, "backbone": recipe.backbone.name,
+           "problem_type": recipe.model.problem_type, "settings": SETTINGS}
+    path = folder / BASELINE_FILE
+    try:
+        saved = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        saved = None
+    if saved is not None and saved.get("key") == json.loads(json.dumps(key)):
+        result = saved["result"]
+        return {**result, "probabilities": np.asarray(result["probabilities"]), "labels": np.asarray(result["labels"])}
+    say("training the TF-IDF + logistic regression baseline")
+    result = tfidf_baseline(splits())
+    say(f"baseline: test {100 * result['metrics'].get('accuracy', result['metrics'].get('exact_match', 0)):.1f}% "
+        f"(C={result['settings']['C']} chosen on validation) in {result['train_seconds']:.0f}s")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"key": key, "result": {**result, "probabilities": result["probabilities"].tolist(),
+                                             "labels": result["labels"].tolist()}})
+    return result

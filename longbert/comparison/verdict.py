@@ -1,0 +1,160 @@
+"""The verdict of a comparison, decided from its results dict (`results.assemble_results`): which strategy is the
+most accurate overall and on long documents, which differences the paired tests call real, how small a difference
+the long documents could reveal, where each strategy stands against the TF-IDF baseline, which is cheapest, and
+the choice between accuracy and cost. `decide` gives the decisions as data; `verdict` says them in a few sentences,
+the same in the report and in the terminal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from longbert.comparison.formatting import duration, interval, number, percent
+
+ALPHA = 0.05  # a paired test's p-value below this counts as a real difference
+
+
+@dataclass
+class Verdict:
+    """What a comparison decided. Names are the results' strategy names; None where too few strategies (or no long
+    documents) leave nothing to decide."""
+
+    best: str | None = None  # the most accurate overall; ties go to the cheaper at inference
+    best_long: str | None = None  # the most accurate on the long documents
+    # What best_long is measured against on the long documents: the registry's reference strategy when it was
+    # compared (and is not best_long itself), else the first other strategy.
+    reference: str | None = None
+    power: dict | None = None  # the paired comparison of best_long and reference on the long documents
+    fastest: str | None = None  # the cheapest at inference
+    gain_is_real: bool | None = None  # best's gain over fastest passes the paired test (None: nothing to weigh)
+    # Each strategy against the baseline on all documents: "better", "same" (not distinguishable) or "worse".
+    against_baseline: dict[str, str] = field(default_factory=dict)
+
+
+def paired(results: dict, a: str, b: str, subset: str) -> dict | None:
+    """The paired comparison of a and b on `subset` ("all" or "long"), oriented so that only_a_right counts a."""
+    for c in results["comparisons"]:
+        if {c["a"], c["b"]} == {a, b} and c["documents"] == subset:
+            if c["a"] == a:
+                return c
+            return {**c, "a": a, "b": b, "only_a_right": c["only_b_right"], "only_b_right": c["only_a_right"]}
+    return None
+
+
+def p_value(results: dict, a: str, b: str, subset: str) -> float:
+    """The exact McNemar p-value of a against b on `subset`; 1 when the pair was not tested."""
+    c = paired(results, a, b, subset)
+    return 1.0 if c is None else c["p_value"]
+
+
+def inference_cost(results: dict, name: str) -> float:
+    """A strategy's inference time relative to the cheapest; infinite when unknown (it never wins a tie)."""
+    return results["strategies"][name]["relative_cost"]["inference"] or float("inf")
+
+
+def decide(results: dict) -> Verdict:
+    """The decisions behind the verdict (see `Verdict`)."""
+    from longbert.strategies.base import strategy_with_role
+
+    names, s = results["strategy_order"], results["strategies"]
+    decision = Verdict()
+    base = results.get("baseline")
+    if base:
+        for n in names:
+            p = p_value(results, n, base["name"], "all")
+            decision.against_baseline[n] = ("same" if p >= ALPHA else
+                                            "better" if s[n]["accuracy"] > base["accuracy"] else "worse")
+    if len(names) < 2:
+        return decision
+    decision.best = max(names, key=lambda n: (s[n]["accuracy"], -inference_cost(results, n)))
+    with_long = [n for n in names if s[n]["long"]["accuracy"] is not None]
+    if with_long:
+        best_long = max(with_long, key=lambda n: (s[n]["long"]["accuracy"], -inference_cost(results, n)))
+        reference = strategy_with_role("reference")
+        if reference not in names or reference == best_long:
+            reference = next((n for n in names if n != best_long), None)
+        decision.best_long, decision.reference = best_long, reference
+        decision.power = paired(results, best_long, reference, "long") if reference else None
+    decision.fastest = min(names, key=lambda n: inference_cost(results, n))
+    if decision.best != decision.fastest and s[decision.best]["relative_cost"]["inference"]:
+        decision.gain_is_real = p_value(results, decision.best, decision.fastest, "all") < ALPHA
+    return decision
+
+
+def verdict(results: dict) -> list[str]:
+    """A few sentences answering 'which strategy, and at what cost', hedged by the paired tests."""
+    names, s, data = results["strategy_order"], results["strategies"], results["data"]
+    decision = decide(results)
+    share = data["long_documents"] / data["test_documents"] if data["test_documents"] else 0
+    lines = [f"{data['long_documents']} of {data['test_documents']} test documents ({percent(share)}) are longer "
+             f"than {data['long_tokens']} tokens; that share bounds what any long-document strategy can gain "
+             "over truncation on data like this."]
+    if decision.best is None:
+        return lines
+    best, best_long, fastest = decision.best, decision.best_long, decision.fastest
+    lines.append(f"Most accurate overall: {best} ({percent(s[best]['accuracy'])}"
+                 f"{interval(s[best]['accuracy_ci95'])}); " + _against(results, best, "all") + ".")
+    if best_long is not None:
+        lines.append(f"Most accurate on documents over {data['long_tokens']} tokens: {best_long} "
+                     f"({percent(s[best_long]['long']['accuracy'])} of {s[best_long]['long']['documents']}"
+                     f"{interval(s[best_long]['long']['ci95'])}); " + _against(results, best_long, "long") + ".")
+    pair = decision.power
+    if pair is not None:
+        detectable = pair.get("detectable_difference")
+        lines.append(
+            f"Power on the long documents: {pair['n']} documents, of which {best_long} and {decision.reference} "
+            f"disagree on {pair['only_a_right'] + pair['only_b_right']}; at that size and disagreement the paired test "
+            + (f"detects a true difference of {100 * detectable:.1f} accuracy points 80% of the time (α = 0.05); "
+               "smaller differences can go unseen." if detectable is not None else
+               "cannot reliably detect any difference: evaluate on more long documents "
+               "(data.test_min_tokens, data.max_test_documents)."))
+    lines += _baseline_sentences(results, decision)
+    costs = ", ".join(f"{s[n]['relative_cost']['inference']:.1f}× ({n})" for n in names
+                      if n != fastest and s[n]["relative_cost"]["inference"])
+    lines.append(f"Cheapest at inference: {fastest} ({number(s[fastest]['speed']['documents_per_second'])} "
+                 "documents/s)" + (f"; the others need {costs} its time per document" if costs else "") + ".")
+    if decision.gain_is_real is not None:
+        lines.append(
+            f"Choice: {best} gains {100 * (s[best]['accuracy'] - s[fastest]['accuracy']):.1f} accuracy points over "
+            f"{fastest} for {s[best]['relative_cost']['inference']:.1f}× the inference time; "
+            + ("that gain is unlikely to be noise (paired test p < 0.05)." if decision.gain_is_real else
+               "that gain is within the noise of this test set (paired test p ≥ 0.05): prefer the cheaper "
+               f"{fastest} unless a larger evaluation says otherwise.")
+        )
+    elif best == fastest:
+        lines.append(f"Choice: {best} is both the most accurate and the cheapest here.")
+    return lines
+
+
+def _against(results: dict, best: str, subset: str) -> str:
+    """'paired McNemar test vs x p = 0.012, vs y p = 0.4 (not significant)': best against every other strategy."""
+    parts = []
+    for other in (n for n in results["strategy_order"] if n != best):
+        p = p_value(results, best, other, subset)
+        parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
+    return "paired McNemar test " + ", ".join(parts)
+
+
+def _baseline_sentences(results: dict, decision: Verdict) -> list[str]:
+    """Whether each strategy beats the TF-IDF baseline, on all documents, said plainly."""
+    base = results.get("baseline")
+    if not base:
+        return []
+    names, s = results["strategy_order"], results["strategies"]
+    groups: dict[str, list[str]] = {"better": [], "same": [], "worse": []}
+    for n in names:
+        groups[decision.against_baseline[n]].append(f"{n} {100 * (s[n]['accuracy'] - base['accuracy']):+.1f} points, "
+                                                    f"p = {p_value(results, n, base['name'], 'all'):.3g}")
+    line = (f"Classical baseline (TF-IDF words+bigrams + logistic regression, C chosen on validation, trained in "
+            f"{duration(base['train_seconds'])}): {percent(base['accuracy'])}{interval(base['accuracy_ci95'])}. ")
+    parts = []
+    if groups["better"]:
+        parts.append("significantly better than it: " + "; ".join(groups["better"]))
+    if groups["same"]:
+        parts.append("not distinguishable from it: " + "; ".join(groups["same"]))
+    if groups["worse"]:
+        parts.append("significantly worse than it: " + "; ".join(groups["worse"]))
+    line += ". ".join(p[0].upper() + p[1:] for p in parts) + "."
+    if len(groups["better"]) < len(names):
+        line += (" A strategy that does not beat this baseline has not earned its cost here: the baseline trains in "
+                 "seconds and needs no GPU.")
+    return [line]

@@ -1,0 +1,140 @@
+"""Running a model over a tokenized split: batches for the model (`split_loader`, which training shares), the
+probabilities and labels of every document, gathered in the split's order when several processes share the work,
+and the inference speed and peak memory of the pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from longbert.evaluation.metrics import compute_metrics
+from longbert.strategies.base import Units
+from longbert.utils.hardware import autocast_for, measure
+from longbert.utils.progress import progress
+
+
+def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shuffle_seed: int | None = None,
+                 group_by_length: bool = False):
+    """A tokenized split in batches for the model: {'documents': B (T,) token-id tensors, 'labels'}, or, given the
+    split's cached unit vectors (frozen mode, from `frozen.cache_units`), {'unit_vectors': (B, N, H), 'unit_mask':
+    (B, N), 'labels'}. With `shuffle_seed`, shuffled in an order that depends on that seed only; with
+    `group_by_length` too, in batches of similar length (`data.length_grouped_order`)."""
+    from torch.utils.data import DataLoader
+
+    from longbert.data.documents import collate, length_grouped_order
+    from longbert.training.frozen import collate_units
+
+    rows = dataset.select_columns(["input_ids", "labels"]) if cached is None else cached
+    collate_fn = collate if cached is None else collate_units
+    if shuffle_seed is not None and group_by_length:
+        order = length_grouped_order(list(dataset["n_tokens"]), batch_size, shuffle_seed)
+        # A generator of its own even though the order is fixed: without one, each new iterator draws its base
+        # seed from the global RNG, which would shift dropout between a resumed run and an uninterrupted one.
+        return DataLoader(rows, batch_size=batch_size, sampler=order, collate_fn=collate_fn,
+                          generator=torch.Generator().manual_seed(shuffle_seed))
+    order = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
+    return DataLoader(rows, batch_size=batch_size, shuffle=order is not None, generator=order, collate_fn=collate_fn)
+
+
+def model_inputs(batch: dict) -> dict:
+    """The keyword arguments of LongDocumentClassifier.forward for a batch from `split_loader`."""
+    if "unit_vectors" in batch:
+        return {"units": Units(batch["unit_vectors"], batch["unit_mask"], batch.get("unit_sizes"))}
+    return {"documents": batch["documents"]}
+
+
+@torch.no_grad()
+def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
+                    cached: list[dict] | None = None) -> dict:
+    """Run `model` over a tokenized split (or its cached unit vectors, see `split_loader`). Returns probabilities
+    (D, C), labels, per-document unit weights, and the inference speed and peak memory of the pass."""
+    loader = split_loader(dataset, batch_size, cached)
+    if accelerator is not None:
+        loader = accelerator.prepare(loader)
+    was_training = model.training
+    model.eval()
+    probabilities, labels, weights = [], [], []
+    device = next(model.parameters()).device
+    autocast = accelerator.autocast() if accelerator is not None else autocast_for(model)
+    with measure(device) as cost, autocast:
+        for batch in progress(loader, description):
+            out = model(**model_inputs(batch))
+            p = out.unit_weights
+            probs = _unwrapped(model).probabilities(out.logits)
+            if accelerator is not None:
+                probs, batch_labels = accelerator.gather_for_metrics((probs, batch["labels"]))
+            else:
+                batch_labels = batch["labels"]
+            probabilities.append(probs.float().cpu())
+            labels.append(batch_labels.cpu())
+            if accelerator is None or accelerator.num_processes == 1:
+                for b in range(len(batch["labels"])):
+                    weights.append(None if p is None else p[b][out.unit_mask[b]].float().cpu().tolist())
+    model.train(was_training)
+    return {
+        "probabilities": torch.cat(probabilities).numpy(),
+        "labels": torch.cat(labels).numpy(),
+        "unit_weights": weights,
+        "speed": {
+            **_throughput(dataset, cost["seconds"]),
+            "peak_memory_mb": cost["peak_memory_mb"],
+            "added_memory_mb": cost["added_memory_mb"],
+            "memory_kind": cost["memory_kind"],
+        },
+    }
+
+
+def _unwrapped(model):
+    """The classifier itself, whether or not a wrapper (DistributedDataParallel) holds it as `module`."""
+    return getattr(model, "module", model)
+
+
+def _throughput(dataset, seconds: float | None) -> dict:
+    tokens = int(np.sum(list(dataset["n_tokens"])))
+    return {
+        "documents_per_second": len(dataset) / seconds if seconds else None,
+        "tokens_per_second": tokens / seconds if seconds else None,
+        "seconds": seconds,
+    }
+
+
+def predict_across_processes(model, dataset, batch_size: int, process, description: str = "evaluating") -> dict:
+    """`predict_dataset` with the split divided between the processes of `process` (accelerate's PartialState):
+    each predicts a contiguous share, and every process gets the whole result back in the split's order. The speed
+    is that of the slowest process over all documents; the peak memory, the highest of any process."""
+    from accelerate.utils import gather_object
+
+    with process.split_between_processes(list(range(len(dataset)))) as share:
+        mine = list(share)
+    part = predict_dataset(model, dataset.select(mine), batch_size, description=description) if mine else None
+    parts = [p for p in gather_object([part]) if p is not None]  # in process order: the split's order
+    peaks = [p["speed"]["peak_memory_mb"] for p in parts if p["speed"]["peak_memory_mb"] is not None]
+    return {
+        "probabilities": np.concatenate([p["probabilities"] for p in parts]),
+        "labels": np.concatenate([p["labels"] for p in parts]),
+        "unit_weights": [w for p in parts for w in p["unit_weights"]],
+        "speed": {
+            **_throughput(dataset, max(p["speed"]["seconds"] for p in parts)),
+            "peak_memory_mb": max(peaks) if peaks else None,
+            "added_memory_mb": max((p["speed"]["added_memory_mb"] for p in parts
+                                    if p["speed"].get("added_memory_mb") is not None), default=None),
+            "memory_kind": parts[0]["speed"]["memory_kind"],
+            "processes": process.num_processes,
+        },
+    }
+
+
+def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
+                   cached: list[dict] | None = None, process=None) -> tuple[dict, dict]:
+    """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors).
+    Multi-label predictions use the model's thresholds. Given `process` (accelerate's PartialState) of several
+    processes and no `accelerator`, the split is divided between them (see `predict_across_processes`)."""
+    if accelerator is None and cached is None and process is not None and process.num_processes > 1:
+        raw = predict_across_processes(model, dataset, batch_size, process, description)
+    else:
+        raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached)
+    core = _unwrapped(model)
+    metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names,
+                              core.multi_label, core.thresholds if core.multi_label else None)
+    metrics["speed"] = raw["speed"]
+    return metrics, raw

@@ -1,0 +1,91 @@
+"""The verdict decided from a results dict alone (no training): the most accurate overall and on long documents,
+ties going to the cheaper strategy, the registry's reference strategy as what the long-document power is measured
+against, the baseline groups and the choice between accuracy and cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from longbert.comparison.verdict import decide, verdict
+from longbert.strategies.base import strategy_names, strategy_with_role
+
+REFERENCE = strategy_with_role("reference")
+OTHERS = [n for n in strategy_names() if n != REFERENCE][:2]
+
+
+def row(accuracy: float, long_accuracy: float, cost: float) -> dict:
+    return {"accuracy": accuracy, "accuracy_ci95": [accuracy - 0.05, accuracy + 0.05],
+            "long": {"accuracy": long_accuracy, "documents": 40, "ci95": [long_accuracy - 0.1, long_accuracy + 0.1]},
+            "relative_cost": {"inference": cost}, "speed": {"documents_per_second": 100 / cost}}
+
+
+def pair(a: str, b: str, documents: str, p: float, only_a: int = 6, only_b: int = 2) -> dict:
+    return {"a": a, "b": b, "documents": documents, "p_value": p, "n": 40 if documents == "long" else 200,
+            "only_a_right": only_a, "only_b_right": only_b, "detectable_difference": 0.12}
+
+
+def synthetic_results(order: list[str], rows: dict, comparisons: list[dict], baseline: dict | None = None) -> dict:
+    return {"strategy_order": order, "strategies": rows, "comparisons": comparisons, "baseline": baseline,
+            "data": {"long_documents": 40, "test_documents": 200, "long_tokens": 512}}
+
+
+def test_the_long_document_power_is_measured_against_the_registrys_reference_strategy():
+    best, other = OTHERS
+    rows = {other: row(0.80, 0.70, 2.0), REFERENCE: row(0.81, 0.60, 1.0), best: row(0.85, 0.80, 3.0)}
+    comparisons = [pair(best, REFERENCE, "long", 0.01), pair(best, other, "long", 0.2),
+                   pair(best, REFERENCE, "all", 0.03), pair(best, other, "all", 0.3)]
+    # The reference is listed last but one, and is neither first nor best: the registry names it, not the order.
+    decision = decide(synthetic_results([other, REFERENCE, best], rows, comparisons))
+    assert (decision.best, decision.best_long, decision.reference) == (best, best, REFERENCE)
+    assert decision.power["only_a_right"] == 6 and decision.power["a"] == best
+    assert (decision.fastest, decision.gain_is_real) == (REFERENCE, True)
+    power = next(line for line in verdict(synthetic_results([other, REFERENCE, best], rows, comparisons))
+                 if line.startswith("Power on the long documents"))
+    assert f"of which {best} and {REFERENCE} disagree on 8" in power
+
+
+def test_when_the_reference_is_best_on_long_documents_it_is_measured_against_the_first_other():
+    first, second = OTHERS
+    rows = {first: row(0.80, 0.60, 1.0), second: row(0.79, 0.65, 2.0), REFERENCE: row(0.78, 0.90, 3.0)}
+    comparisons = [pair(REFERENCE, first, "long", 0.04, only_a=9, only_b=1)]
+    decision = decide(synthetic_results([first, second, REFERENCE], rows, comparisons))
+    assert (decision.best_long, decision.reference) == (REFERENCE, first)
+    # Stored as (reference, first) and asked for the same way round: no swap.
+    assert (decision.power["only_a_right"], decision.power["only_b_right"]) == (9, 1)
+
+
+def test_ties_go_to_the_cheaper_strategy_and_a_gain_within_the_noise_is_said_so():
+    cheap, dear = OTHERS
+    tied = {cheap: row(0.80, 0.70, 1.0), dear: row(0.80, 0.70, 4.0)}
+    decision = decide(synthetic_results([dear, cheap], tied, []))
+    assert decision.best == decision.best_long == decision.fastest == cheap and decision.gain_is_real is None
+    assert verdict(synthetic_results([dear, cheap], tied, []))[-1] == (
+        f"Choice: {cheap} is both the most accurate and the cheapest here.")
+
+    better = {cheap: row(0.80, 0.70, 1.0), dear: row(0.82, 0.75, 4.0)}
+    results = synthetic_results([cheap, dear], better, [pair(dear, cheap, "all", 0.4)])
+    assert decide(results).gain_is_real is False
+    assert "within the noise of this test set (paired test p ≥ 0.05)" in verdict(results)[-1]
+
+
+def test_each_strategy_is_placed_against_the_baseline_by_the_paired_test():
+    a, b = OTHERS
+    rows = {a: row(0.90, 0.8, 1.0), b: row(0.70, 0.6, 2.0), REFERENCE: row(0.86, 0.7, 1.5)}
+    base = {"name": "tfidf", "accuracy": 0.85, "accuracy_ci95": [0.8, 0.9], "train_seconds": 3.0}
+    comparisons = [pair(a, "tfidf", "all", 0.001), pair("tfidf", b, "all", 0.002), pair(REFERENCE, "tfidf", "all", 0.5)]
+    results = synthetic_results([a, b, REFERENCE], rows, comparisons, base)
+    assert decide(results).against_baseline == {a: "better", b: "worse", REFERENCE: "same"}
+    line = next(line for line in verdict(results) if line.startswith("Classical baseline"))
+    assert f"Significantly better than it: {a} +5.0 points, p = 0.001" in line
+    assert f"Not distinguishable from it: {REFERENCE} +1.0 points, p = 0.5" in line
+    assert f"Significantly worse than it: {b} -15.0 points, p = 0.002" in line
+    assert line.endswith("the baseline trains in seconds and needs no GPU.")
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_single_strategy_gets_only_the_share_of_long_documents(count):
+    names = OTHERS[:count]
+    results = synthetic_results(names, {n: row(0.8, 0.7, 1.0 + k) for k, n in enumerate(names)}, [])
+    lines = verdict(results)
+    assert lines[0].startswith("40 of 200 test documents (20.0%) are longer than 512 tokens")
+    assert (len(lines) == 1) == (count == 1)
