@@ -63,7 +63,7 @@ def train(
 ):
     """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
     from longbert.config import load_recipe
-    from longbert.evaluation.command import headline
+    from longbert.evaluation.metrics import headline
     from longbert.training.finetune import train as run_training
 
     def action():
@@ -109,7 +109,7 @@ def evaluate(
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
     from longbert.evaluation.command import evaluate as run_evaluation
-    from longbert.evaluation.command import headline
+    from longbert.evaluation.metrics import headline
 
     def action():
         metrics = run_evaluation(run_dir, split, batch_size, set_)
@@ -152,7 +152,8 @@ def predict(
 
 @app.command()
 def export(
-    model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder (strategy truncate, chunk or sliding)"),
+    model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder whose strategy reads independent windows "
+                                           "(`longbert strategies` marks them)"),
     format: str = typer.Option("onnx", "--format", help="onnx: a per-window encoder graph and a pooling+head graph"),
     quantize: Optional[str] = typer.Option(None, "--quantize", help="int8: also an int8 encoder (onnxruntime dynamic "
                                                                      "quantization), used by default when present"),
@@ -195,12 +196,13 @@ def serve(
 
 @app.command()
 def strategies():
-    """List the registered strategies and their recipe fields."""
-    from longbert.strategies.base import config_fields, get_entry, strategy_names
+    """List the registered strategies and their recipe fields ([exportable]: `longbert export` takes them)."""
+    from longbert.strategies.base import ReadsWindows, config_fields, get_entry, strategy_names
 
     for name in strategy_names():
         entry = get_entry(name)
-        typer.echo(f"{name:<12} {entry.summary}")
+        exportable = " [exportable]" if issubclass(entry.module_cls, ReadsWindows) else ""
+        typer.echo(f"{name:<12} {entry.summary}{exportable}")
         for f in config_fields(entry.config_cls):
             default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
             typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")

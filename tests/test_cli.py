@@ -35,6 +35,8 @@ def test_strategies_lists_the_registry():
     for name in ("truncate", "chunk", "sliding"):
         assert f"\n{name} " in "\n" + result.output
     assert "stride (default 255)" in result.output
+    exportable = {line.split()[0] for line in result.output.splitlines() if line.endswith("[exportable]")}
+    assert exportable == {"truncate", "chunk", "sliding"}  # the window strategies: an export graph runs per window
 
 
 def test_train_predict_evaluate(tiny_recipe, tmp_path):

@@ -63,11 +63,11 @@ def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> 
     pooling, whose weights say only how many tokens each unit adds, it is the unit whose removal lowers the
     probability of the predicted class most (occlusion: the backbone runs once, the pooler and head once per unit).
     A strategy with one unit reports the tokens it kept. Unit token ranges come from the strategy's `unit_spans`
-    hook (see strategies/base.py)."""
-    from longbert.strategies.base import unit_spans
-    from longbert.strategies.pooling import MeanPooler
+    hook, whether its weights follow content from its `weights_carry_content` hook (see strategies/base.py)."""
+    from longbert.strategies.base import WeighsUnits, unit_spans
 
-    content_weights = not isinstance(getattr(model.strategy, "pooler", None), MeanPooler)
+    strategy = model.strategy
+    content_weights = not isinstance(strategy, WeighsUnits) or strategy.weights_carry_content()
 
     out = {}
     for i in indices:
@@ -81,7 +81,8 @@ def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> 
             out[i] = {"method": "kept", "unit": 0, "units": 1, "spans": [list(r) for r in units[0]]}
             continue
         weights = row.get("unit_weights")
-        if content_weights and weights is not None and len(weights) == len(units) and max(weights) - min(weights) > 1e-3:
+        weighed = weights is not None and len(weights) == len(units) and max(weights) - min(weights) > 1e-3
+        if content_weights and weighed:
             unit = max(range(len(weights)), key=weights.__getitem__)
             out[i] = {"method": "weight", "unit": unit, "units": len(units), "value": float(weights[unit]),
                       "spans": [list(r) for r in units[unit]]}
@@ -103,8 +104,8 @@ def _occlusion(model, ids: list[int], predicted: int) -> list[float] | None:
     """How much the probability of `predicted` drops when each unit is left out of the pooling: (N,) floats."""
     import torch
 
-    from longbert.utils.hardware import autocast_for
     from longbert.strategies.base import Units
+    from longbert.utils.hardware import autocast_for
 
     device = next(model.parameters()).device
     with torch.no_grad(), autocast_for(model):

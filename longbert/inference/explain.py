@@ -32,8 +32,8 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
     """One document's content ids (as read: cut at max_document_tokens) and its prediction row -> the `units` and
     `decisive` fields (see the module docstring)."""
     from longbert.inference.attribution import decisive_units
-    from longbert.utils.hardware import autocast_for
     from longbert.strategies.base import unit_spans
+    from longbert.utils.hardware import autocast_for
 
     device = next(model.parameters()).device
     with torch.no_grad(), autocast_for(model, precision):
@@ -60,7 +60,8 @@ def document_ids(model, text: str) -> list[int]:
     return documents[0].tolist()
 
 
-def explain(model, texts: list[str], batch_size: int = 16, precision: str = "auto") -> tuple[list[dict], list[list[int]]]:
+def explain(model, texts: list[str], batch_size: int = 16,
+            precision: str = "auto") -> tuple[list[dict], list[list[int]]]:
     """Texts -> (`model.predict`'s rows with `units` and `decisive` added, each text's content ids as read)."""
     rows = model.predict(texts, batch_size, precision)
     read = [document_ids(model, text) for text in texts]
@@ -105,8 +106,9 @@ def explained(model, texts, rows: Iterator[dict], page: Path, title: str, precis
 def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str) -> str:
     """The HTML page for (text, row with units and decisive, content ids) triples: per text, its prediction, how
     the decisive unit was found, an excerpt with that unit highlighted, and every unit's token range and weight."""
+    from longbert.comparison.formatting import decisive_text
+    from longbert.comparison.render import render_html
     from longbert.inference.attribution import decisive_excerpt
-    from longbert.comparison.render import decisive_text, render_html
 
     blocks: list[tuple] = [("h", 1, title), ("p", (
         "For each text: the predicted label, the unit (chunk or window) that decided it, highlighted in the text, and "

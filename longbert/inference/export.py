@@ -1,10 +1,11 @@
 """`longbert export`: a saved model as two ONNX graphs, a per-window encoder and a pooling-and-head graph, with its
-tokenizer and settings, so that longbert/inference/exported.py can read documents of any length with onnxruntime; optionally
-an int8 copy of the encoder (onnxruntime's dynamic quantization); and parity.json, which says how far the exported
-graphs are from the PyTorch model in fp32 on real texts. The folder's files are described in exported.py.
+tokenizer and settings, so that longbert/inference/exported.py can read documents of any length with onnxruntime;
+optionally an int8 copy of the encoder (onnxruntime's dynamic quantization); and parity.json, which says how far the
+exported graphs are from the PyTorch model in fp32 on real texts. The folder's files are described in exported.py.
 
-Only window strategies export: those with a `windows` hook (truncate, chunk, sliding), whose windows are read
-independently, so that one fixed graph for a pass of windows serves any document length. The others read a
+Only window strategies export: those that are `ReadsWindows` (strategies/base.py), whose windows are read
+independently, so that one fixed graph for a pass of windows (the backbone, then the strategy's `window_vectors`)
+serves any document length; the head graph is the strategy's `pool` and the classification head. The others read a
 document as one sequence (block-sparse attention over all of it) or carry a memory from segment to segment.
 
 The graphs are made by torch.onnx's torch.export-based exporter (`dynamo=True`, which needs onnxscript): the
@@ -27,9 +28,15 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.inference.exported import (ENCODER_FILES, EXPORT_FILE, EXPORT_FORMAT, HEAD_FILE, PARITY_FILE,
-                               ExportedClassifier)
-from longbert.strategies.base import Units
+from longbert.inference.exported import (
+    ENCODER_FILES,
+    EXPORT_FILE,
+    EXPORT_FORMAT,
+    HEAD_FILE,
+    PARITY_FILE,
+    ExportedClassifier,
+)
+from longbert.strategies.base import ReadsWindows, Units, strategies_with
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
@@ -44,17 +51,18 @@ class ExportResult:
 
 
 class WindowEncoder(nn.Module):
-    """The encoder graph: one pass of windows -> one vector per window, as the strategy pools tokens."""
+    """The encoder graph: one pass of windows -> one vector per window, as the strategy's `window_vectors` makes
+    them."""
 
-    def __init__(self, backbone: nn.Module, token_pooling: str):
+    def __init__(self, backbone: nn.Module, strategy: ReadsWindows):
         super().__init__()
-        self.backbone, self.token_pooling = backbone, token_pooling
+        self.backbone = backbone
+        # The bound hook, not the module: the strategy's pooler weights belong to the head graph, not to this one.
+        self.window_vectors = strategy.window_vectors
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        from longbert.strategies.pooling import pool_tokens
-
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (W, L, H)
-        return pool_tokens(hidden, attention_mask, self.token_pooling)  # (W, H)
+        return self.window_vectors(hidden, attention_mask)  # (W, H)
 
 
 class UnitHead(nn.Module):
@@ -77,14 +85,12 @@ def check_choices(format: str, quantize: str | None) -> None:
 
 
 def exportable_strategies() -> list[str]:
-    """The registered strategies whose windows are read independently (they have the `windows` hook)."""
-    from longbert.strategies.base import REGISTRY, strategy_names
-
-    return [n for n in strategy_names() if callable(getattr(REGISTRY[n].module_cls, "windows", None))]
+    """The registered strategies whose windows are read independently (they are `ReadsWindows`)."""
+    return strategies_with(ReadsWindows)
 
 
 def check_exportable(strategy: nn.Module, name: str) -> None:
-    if not callable(getattr(strategy, "windows", None)):
+    if not isinstance(strategy, ReadsWindows):
         raise LongbertError(
             f"strategy {name} cannot be exported: it does not read a document as independent windows (it reads the "
             f"whole document in one pass, or carries a memory from segment to segment), so one per-window graph "
@@ -102,9 +108,9 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
     <model_dir>/onnx), which must not exist yet; the folder appears whole or not at all. Parity is checked on
     `parity_texts`, or else on `parity_documents` test texts of the run's own data when the run folder names data
     that can be read (none: parity.json says why). Returns the folder and what parity.json holds."""
+    from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.utils.atomic import atomic_folder
     from longbert.utils.extras import require
-    from longbert.modeling.classifier import LongDocumentClassifier
 
     check_choices(format, quantize)
     model_dir = Path(model_dir)
@@ -166,7 +172,7 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
     backbone = model.backbone
     if model.settings.finetune == "lora":  # LoRA folded into the weights: a plain encoder, as fast as the base
         backbone = copy.deepcopy(backbone).merge_and_unload()
-    encoder = WindowEncoder(backbone, model.strategy.config.token_pooling).eval()
+    encoder = WindowEncoder(backbone, model.strategy).eval()
     head = UnitHead(model.strategy, model.head).eval()
     hidden = model.backbone.config.hidden_size
     # Example inputs: sizes of at least 2 that differ from each other, so the exporter keeps every axis dynamic.
@@ -263,4 +269,5 @@ def parity_line(parity: dict) -> str:
         return parity.get("note", "not checked")
     parts = [f"{key[len('onnx_'):]} labels agree on {100 * row['label_agreement']:.1f}%, max |Δp| "
              f"{row['max_abs_probability_difference']:.2g}" for key, row in parity.items() if key.startswith("onnx_")]
-    return f"{parity['texts']} texts ({parity['long_texts']} over {LONG_TOKENS} tokens) against PyTorch fp32: " + "; ".join(parts)
+    checked = f"{parity['texts']} texts ({parity['long_texts']} over {LONG_TOKENS} tokens) against PyTorch fp32"
+    return f"{checked}: " + "; ".join(parts)

@@ -1,5 +1,5 @@
-"""An exported model folder (written by `longbert export`, longbert/inference/export.py) and the runtime that reads documents
-of any length with it through onnxruntime, without the PyTorch model.
+"""An exported model folder (written by `longbert export`, longbert/inference/export.py) and the runtime that reads
+documents of any length with it through onnxruntime, without the PyTorch model.
 
     <dir>/export.json          what the folder holds: the model's settings (as in longbert_config.json), the hidden
                                size, the graph files, how they were made
@@ -52,8 +52,8 @@ class ExportedClassifier:
         import onnxruntime
 
         from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
-        from longbert.modeling.classifier import ModelSettings
-        from longbert.strategies.base import SpecialTokens, build_strategy
+        from longbert.modeling.settings import ModelSettings
+        from longbert.strategies.base import ReadsWindows, SpecialTokens, build_strategy
 
         self.folder = Path(folder)
         info = read_export_info(self.folder)
@@ -66,6 +66,9 @@ class ExportedClassifier:
         with torch.random.fork_rng(devices=[]):
             self.strategy = build_strategy(self.settings.strategy, info["hidden_size"], self.special,
                                            self.settings.budget)
+        if not isinstance(self.strategy, ReadsWindows):  # export refuses these; a folder edited by hand may not
+            raise LongbertError(f"{self.folder / EXPORT_FILE} is damaged: strategy {self.settings.strategy.name} does "
+                                "not read independent windows, which an exported model needs")
         encoders = info["encoders"]
         self.precision = precision or ("int8" if "int8" in encoders else "fp32")
         if self.precision not in encoders:
@@ -74,7 +77,8 @@ class ExportedClassifier:
         if threads is not None:
             options.intra_op_num_threads = threads
         providers = ["CPUExecutionProvider"]
-        self.encoder = onnxruntime.InferenceSession(str(self.folder / encoders[self.precision]), options, providers=providers)
+        self.encoder = onnxruntime.InferenceSession(str(self.folder / encoders[self.precision]), options,
+                                                    providers=providers)
         self.head = onnxruntime.InferenceSession(str(self.folder / info["head"]), options, providers=providers)
 
     @property
@@ -129,7 +133,8 @@ def read_export_info(folder: Path) -> dict:
     """export.json of an exported folder, checked for what the runtime needs (one LongbertError line otherwise)."""
     path = folder / EXPORT_FILE
     if not path.is_file():
-        raise LongbertError(f"{folder} is not a longbert export folder (no {EXPORT_FILE}); `longbert export` writes one")
+        raise LongbertError(f"{folder} is not a longbert export folder (no {EXPORT_FILE}); `longbert export` writes "
+                            "one")
     try:
         info = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Iterator, TextIO
 
 from longbert.data.documents import count_cut
+from longbert.data.files import is_data_file, load_table, text_lines
 from longbert.errors import LongbertError
 from longbert.utils.hardware import INFERENCE_PRECISIONS, process_state
-from longbert.data.sources import is_data_file, load_table, text_lines
 
 BATCHES_PER_BLOCK = 64  # documents sorted by length together: this many batches per process
 PREDICTION_FIELDS = ("label", "labels", "probabilities", "n_tokens")  # what the model writes into each row
@@ -80,7 +80,8 @@ def read_documents(source: str, text_column: str = "text", id_column: str | None
         if split is not None:
             raise LongbertError(f"--split {split}: {'stdin' if source == '-' else path} is one text per line, "
                                 "with no splits")
-        documents, where = Dataset.from_dict({LINES_COLUMN: read_texts(source)}), "stdin" if source == "-" else str(path)
+        documents = Dataset.from_dict({LINES_COLUMN: read_texts(source)})
+        where = "stdin" if source == "-" else str(path)
         hint = f" (one text per line, read as the column {LINES_COLUMN!r})"
     elif path.exists() or path.suffix or source.startswith((".", "/", "~")):
         if not path.exists():
@@ -122,7 +123,8 @@ def _check_texts(documents, column: str, where: str) -> None:
         return
     for number, value in enumerate(documents[column], 1):  # not a string column: find the first value that is no text
         if not isinstance(value, str) or not value.strip():
-            what = "empty or whitespace-only" if isinstance(value, str) else f"not a string ({type(value).__name__} {value!r})"
+            what = ("empty or whitespace-only" if isinstance(value, str)
+                    else f"not a string ({type(value).__name__} {value!r})")
             raise LongbertError(f"{where} row {number}: the text (column {column!r}) is {what}")
 
 
@@ -172,7 +174,8 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     if page is not None:
         from longbert.inference.explain import explained
 
-        rows = explained(model, documents[text_column], rows, page, f"longbert predict --explain: {model_dir}", precision)
+        title = f"longbert predict --explain: {model_dir}"
+        rows = explained(model, documents[text_column], rows, page, title, precision)
     cut = 0
     with _output_stream(output) if process.is_main_process else nullcontext() as stream:
         if process.is_main_process:

@@ -2,7 +2,8 @@
 an exported folder (onnxruntime, see exported.py). Concurrent requests are grouped into batches.
 
     GET  /health   -> {"status": "ok", "model", "backend": pytorch | onnx-fp32 | onnx-int8, "labels", "max_batch"}
-    POST /predict  {"text": "..."}            -> one prediction: label (labels when multi-label), probabilities, n_tokens
+    POST /predict  {"text": "..."}            -> one prediction: label (labels when multi-label), probabilities,
+                                                 n_tokens
                    {"texts": ["...", ...]}    -> {"predictions": [one per text, in order]}
 Bad requests are answered with 4xx and {"error": "one line"}: 400 when the body is not JSON, 422 when it does not
 hold what /predict needs (no text, a text that is empty or not a string, an unknown field); an unknown route or
@@ -40,7 +41,8 @@ def parse_request(body: bytes) -> tuple[list[str], bool]:
     except UnicodeDecodeError:
         raise BadRequest(400, "the body is not UTF-8 text") from None
     except json.JSONDecodeError as error:
-        raise BadRequest(400, f"the body is not valid JSON ({error.msg}, line {error.lineno} column {error.colno})") from None
+        where = f"line {error.lineno} column {error.colno}"
+        raise BadRequest(400, f"the body is not valid JSON ({error.msg}, {where})") from None
     expected = 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings)'
     if not isinstance(payload, dict):
         raise BadRequest(422, f"{expected}, got {_kind(payload)}")

@@ -16,6 +16,12 @@ them still works everywhere):
                                  independently, each wrapped as [CLS] piece [SEP], one unit each; their sizes in
                                  mean pooling, or None); its `encode` uses it, and so does an exported model
                                  (longbert/inference/export.py), which needs it
+    window_vectors(hidden, attention_mask)
+                              -> with `windows`: the backbone's states of one pass of windows (W, L, H) and their
+                                 mask (W, L) -> one vector per window (W, H); what an exported encoder graph ends with
+    weights_carry_content()   -> whether the unit weights its pooling gives (`Pooled.weights`) follow what the units
+                                 hold (max, learned attention) rather than only how many tokens each adds (mean):
+                                 only the first say which unit decided a prediction (explain, compare)
     checkpoint_state()        -> {name: tensor}: state outside the weights that a resumed run needs to continue
     load_checkpoint_state(d)     exactly (bigbird: its random-block generator)
     lora_modules_to_save      a tuple of backbone module names that must train in full under LoRA, because the
@@ -128,9 +134,20 @@ class HasUnitSpans(Protocol):
 
 @runtime_checkable
 class ReadsWindows(Protocol):
-    """A strategy that reads a document as independent windows (what an exported per-window graph can run)."""
+    """A strategy that reads a document as independent windows, each pooled to one vector from its own token states
+    alone (what an exported per-window graph can run: the backbone, then `window_vectors`)."""
 
     def windows(self, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[float] | None]: ...
+
+    def window_vectors(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class WeighsUnits(Protocol):
+    """A strategy that pools several units and says whether the weights its pooling gives them follow their content
+    (a strategy without this hook gives weights that do, or has one unit)."""
+
+    def weights_carry_content(self) -> bool: ...
 
 
 @runtime_checkable
@@ -232,6 +249,12 @@ def strategy_names() -> list[str]:
     from longbert import strategies  # noqa: F401
 
     return sorted(REGISTRY)
+
+
+def strategies_with(hook: type) -> list[str]:
+    """The registered strategies whose module has `hook`, one of the Protocols above that hold only methods
+    (`issubclass` cannot check an attribute such as SavesLoraModules' on a class)."""
+    return [name for name in strategy_names() if issubclass(REGISTRY[name].module_cls, hook)]
 
 
 def build_strategy(config, hidden_size: int, special: SpecialTokens, budget: PassBudget) -> nn.Module:

@@ -44,8 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.errors import LongbertError
 from longbert.config.fields import one_of, option
+from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
@@ -59,17 +59,23 @@ POSITION_SCHEMES = ("copy", "interpolate")
 @dataclass
 class BigBirdConfig:
     name: str = "bigbird"
-    max_tokens: int = option(4096, "tokens read per document, with [CLS]/[SEP] (a multiple of block_size); longer documents keep their head")
+    max_tokens: int = option(4096, "tokens read per document, with [CLS]/[SEP] (a multiple of block_size); longer "
+                                   "documents keep their head")
     block_size: int = option(64, "tokens per attention block")
     window_blocks: int = option(3, "neighbouring blocks each query block reads, itself in the middle (odd)")
     global_blocks: int = option(2, "leading blocks (holding [CLS]) that read, and are read by, every block")
-    random_blocks: int = option(3, "extra blocks each query block reads in training, drawn at random (seeded); none at evaluation")
+    random_blocks: int = option(3, "extra blocks each query block reads in training, drawn at random (seeded); none "
+                                   "at evaluation")
     random_seed: int = option(0, "seed of the generator that draws the random blocks")
-    full_attention_up_to: int = option(512, "documents of at most this many tokens (with [CLS]/[SEP]) use full attention; 0: always block-sparse")
-    token_pooling: str = option("auto", "document vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's pooling config says")
-    position_scheme: str = option("copy", "how positions past the backbone's learned ones start: copy (p gets p mod 512, as Longformer) or interpolate (they walk the learned table once, interpolating)")
+    full_attention_up_to: int = option(512, "documents of at most this many tokens (with [CLS]/[SEP]) use full "
+                                            "attention; 0: always block-sparse")
+    token_pooling: str = option("auto", "document vector: cls ([CLS] state), mean (mean of token states), or auto: "
+                                        "what the backbone's pooling config says")
+    position_scheme: str = option("copy", "how positions past the backbone's learned ones start: copy (p gets p mod "
+                                          "512, as Longformer) or interpolate (they walk the learned table once, "
+                                          "interpolating)")
 
-    # What a key missing from a model saved before the key existed means (see model.ModelSettings.from_dict).
+    # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
     ABSENT_MEANS = {"position_scheme": "copy"}
 
     def problems(self, path: str) -> list[str]:
@@ -78,7 +84,8 @@ class BigBirdConfig:
             if getattr(self, name) < 1:
                 out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
         if self.window_blocks >= 1 and self.window_blocks % 2 == 0:
-            out.append(f"{path}.window_blocks must be odd (the query block sits in the middle), got {self.window_blocks}")
+            out.append(f"{path}.window_blocks must be odd (the query block sits in the middle), got "
+                       f"{self.window_blocks}")
         if self.random_blocks < 0:
             out.append(f"{path}.random_blocks must be >= 0, got {self.random_blocks}")
         if self.block_size >= 1 and self.global_blocks >= 1:
@@ -263,7 +270,8 @@ def extend_positions(backbone: nn.Module, tokens: int, scheme: str = "copy") -> 
 # The strategy
 
 
-@register("bigbird", BigBirdConfig, "the whole document in one pass with BigBird block-sparse attention (window + global + random blocks)")
+@register("bigbird", BigBirdConfig, "the whole document in one pass with BigBird block-sparse attention "
+          "(window + global + random blocks)")
 class BigBirdStrategy(nn.Module):
     def __init__(self, config: BigBirdConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()
@@ -328,7 +336,9 @@ class BigBirdStrategy(nn.Module):
             chosen = [i for i, s in enumerate(sparse) if s == block_sparse]
             if not chosen:
                 continue
-            extra = dict(multiple=self.config.block_size, pass_arguments=self.sparse_pass(backbone)) if block_sparse else {}
+            extra = {}
+            if block_sparse:
+                extra = dict(multiple=self.config.block_size, pass_arguments=self.sparse_pass(backbone))
             states = window_token_states(backbone, [kept[i] for i in chosen], self.special, self.budget, **extra)
             for i, state in zip(chosen, states):
                 out[i] = state  # (T', H)

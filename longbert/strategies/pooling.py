@@ -120,6 +120,13 @@ class LastPooler(nn.Module):
         return Pooled(vector, weights)
 
 
+def weights_carry_content(pooler: nn.Module) -> bool:
+    """Whether `pooler`'s unit weights follow what the units hold (max, attention, last) rather than only how many
+    tokens each adds (mean, whose weights are known before the backbone runs). What a pooling strategy's
+    `weights_carry_content` hook answers."""
+    return not isinstance(pooler, MeanPooler)
+
+
 def build_pooler(kind: str, hidden_size: int) -> nn.Module:
     """The unit pooler named `kind` (one of SEGMENT_POOLINGS, which holds every name) for `hidden_size` vectors."""
     if kind == "last":

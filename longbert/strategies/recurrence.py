@@ -69,11 +69,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.errors import LongbertError
 from longbert.config.fields import option
+from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import build_pooler, pool_tokens
+from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
 from longbert.strategies.segments import read_segments, segment_problems, segment_spans
 from longbert.strategies.windows import build_pass, check_fits
 
@@ -90,7 +90,8 @@ DISTANCE_MAX = 4096  # ... up to this distance in tokens (farther keys share the
 DISTANCE_BIAS_INIT = -3.0  # the distance bias at the start: memory gets a small share of attention
 
 
-def distance_bucket(distance: torch.Tensor, buckets: int = DISTANCE_BUCKETS, longest: int = DISTANCE_MAX) -> torch.Tensor:
+def distance_bucket(distance: torch.Tensor, buckets: int = DISTANCE_BUCKETS,
+                    longest: int = DISTANCE_MAX) -> torch.Tensor:
     """T5-style buckets of token distances >= 1 (memory keys always lie before the query): a distance below
     `buckets // 2` is its own bucket, longer ones share logarithmically wider buckets, and everything from `longest`
     tokens on shares the last. Same shape as `distance`, long."""
@@ -213,8 +214,9 @@ class StepState:
         gather = self.index[:, None, :, None].expand(-1, key.shape[1], -1, key.shape[3])  # (E, A, M', D)
         self.next_keys[layer] = torch.gather(key, 2, gather)  # (E, A, M', D)
         self.next_values[layer] = torch.gather(value, 2, gather)
-        output = F.scaled_dot_product_attention(query, key, value, attn_mask=self.mask(layer, query.dtype, query.shape[2]),
-                                                dropout_p=dropout, scale=scaling)  # (E, A, L, D)
+        mask = self.mask(layer, query.dtype, query.shape[2])
+        output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                                scale=scaling)  # (E, A, L, D)
         return output.transpose(1, 2).contiguous()  # (E, L, A, D)
 
     def next_memory(self) -> LayerMemory:
@@ -238,16 +240,23 @@ def recurrence_attention(module: nn.Module, query, key, value, state: StepState,
 class RecurrenceConfig:
     name: str = "recurrence"
     segment: int = option(510, "content tokens per segment ([CLS]/[SEP] come on top); each segment is one unit")
-    memory: int = option(512, "memory per layer, in tokens: keys/values of the latest tokens of earlier segments that each segment also attends to; 0 = independent segments")
+    memory: int = option(512, "memory per layer, in tokens: keys/values of the latest tokens of earlier segments "
+                              "that each segment also attends to; 0 = independent segments")
     memory_segments: int = option(1, "how many earlier segments the memory spans; older tokens leave it")
-    backprop_segments: int | None = option(0, "segment boundaries gradients cross through the memory: 0 stops them (Transformer-XL), null = the whole document")
-    distance_bias: bool = option(True, f"learned attention bias on memory keys by their true token distance to the query, per layer and head, in T5-style buckets; starts at {DISTANCE_BIAS_INIT:g} so an untrained model reads each segment close to how the backbone reads it alone")
-    memory_bias: bool = option(False, "learned attention bias on memory keys per layer, head and segment age (zero at start)")
+    backprop_segments: int | None = option(0, "segment boundaries gradients cross through the memory: 0 stops them "
+                                              "(Transformer-XL), null = the whole document")
+    distance_bias: bool = option(True, f"learned attention bias on memory keys by their true token distance to the "
+                                       f"query, per layer and head, in T5-style buckets; starts at "
+                                       f"{DISTANCE_BIAS_INIT:g} so an untrained model reads each segment close to how "
+                                       f"the backbone reads it alone")
+    memory_bias: bool = option(False, "learned attention bias on memory keys per layer, head and segment age (zero at "
+                                      "start)")
 
-    # What a key missing from a model saved before the key existed means (see model.ModelSettings.from_dict).
+    # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
     ABSENT_MEANS = {"distance_bias": False}
     pooling: str = option("mean", "document vector from segment vectors: last, mean, max, attention or transformer")
-    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of token states), or auto: what the backbone's pooling config says")
+    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of token states), or auto: "
+                                        "what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = segment_problems(self, path)
@@ -257,13 +266,15 @@ class RecurrenceConfig:
             out.append(f"{path}.memory_segments must be >= 1, got {self.memory_segments}")
         elif self.memory > self.memory_segments * (self.segment + 2) and self.segment >= 1:
             out.append(
-                f"{path}.memory must be <= memory_segments * (segment + 2) = {self.memory_segments * (self.segment + 2)} "
-                f"(what {self.memory_segments} segment(s) can fill), got {self.memory}; raise memory_segments or lower memory"
+                f"{path}.memory must be <= memory_segments * (segment + 2) = "
+                f"{self.memory_segments * (self.segment + 2)} (what {self.memory_segments} segment(s) can fill), got "
+                f"{self.memory}; raise memory_segments or lower memory"
             )
         return out
 
 
-@register("recurrence", RecurrenceConfig, "segments read in order with a Transformer-XL memory of earlier segments' keys/values at every layer")
+@register("recurrence", RecurrenceConfig, "segments read in order with a Transformer-XL memory of earlier "
+          "segments' keys/values at every layer")
 class RecurrenceStrategy(nn.Module):
     def __init__(self, config: RecurrenceConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()
@@ -329,6 +340,9 @@ class RecurrenceStrategy(nn.Module):
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return segment_spans(length, self.config.segment)
+
+    def weights_carry_content(self) -> bool:
+        return weights_carry_content(self.pooler)
 
     def pool(self, units: Units) -> Pooled:
         return self.pooler(units)

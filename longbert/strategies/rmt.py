@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.errors import LongbertError
 from longbert.config.fields import option
+from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import build_pooler, pool_tokens
+from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
 from longbert.strategies.segments import read_segments, segment_problems, segment_spans
 from longbert.strategies.windows import build_pass, check_fits
 
@@ -59,10 +59,13 @@ class TokenMemory:
 class RmtConfig:
     name: str = "rmt"
     segment: int = option(500, "content tokens per segment; [CLS], the memory tokens and [SEP] come on top")
-    memory_tokens: int = option(10, "memory tokens read and written by every segment and passed to the next; 0 = independent segments")
-    backprop_segments: int | None = option(None, "segment boundaries gradients cross through the memory: null = the whole document (RMT), 0 stops them")
+    memory_tokens: int = option(10, "memory tokens read and written by every segment and passed to the next; 0 = "
+                                    "independent segments")
+    backprop_segments: int | None = option(None, "segment boundaries gradients cross through the memory: null = the "
+                                                 "whole document (RMT), 0 stops them")
     pooling: str = option("last", "document vector from segment vectors: last, mean, max, attention or transformer")
-    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of the segment's token states, memory tokens left out), or auto: what the backbone's pooling config says")
+    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of the segment's token states, "
+                                        "memory tokens left out), or auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = segment_problems(self, path)
@@ -85,17 +88,20 @@ def check_takes_memory_tokens(backbone: nn.Module) -> None:
                             f"input embeddings, but {kind}'s input embeddings have size {embedding_size}")
 
 
-@register("rmt", RmtConfig, "segments read in order, passing a few learned memory tokens from each segment to the next (RMT)")
+@register("rmt", RmtConfig, "segments read in order, passing a few learned memory tokens from each segment to the "
+          "next (RMT)")
 class RmtStrategy(nn.Module):
     def __init__(self, config: RmtConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()
         self.config, self.special, self.budget = config, special, budget
         self.pooler = build_pooler(config.pooling, hidden_size)
         # The first segment's memory; BERT's initializer range. (M, H)
-        self.memory = nn.Parameter(torch.randn(config.memory_tokens, hidden_size) * 0.02) if config.memory_tokens else None
+        self.memory = (nn.Parameter(torch.randn(config.memory_tokens, hidden_size) * 0.02) if config.memory_tokens
+                       else None)
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
-        check_fits(backbone, self.config.segment + self.config.memory_tokens, "strategy.segment + strategy.memory_tokens")
+        check_fits(backbone, self.config.segment + self.config.memory_tokens,
+                   "strategy.segment + strategy.memory_tokens")
         if self.config.memory_tokens:
             check_takes_memory_tokens(backbone)
 
@@ -125,6 +131,9 @@ class RmtStrategy(nn.Module):
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return segment_spans(length, self.config.segment)
+
+    def weights_carry_content(self) -> bool:
+        return weights_carry_content(self.pooler)
 
     def pool(self, units: Units) -> Pooled:
         return self.pooler(units)

@@ -13,7 +13,7 @@ from torch import nn
 
 from longbert.config.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
-from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, pool_tokens
 from longbert.strategies.windows import check_fits, encode_cuts
 
 MODES = ("head", "tail", "head_tail")
@@ -25,14 +25,16 @@ class TruncateConfig:
     mode: str = option("head_tail", "which tokens to keep: head, tail or head_tail")
     max_tokens: int = option(510, "content tokens kept per document ([CLS]/[SEP] come on top)")
     head_tokens: int = option(128, "with head_tail: tokens from the start; the rest of max_tokens come from the end")
-    token_pooling: str = option("auto", "document vector from the window: cls ([CLS] state), mean (token mean), or auto: what the backbone's pooling config says")
+    token_pooling: str = option("auto", "document vector from the window: cls ([CLS] state), mean (token mean), or "
+                                        "auto: what the backbone's pooling config says")
 
     def problems(self, path: str) -> list[str]:
         out = one_of(f"{path}.mode", self.mode, MODES)
         if self.max_tokens < 1:
             out.append(f"{path}.max_tokens must be >= 1, got {self.max_tokens}")
         if self.mode == "head_tail" and not 0 <= self.head_tokens <= self.max_tokens:
-            out.append(f"{path}.head_tokens must be between 0 and max_tokens, got {self.head_tokens} > {self.max_tokens}")
+            out.append(f"{path}.head_tokens must be between 0 and max_tokens, got {self.head_tokens} > "
+                       f"{self.max_tokens}")
         out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
         return out
 
@@ -62,6 +64,9 @@ class TruncateStrategy(nn.Module):
     def windows(self, ids: torch.Tensor) -> tuple[list[torch.Tensor], None]:
         """One window: the kept tokens."""
         return [keep(ids, self.config)], None
+
+    def window_vectors(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return pool_tokens(hidden, attention_mask, self.config.token_pooling)  # (W, L, H) -> (W, H)
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
         cuts = [self.windows(ids) for ids in documents]

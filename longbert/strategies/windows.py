@@ -3,8 +3,8 @@
 Cut documents into windows (truncate, chunk, sliding), and run pieces of content through the backbone in bounded,
 dynamically padded passes: `build_pass` lays out one pass ([CLS] piece [SEP], padded) for every strategy, bigbird
 and the segment strategies included; `run_passes` plans and runs the passes of many windows (through the backbone
-in `encode_windows`, through an exported graph in longbert/inference/exported.py); `window_token_states` keeps every token's
-state instead of pooling them (token-level reading, for continued pretraining)."""
+in `encode_windows`, through an exported graph in longbert/inference/exported.py); `window_token_states` keeps every
+token's state instead of pooling them (token-level reading, for continued pretraining)."""
 
 from __future__ import annotations
 

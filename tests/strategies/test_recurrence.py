@@ -6,6 +6,7 @@ activations, and LoRA, save/load and bf16 work."""
 from __future__ import annotations
 
 import weakref
+
 import pytest
 import torch
 
@@ -327,8 +328,9 @@ def test_lora_model_saves_and_loads_with_identical_predictions(tiny_backbone_dir
 
 
 def test_a_short_lora_bf16_training_run(tiny_recipe):
-    import longbert
     from safetensors.torch import load_file
+
+    import longbert
 
     overrides = [o for o in tiny_recipe if not o.startswith("strategy.")] + [
         "strategy.name=recurrence", "strategy.segment=30", "strategy.memory=32", "strategy.pooling=last",
@@ -357,13 +359,16 @@ def test_bf16_autocast_forward_and_backward(tiny_backbone, config):
 
 
 def test_config_problems_name_their_yaml_path():
-    problems = RecurrenceConfig(segment=0, memory=-1, memory_segments=0, backprop_segments=-1, pooling="sum").problems("strategy")
-    for path in ("strategy.segment", "strategy.memory ", "strategy.memory_segments", "strategy.backprop_segments", "strategy.pooling"):
+    config = RecurrenceConfig(segment=0, memory=-1, memory_segments=0, backprop_segments=-1, pooling="sum")
+    problems = config.problems("strategy")
+    for path in ("strategy.segment", "strategy.memory ", "strategy.memory_segments", "strategy.backprop_segments",
+                 "strategy.pooling"):
         assert any(p.startswith(path.strip()) for p in problems), path
     (message,) = RecurrenceConfig(segment=100, memory=300).problems("strategy")
     assert message.startswith("strategy.memory must be <= memory_segments * (segment + 2) = 102")
     assert RmtConfig(memory_tokens=-1, token_pooling="max").problems("strategy") == [
-        "strategy.token_pooling must be one of auto, cls, mean, got 'max'", "strategy.memory_tokens must be >= 0, got -1"]
+        "strategy.token_pooling must be one of auto, cls, mean, got 'max'",
+        "strategy.memory_tokens must be >= 0, got -1"]
     with pytest.raises(LongbertError, match="strategy.memory_segments"):
         load_recipe(None, ["strategy.name=recurrence", "strategy.memory_segments=0"])
 

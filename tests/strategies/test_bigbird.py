@@ -331,7 +331,7 @@ def build_classifier(backbone_dir, finetune: str) -> LongDocumentClassifier:
 def test_save_and_load_give_identical_predictions(tiny_backbone_dir, tmp_path, finetune):
     model = build_classifier(tiny_backbone_dir, finetune)
     with torch.no_grad():  # stand-in for fine-tuning: the trainable weights, copied positions included, move
-        for name, p in model.backbone.named_parameters():
+        for p in model.backbone.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))
     model.eval()

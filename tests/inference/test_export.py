@@ -101,7 +101,8 @@ def test_the_runtime_equals_pytorch_fp32_at_any_length(tiny_run, lengths):
     documents = random_documents(lengths)  # windows of 40: up to 25 per document, past the backbone's 128 positions
     torch.testing.assert_close(runtime.logits(documents), fp32_logits(model, documents), atol=1e-5, rtol=1e-4)
     int8 = ExportedClassifier(tiny_run / "onnx", "int8")
-    assert (int8.probabilities(int8.logits(documents)) - model.probabilities(fp32_logits(model, documents))).abs().max() < 0.05
+    reference = model.probabilities(fp32_logits(model, documents))
+    assert (int8.probabilities(int8.logits(documents)) - reference).abs().max() < 0.05
 
 
 def test_runtime_predict_gives_predicts_rows(tiny_run):
@@ -157,6 +158,24 @@ def test_the_windows_hook_cuts_what_unit_spans_describe():
                 assert len(sizes) == len(windows) and sum(sizes) == max(length, 1), (name, length)
 
 
+@pytest.mark.parametrize("token_pooling", ["cls", "mean"])
+def test_the_encoder_graph_is_the_backbone_then_the_strategys_window_vectors(tiny_backbone_dir, token_pooling):
+    from longbert.inference.export import WindowEncoder
+    from longbert.strategies.base import SpecialTokens
+    from longbert.strategies.windows import build_pass
+
+    model = build_model(tiny_backbone_dir, "sliding", [f"strategy.token_pooling={token_pooling}",
+                                                       "strategy.pooling=attention"])
+    document = random_documents([90])[0]
+    windows, _ = model.strategy.windows(document)
+    input_ids, attention_mask = build_pass(windows, SpecialTokens.from_tokenizer(model.tokenizer), "cpu")  # (W, L)
+    encoder = WindowEncoder(model.backbone, model.strategy)
+    # The pooler's weights belong to the head graph: the encoder graph holds the backbone's only.
+    assert {n for n, _ in encoder.named_parameters()} == {f"backbone.{n}" for n, _ in model.backbone.named_parameters()}
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(input_ids, attention_mask), model.encode([document]).vectors[0])
+
+
 @pytest.mark.parametrize("strategy", ["bigbird", "recurrence", "rmt"])
 def test_strategies_that_read_the_whole_document_are_refused(tiny_backbone_dir, strategy):
     model = build_model(tiny_backbone_dir, strategy)
@@ -172,7 +191,8 @@ def test_user_errors_are_one_line(tiny_backbone_dir, tiny_run, tmp_path):
     assert not (tmp_path / "x").exists()
     assert_user_error(run("export", tiny_run, "--format", "tflite"), "--format must be one of onnx, got 'tflite'")
     assert_user_error(run("export", tiny_run, "--quantize", "int4"), "--quantize must be one of int8, got 'int4'")
-    assert_user_error(run("export", tiny_run), f"--output {tiny_run / 'onnx'} already exists; remove it or name another")
+    assert_user_error(run("export", tiny_run),
+                      f"--output {tiny_run / 'onnx'} already exists; remove it or name another")
     assert_user_error(run("export", tiny_run, "-o", tmp_path / "missing" / "out"), "the folder", "does not exist")
     assert_user_error(run("export", tmp_path / "nothing", "-o", tmp_path / "y"), "is not a longbert model folder")
     with pytest.raises(LongbertError, match="is not a longbert export folder \\(no export.json\\)"):
@@ -189,7 +209,8 @@ def test_a_missing_extra_is_one_line(tiny_run, tmp_path, monkeypatch, missing):
 
 
 def test_importing_longbert_loads_no_export_or_server_library():
-    code = ("import sys, longbert, longbert.cli, longbert.inference.export, longbert.inference.exported, longbert.inference.serve, longbert.inference.explain; "
+    code = ("import sys, longbert, longbert.cli, longbert.inference.export, longbert.inference.exported, "
+            "longbert.inference.serve, longbert.inference.explain; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('onnx', 'onnxruntime', 'onnxscript', 'fastapi', 'uvicorn', 'starlette')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

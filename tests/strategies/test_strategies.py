@@ -4,6 +4,7 @@ a strategy written in one new file works through the whole model."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import pytest
@@ -11,12 +12,29 @@ import torch
 from torch import nn
 from transformers import BertModel
 
-from conftest import tiny_bert_config
-from helpers import TINY_STRATEGY_SETTINGS, build_model, random_documents
-from longbert.errors import LongbertError
+from helpers import TINY_STRATEGY_SETTINGS, build_model, random_documents, tiny_bert_config
 from longbert.config.fields import option
-from longbert.strategies.base import (REGISTRY, PassBudget, Pooled, SpecialTokens, build_strategy, register,
-                                      strategy_names, unit_spans)
+from longbert.errors import LongbertError
+from longbert.strategies.base import (
+    REGISTRY,
+    EncodesTokens,
+    HasCheckpointState,
+    HasUnitSpans,
+    PassBudget,
+    Pooled,
+    ReadsWindows,
+    SavesLoraModules,
+    SpecialTokens,
+    Strategy,
+    WeighsUnits,
+    build_strategy,
+    config_fields,
+    get_entry,
+    register,
+    strategies_with,
+    strategy_names,
+    unit_spans,
+)
 from longbert.strategies.windows import build_pass, check_fits, encode_windows, gather_units, split_windows
 
 ALL = strategy_names()
@@ -96,6 +114,26 @@ def test_sliding_with_stride_equal_to_window_equals_chunk(pooling, tiny_backbone
         torch.testing.assert_close(chunk(documents).logits, sliding(documents).logits)
 
 
+def test_chunk_is_sliding_with_the_stride_at_the_window_and_keeps_its_own_settings():
+    """One module class reads both (they cannot drift apart); chunk keeps its config: no stride to set or save."""
+    from longbert.config import load_recipe
+    from longbert.strategies.chunk import ChunkConfig
+
+    chunk, sliding = get_entry("chunk"), get_entry("sliding")
+    assert chunk.module_cls is sliding.module_cls and chunk.config_cls is not sliding.config_cls
+    assert chunk.role == "default" and strategy_names().count("chunk") == 1
+    assert [f.name for f in config_fields(ChunkConfig)] == ["window", "pooling", "token_pooling", "unit_weights"]
+    assert ChunkConfig(window=37).stride == 37
+    assert ChunkConfig(window=0).problems("strategy") == ["strategy.window must be >= 1, got 0"]
+    with pytest.raises(LongbertError, match=r"unknown recipe key 'strategy.stride'; valid keys in strategy: name, "
+                                            r"window, pooling, token_pooling, unit_weights"):
+        load_recipe(None, ["strategy.name=chunk", "strategy.stride=10"])
+    strategy = build_strategy(ChunkConfig(window=40), 32, SpecialTokens(101, 102, 0), PassBudget())
+    windows, sizes = strategy.windows(torch.arange(90))
+    assert [w.tolist() for w in windows] == [list(range(0, 40)), list(range(40, 80)), list(range(80, 90))]
+    assert sizes == [40.0, 40.0, 10.0]
+
+
 @pytest.mark.parametrize("pooling", ["mean", "max", "attention", "transformer"])
 def test_every_pooler_ignores_missing_units(pooling, tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk", ["strategy.window=40", f"strategy.pooling={pooling}"])
@@ -129,7 +167,8 @@ def test_passes_are_bounded_dynamically_padded_and_use_the_tokenizers_special_id
     special = SpecialTokens.from_tokenizer(tokenizer)
     windows = random_documents([40, 3, 40, 12, 7], seed=5)
     seen = []
-    hook = tiny_backbone.register_forward_pre_hook(lambda m, a, k: seen.append(k["input_ids"].clone()), with_kwargs=True)
+    record = lambda module, args, kwargs: seen.append(kwargs["input_ids"].clone())  # each pass's input ids
+    hook = tiny_backbone.register_forward_pre_hook(record, with_kwargs=True)
     with torch.no_grad():
         bounded = encode_windows(tiny_backbone, windows, special, PassBudget(max_windows=2, max_tokens=10_000))
         hook.remove()
@@ -140,7 +179,7 @@ def test_passes_are_bounded_dynamically_padded_and_use_the_tokenizers_special_id
     assert sum((p == tokenizer.sep_token_id).sum().item() for p in seen) == len(windows)
     torch.testing.assert_close(bounded, free, atol=1e-5, rtol=1e-4)
     seen.clear()
-    hook = tiny_backbone.register_forward_pre_hook(lambda m, a, k: seen.append(k["input_ids"].clone()), with_kwargs=True)
+    hook = tiny_backbone.register_forward_pre_hook(record, with_kwargs=True)
     with torch.no_grad():
         encode_windows(tiny_backbone, windows, special, PassBudget(max_windows=64, max_tokens=84))
     hook.remove()
@@ -161,6 +200,51 @@ def test_a_short_window_gets_its_own_pass_rather_than_much_padding():
     assert plan_passes(lengths, PassBudget(max_padding=0.2)) == [[0, 1, 3], [2, 4]]
     assert plan_passes(lengths, PassBudget(max_padding=1.0)) == [[0, 1, 3, 2, 4]]
     assert plan_passes(lengths, PassBudget(max_windows=2, max_padding=1.0)) == [[0, 1], [3, 2], [4]]
+
+
+# -- the optional hooks: each a Protocol, each strategy says which it has ---------------------------------------
+
+HOOKS = (HasUnitSpans, ReadsWindows, WeighsUnits, HasCheckpointState, EncodesTokens, SavesLoraModules)
+DECLARED_HOOKS = {
+    "truncate": {HasUnitSpans, ReadsWindows},
+    "chunk": {HasUnitSpans, ReadsWindows, WeighsUnits},
+    "sliding": {HasUnitSpans, ReadsWindows, WeighsUnits},
+    "bigbird": {HasUnitSpans, HasCheckpointState, EncodesTokens, SavesLoraModules},
+    "recurrence": {HasUnitSpans, EncodesTokens, WeighsUnits},
+    "rmt": {HasUnitSpans, WeighsUnits},
+}
+
+
+def protocol_methods(protocol: type) -> list[str]:
+    return [name for name, member in vars(protocol).items() if inspect.isfunction(member) and not name.startswith("_")]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_each_strategy_has_exactly_the_hooks_it_declares_with_the_protocols_signatures(name):
+    """A runtime-checkable Protocol checks names only: the parameters are compared here, so that a hook spelled
+    with other arguments fails rather than being called wrongly."""
+    assert name in DECLARED_HOOKS, "declare the new strategy's hooks in DECLARED_HOOKS"
+    entry = get_entry(name)
+    strategy = build_strategy(entry.config_cls(), 32, SpecialTokens(101, 102, 0), PassBudget())
+    assert isinstance(strategy, Strategy)
+    assert {hook for hook in HOOKS if isinstance(strategy, hook)} == DECLARED_HOOKS[name]
+    for protocol in (Strategy, *DECLARED_HOOKS[name]):
+        for method in protocol_methods(protocol):
+            expected = list(inspect.signature(getattr(protocol, method)).parameters)
+            assert list(inspect.signature(getattr(strategy, method).__func__).parameters) == expected, (name, method)
+    assert strategies_with(ReadsWindows) == sorted(n for n, hooks in DECLARED_HOOKS.items() if ReadsWindows in hooks)
+
+
+def test_hooks_a_model_reaches_through_the_protocols(tiny_backbone_dir):
+    """What the helpers in base.py give for strategies with and without a hook."""
+    from longbert.strategies.base import lora_modules_to_save
+
+    assert lora_modules_to_save(build_model(tiny_backbone_dir, "bigbird").strategy) == ("position_embeddings",)
+    assert lora_modules_to_save(build_model(tiny_backbone_dir, "chunk").strategy) == ()
+    assert unit_spans(nn.Identity(), 10) is None
+    pooled = {p: build_model(tiny_backbone_dir, "chunk", [f"strategy.pooling={p}"]).strategy
+              for p in ("mean", "max", "attention")}
+    assert {p: s.weights_carry_content() for p, s in pooled.items()} == {"mean": False, "max": True, "attention": True}
 
 
 # -- shared pieces: the pass builder, the pooling vocabularies ---------------------------------------------------
@@ -427,8 +511,9 @@ def test_auto_token_pooling_follows_the_backbones_pooling_config_and_is_saved(ti
     for mode in ("mean", "cls"):
         model = build_model(folders[mode], "sliding")
         assert model.settings.strategy.token_pooling == mode, mode
+        does = "mean-pools its token states" if mode == "mean" else "takes the [CLS] state"
         assert model.notes == [f"strategy.token_pooling: auto -> {mode} (the backbone's sentence-transformers "
-                               f"pooling config {'mean-pools its token states' if mode == 'mean' else 'takes the [CLS] state'})"]
+                               f"pooling config {does})"]
     model.save_pretrained(tmp_path / "saved")
     assert LongDocumentClassifier.from_pretrained(tmp_path / "saved").settings.strategy.token_pooling == "cls"
     explicit = build_model(folders["mean"], "chunk", ["strategy.token_pooling=cls"])

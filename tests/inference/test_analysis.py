@@ -8,15 +8,15 @@ import torch
 from datasets import Dataset
 
 from helpers import build_model, random_documents
-from longbert.inference.attribution import decisive_units, excerpt, select_examples
-from longbert.evaluation.command import predict_dataset, write_predictions
 from longbert.comparison.results import read_predictions
+from longbert.evaluation.command import write_predictions
+from longbert.evaluation.inference import predict_dataset
+from longbert.inference.attribution import decisive_units, excerpt, select_examples
 from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, strategy_names, unit_spans
 from longbert.strategies.chunk import ChunkConfig
 from longbert.strategies.sliding import SlidingConfig
 from longbert.strategies.truncate import TruncateConfig, keep
 from longbert.strategies.windows import split_windows
-
 
 
 def _row(n_tokens, label, predicted, confidence=0.9):
@@ -44,8 +44,7 @@ def _strategy(config):
 def test_unit_spans_are_the_windows_the_strategies_cut():
     for config, length in ((ChunkConfig(window=50), 173), (SlidingConfig(window=50, stride=20), 173),
                            (ChunkConfig(window=50), 50)):
-        stride = getattr(config, "stride", config.window)
-        windows = split_windows(torch.arange(length), config.window, stride)
+        windows = split_windows(torch.arange(length), config.window, config.stride)  # chunk's stride: its window
         assert unit_spans(_strategy(config), length) == [[(int(w[0]), int(w[-1]) + 1)] for w in windows]
     truncate = TruncateConfig(max_tokens=100, head_tokens=30)
     (kept,) = unit_spans(_strategy(truncate), 400)
@@ -115,3 +114,20 @@ def test_every_strategy_says_which_part_of_a_long_document_decided(name, tiny_ba
         if found["method"] == "weight":  # the unit that weighed most in the pooling
             weights = rows[i]["unit_weights"]
             assert found["value"] == max(weights) and len(weights) == len(units)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "attention"])
+def test_the_strategys_hook_says_whether_its_weights_tell_which_unit_decided(pooling, tiny_backbone_dir,
+                                                                            monkeypatch):
+    """Mean pooling's weights only count tokens, so the decisive unit is found by occlusion; learned attention's
+    follow content, so the heaviest unit decided. The strategy's `weights_carry_content` hook says which, whatever
+    its pooler is."""
+    model = build_model(tiny_backbone_dir, "chunk", [f"strategy.pooling={pooling}"])
+    document = random_documents([95], seed=5)[0]  # windows of 40: 3 units
+    # Unequal weights, as either pooling gives them (mean by new tokens: 40, 40, 15); the heaviest is unit 1.
+    test, rows = [{"input_ids": document.tolist()}], [{"unit_weights": [0.2, 0.5, 0.3], "predicted": 1}]
+    found = lambda: decisive_units(model, test, rows, [0])[0]
+    assert found()["method"] == {"mean": "occlusion", "attention": "weight"}[pooling]
+    monkeypatch.setattr(type(model.strategy), "weights_carry_content", lambda self: pooling == "mean")
+    assert found()["method"] == {"mean": "weight", "attention": "occlusion"}[pooling]
+    assert found()["unit"] == 1 if pooling == "mean" else found()["units"] == 3

@@ -50,7 +50,8 @@ def assert_same_rows(got, expected):
 def test_health_and_predict_equal_model_predict(model):
     with TestClient(build_app(model, max_batch=4, name="tiny")) as client:
         health = client.get("/health").json()
-        assert health == {"status": "ok", "model": "tiny", "backend": "pytorch", "labels": ["neg", "pos"], "max_batch": 4}
+        assert health == {"status": "ok", "model": "tiny", "backend": "pytorch", "labels": ["neg", "pos"],
+                          "max_batch": 4}
         many = client.post("/predict", json={"texts": TEXTS})
         one = client.post("/predict", json={"text": TEXTS[1]})
     assert many.status_code == 200 and one.status_code == 200
@@ -63,7 +64,8 @@ def test_health_and_predict_equal_model_predict(model):
     (b'{"texts": ["a", ', 400, "the body is not valid JSON (Expecting value, line 1 column 17)"),
     (b"\xff\xfe", 400, "the body is not UTF-8 text"),
     (b"", 400, "the body is not valid JSON"),
-    (b'["a text"]', 422, 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings), got a list'),
+    (b'["a text"]', 422,
+     'the body must be a JSON object with "text" (a string) or "texts" (a list of strings), got a list'),
     (b"{}", 422, "got an empty object"),
     (b'{"text": "a", "texts": ["b"]}', 422, "not both"),
     (b'{"txt": "a"}', 422, "unknown field 'txt'"),
@@ -127,7 +129,8 @@ def test_serve_wires_the_model_into_uvicorn(model_dir, monkeypatch):
     import uvicorn
 
     served = {}
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: served.update(app=self.config.app, sockets=sockets))
+    run_server = lambda self, sockets: served.update(app=self.config.app, sockets=sockets)
+    monkeypatch.setattr(uvicorn.Server, "run", run_server)
     said = []
     serve(model_dir, "127.0.0.1", 0, max_batch=2, announce=said.append)
     assert said[0].startswith(f"serving {model_dir} (pytorch) on http://127.0.0.1:") and "POST /predict" in said[0]
@@ -156,7 +159,8 @@ def test_user_errors_are_one_line(model_dir, tmp_path, monkeypatch):
     run = lambda *args: runner.invoke(cli, ["serve", str(model_dir), "--port", "0", *args])
     assert_user_error(run("--max-batch", "0"), "--max-batch must be >= 1, got 0")
     assert_user_error(run("--max-wait-ms", "-1"), "--max-wait-ms must be between 0 and 1000, got -1.0")
-    assert_user_error(runner.invoke(cli, ["serve", str(model_dir), "--port", "70000"]), "--port must be between 0 and 65535")
+    assert_user_error(runner.invoke(cli, ["serve", str(model_dir), "--port", "70000"]),
+                      "--port must be between 0 and 65535")
     assert_user_error(runner.invoke(cli, ["serve", str(tmp_path), "--port", "0"]), "is not a longbert model folder")
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     assert_user_error(run(), "longbert serve needs uvicorn, which is not installed: pip install 'longbert[serve]'")

@@ -12,8 +12,8 @@ import pytest
 
 from helpers import build_model
 from longbert.errors import LongbertError
-from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.inference.predict import check_output, predict_file, read_documents, read_texts
+from longbert.modeling.classifier import LongDocumentClassifier
 
 TEXTS = ["A short one.", "word " * 100, "A long one, " * 30, "Middling length, this text is.", "ok"]
 
@@ -112,7 +112,8 @@ def test_every_input_kind_gives_the_same_predictions(model_dir, model, tmp_path,
         written = rows_of(out)
         assert result.documents == len(TEXTS) and [r["id"] for r in written] == list(range(len(TEXTS))), name
         assert_same_predictions(written, expected)
-    with pytest.raises(LongbertError, match=r"someone/reviews' .*holds several splits \(train, test\); name one with --split"):
+    several = r"someone/reviews' .*holds several splits \(train, test\); name one with --split"
+    with pytest.raises(LongbertError, match=several):
         read_documents("someone/reviews")
     with pytest.raises(LongbertError, match=r"saved-dict has no split 'dev'; its splits: train, test"):
         read_documents(str(tmp_path / "saved-dict"), split="dev")
@@ -133,9 +134,10 @@ def test_ids_and_kept_columns_are_carried_in_input_order(model_dir, model, tmp_p
 
 
 def test_documents_run_sorted_by_length_and_come_out_in_input_order(model, monkeypatch):
-    import longbert.inference.predict as predict_module
     from accelerate import PartialState
     from datasets import Dataset
+
+    import longbert.inference.predict as predict_module
 
     texts = [f"text number {i} " + "word " * ((i * 37) % 50) for i in range(40)]
     seen = []
@@ -147,7 +149,8 @@ def test_documents_run_sorted_by_length_and_come_out_in_input_order(model, monke
 
     monkeypatch.setattr(type(model), "__call__", spy)
     monkeypatch.setattr(predict_module, "BATCHES_PER_BLOCK", 4)  # blocks of 12 documents: 4 blocks, the last short
-    rows = list(predict_module.rows_in_input_order(model, Dataset.from_dict({"text": texts}), PartialState(), 3, "fp32"))
+    dataset = Dataset.from_dict({"text": texts})
+    rows = list(predict_module.rows_in_input_order(model, dataset, PartialState(), 3, "fp32"))
     assert [r["id"] for r in rows] == list(range(40))
     for block in range(4):
         lengths = [n for batch in seen[4 * block : 4 * block + 4] for n in batch]
@@ -161,12 +164,14 @@ def test_rows_are_written_as_they_are_done_under_a_temporary_name(model_dir, tmp
     the output nor the temporary file; a finished one renames it."""
     texts = [("word " * (60 - i)).strip() for i in range(6)]  # longest first: computed in input order
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    out, tmp = tmp_path / "out.jsonl", tmp_path / ".out.jsonl.tmp"
+    out = tmp_path / "out.jsonl"
+    temporary = lambda: sorted(tmp_path.glob(".out.jsonl.tmp*"))  # .out.jsonl.tmp-PID-XXXX: one name per writer
     on_disk = []
     original = LongDocumentClassifier.predictions_as_done
 
     def watched(self, texts, batch_size=16, precision="auto"):
         for n, item in enumerate(original(self, texts, batch_size, precision)):
+            (tmp,) = temporary()
             on_disk.append(len(tmp.read_text().splitlines()))
             assert not out.exists()
             if n == stop_at:
@@ -178,11 +183,11 @@ def test_rows_are_written_as_they_are_done_under_a_temporary_name(model_dir, tmp
     with pytest.raises(KeyboardInterrupt):
         predict_file(model_dir, str(tmp_path / "in.txt"), out, batch_size=1)
     assert on_disk == [0, 1, 2, 3], "every earlier row was flushed to the temporary file"
-    assert not out.exists() and not tmp.exists()
+    assert not out.exists() and not temporary()
     on_disk.clear()
     stop_at = None
     predict_file(model_dir, str(tmp_path / "in.txt"), out, batch_size=1)
-    assert on_disk == [0, 1, 2, 3, 4, 5] and len(rows_of(out)) == 6 and not tmp.exists()
+    assert on_disk == [0, 1, 2, 3, 4, 5] and len(rows_of(out)) == 6 and not temporary()
 
 
 def test_stdout_streams_too(model_dir, tmp_path, monkeypatch):
@@ -221,23 +226,33 @@ def test_precision_is_a_parameter(model):
      r"in.jsonl:2 is not valid JSON \(Unterminated string starting at, column 10\)"),
     ("in.jsonl", b'{"text": "ok"}\n{"text": "caf\xe9"}\n', {}, r"in.jsonl:2 is not UTF-8 text \(byte 28 is 0xe9\)"),
     ("in.txt", b"fine\nalso fine\ncaf\xe9\n", {}, r"in.txt:3 is not UTF-8 text \(byte 18 is 0xe9\)"),
-    ("in.jsonl", b'{"text": "ok"}\n{"text": 5}\n', {}, r"in.jsonl row 2: the text \(column 'text'\) is not a string \(int 5\)"),
-    ("in.jsonl", b'{"text": "ok"}\n{"txt": "no"}\n', {}, r"in.jsonl row 2: the text \(column 'text'\) is empty, whitespace-only or missing"),
-    ("in.jsonl", b'{"text": " "}\n', {}, r"in.jsonl row 1: the text \(column 'text'\) is empty, whitespace-only or missing"),
+    ("in.jsonl", b'{"text": "ok"}\n{"text": 5}\n', {},
+     r"in.jsonl row 2: the text \(column 'text'\) is not a string \(int 5\)"),
+    ("in.jsonl", b'{"text": "ok"}\n{"txt": "no"}\n', {},
+     r"in.jsonl row 2: the text \(column 'text'\) is empty, whitespace-only or missing"),
+    ("in.jsonl", b'{"text": " "}\n', {},
+     r"in.jsonl row 1: the text \(column 'text'\) is empty, whitespace-only or missing"),
     ("in.txt", b"\n \n\t\n", {}, r"in.txt holds no texts"),
-    ("in.jsonl", b'{"body": "ok", "n": 1}\n', {}, r"--text-column text: .*in.jsonl has no column 'text'; its columns: 'body', 'n'$"),
-    ("in.jsonl", b'{"text": "ok"}\n', {"id_column": "doc"}, r"--id-column doc: .*in.jsonl has no column 'doc'; its columns: 'text'"),
-    ("in.jsonl", b'{"text": "ok"}\n', {"keep": ("lang",)}, r"--keep lang: .*in.jsonl has no column 'lang'; its columns: 'text'"),
-    ("in.jsonl", b'{"text": "ok", "label": "pos"}\n', {"keep": ("label",)}, r"--keep label: every output row has its own 'label' field"),
-    ("in.csv", b"body,stars\nA review.,3\n", {}, r"in.csv has no column 'text'; its columns: 'body', 'stars' \(a .csv file is a table whose first line"),
+    ("in.jsonl", b'{"body": "ok", "n": 1}\n', {},
+     r"--text-column text: .*in.jsonl has no column 'text'; its columns: 'body', 'n'$"),
+    ("in.jsonl", b'{"text": "ok"}\n', {"id_column": "doc"},
+     r"--id-column doc: .*in.jsonl has no column 'doc'; its columns: 'text'"),
+    ("in.jsonl", b'{"text": "ok"}\n', {"keep": ("lang",)},
+     r"--keep lang: .*in.jsonl has no column 'lang'; its columns: 'text'"),
+    ("in.jsonl", b'{"text": "ok", "label": "pos"}\n', {"keep": ("label",)},
+     r"--keep label: every output row has its own 'label' field"),
+    ("in.csv", b"body,stars\nA review.,3\n", {},
+     r"in.csv has no column 'text'; its columns: 'body', 'stars' \(a .csv file is a table whose first line"),
     ("in.csv", b"A review, once read as a line.\nAnother one.\n", {},
-     r"in.csv has no column 'text'; its columns: 'A review', ' once read as a line.' \(a .csv file is a table whose first line names the columns; for one text per line, name it .txt\)"),
+     r"in.csv has no column 'text'; its columns: 'A review', ' once read as a line.' \(a .csv file is a table whose "
+     r"first line names the columns; for one text per line, name it .txt\)"),
     ("in.csv", b"text\n", {}, r"in.csv has a header line but no rows"),
     ("in.jsonl.gz", b"not gzip at all", {}, r"input: .*in.jsonl.gz cannot be read: Not a gzipped file"),
-    ("in.txt", b"a text\n", {"id_column": "doc"}, r"--id-column doc: .*in.txt has no column 'doc'; its columns: 'text'$"),
+    ("in.txt", b"a text\n", {"id_column": "doc"},
+     r"--id-column doc: .*in.txt has no column 'doc'; its columns: 'text'$"),
 ], ids=["empty-jsonl", "bad-json-line", "latin-1-jsonl", "latin-1-txt", "number-text", "missing-text", "blank-text",
-        "blank-txt", "no-text-column", "no-id-column", "no-kept-column", "kept-column-clashes", "csv-without-the-column",
-        "csv-of-lines", "csv-header-only", "damaged-gzip", "txt-has-one-column"])
+        "blank-txt", "no-text-column", "no-id-column", "no-kept-column", "kept-column-clashes",
+        "csv-without-the-column", "csv-of-lines", "csv-header-only", "damaged-gzip", "txt-has-one-column"])
 def test_bad_input_is_named(tmp_path, name, content, options, message):
     (tmp_path / name).write_bytes(content)
     with pytest.raises(LongbertError, match=message):
@@ -247,9 +262,11 @@ def test_bad_input_is_named(tmp_path, name, content, options, message):
 def test_a_missing_input_a_folder_and_an_unreachable_hub_id(tmp_path):
     with pytest.raises(LongbertError, match="input file not found: .*missing.txt"):
         read_documents(str(tmp_path / "missing.txt"))
-    with pytest.raises(LongbertError, match="is a folder without csv, jsonl, json.* files and not a save_to_disk folder"):
+    without = "is a folder without csv, jsonl, json.* files and not a save_to_disk folder"
+    with pytest.raises(LongbertError, match=without):
         read_documents(str(tmp_path))
-    with pytest.raises(LongbertError, match="input 'nobody/nothing' is neither a local file or folder nor a reachable hub dataset"):
+    neither = "input 'nobody/nothing' is neither a local file or folder nor a reachable hub dataset"
+    with pytest.raises(LongbertError, match=neither):
         read_documents("nobody/nothing")
 
 
