@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from longbert.errors import LongbertError
 from longbert.data.sources import load_raw_splits
+from longbert.errors import LongbertError
 
 LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
 # Long documents reach the tokenizer in pieces of at most PIECE_CHARS characters, and no call sees more than

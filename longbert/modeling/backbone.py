@@ -194,7 +194,8 @@ def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iter
     try:
         yield
     except SafetensorError as error:
-        raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): {error}") from None
+        raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): "
+                            f"{error}") from None
     except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
         if Path(reference).is_dir():
             raise LongbertError(f"could not load {kind} folder {reference}: {first_line(error)}") from None

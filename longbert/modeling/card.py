@@ -14,12 +14,17 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from longbert.utils.atomic import write_text_atomically
-from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER
 from longbert.errors import LongbertError
+from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER
+from longbert.modeling.settings import CONFIG_FILE, ModelSettings
+from longbert.utils.atomic import write_text_atomically
+
+if TYPE_CHECKING:
+    from longbert.modeling.classifier import LongDocumentClassifier
 
 CARD_FILE = "README.md"
 FACTS_FILE = "training.json"
@@ -42,7 +47,8 @@ class TrainingFacts:
     test: dict | None = None
 
     @classmethod
-    def from_run(cls, recipe, stats: dict, command: str | None, best_metric: str, validation: dict | None) -> "TrainingFacts":
+    def from_run(cls, recipe, stats: dict, command: str | None, best_metric: str,
+                 validation: dict | None) -> TrainingFacts:
         return cls(recipe=recipe.name, command=portable(command) if command else None,
                    data=describe_data(recipe.data.path), splits=stats, best_metric=best_metric, validation=validation)
 
@@ -50,7 +56,7 @@ class TrainingFacts:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_file(cls, path: Path) -> "TrainingFacts":
+    def from_file(cls, path: Path) -> TrainingFacts:
         """Read training.json; a damaged or hand-edited file is one LongbertError line."""
         try:
             raw = json.loads(path.read_text())
@@ -75,22 +81,20 @@ def describe_data(path: str) -> str:
     return path
 
 
-def write_card(folder: Path, settings, backbone_config, facts: TrainingFacts | None) -> None:
+def write_card(folder: Path, settings: ModelSettings, backbone_config, facts: TrainingFacts | None) -> None:
     """Write README.md (and training.json when `facts` are known) into a model folder, each file atomically."""
     if facts is not None:
         write_text_atomically(folder / FACTS_FILE, json.dumps(facts.to_dict(), indent=2))
     write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts))
 
 
-def refresh_card(folder: Path, model) -> None:
+def refresh_card(folder: Path, model: LongDocumentClassifier) -> None:
     """Rewrite the card of `model`, saved in `folder` by its save_pretrained, after its `training_facts` changed
     (`longbert train` adds the test metrics once best/ is written)."""
-    from longbert.modeling.classifier import CONFIG_FILE, ModelSettings
-
     write_card(folder, ModelSettings.from_file(folder / CONFIG_FILE), model.backbone.config, model.training_facts)
 
 
-def model_card(settings, backbone_config, facts: TrainingFacts | None) -> str:
+def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | None) -> str:
     """The card's text for a model with these (saved) `ModelSettings`, its backbone's transformers config, and what
     its training run knew."""
     strategy = dataclasses.asdict(settings.strategy)
@@ -107,7 +111,8 @@ def model_card(settings, backbone_config, facts: TrainingFacts | None) -> str:
              f"| fine-tuning | {describe_finetune(settings)} |",
              f"| task | {describe_task(settings)} |",
              f"| labels | {', '.join(f'`{n}`' for n in settings.label_names)} |",
-             f"| longest document read | {settings.max_document_tokens:,} tokens; the rest of a longer one is cut |", ""]
+             f"| longest document read | {settings.max_document_tokens:,} tokens; the rest of a longer one is cut |",
+             ""]
     lines += usage()
     if facts is not None:
         lines += training_section(facts)
@@ -115,10 +120,11 @@ def model_card(settings, backbone_config, facts: TrainingFacts | None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def front_matter(settings, strategy: str) -> str:
+def front_matter(settings: ModelSettings, strategy: str) -> str:
     """The YAML block the hub reads: library, task, tags, and the base model when it has a hub id."""
     meta = {"library_name": "longbert", "pipeline_tag": "text-classification",
-            "tags": ["longbert", "long-document-classification", f"strategy:{strategy}", f"finetune:{settings.finetune}"]}
+            "tags": ["longbert", "long-document-classification", f"strategy:{strategy}",
+                     f"finetune:{settings.finetune}"]}
     base = hub_id_of(settings.backbone)
     if base:
         meta["base_model"] = base
@@ -148,17 +154,19 @@ def describe_backbone(backbone: str, config) -> str:
     return f"{origin} ({config.model_type}, {shape})"
 
 
-def describe_finetune(settings) -> str:
+def describe_finetune(settings: ModelSettings) -> str:
     if settings.finetune == "lora":
         lora = settings.lora
-        targets = "the attention query/value projections" if lora.target_modules is None else ", ".join(lora.target_modules)
-        return f"LoRA (r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, on {targets}); the backbone's weights are unchanged"
+        targets = ("the attention query/value projections" if lora.target_modules is None
+                   else ", ".join(lora.target_modules))
+        return (f"LoRA (r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, on {targets}); "
+                "the backbone's weights are unchanged")
     if settings.finetune == "frozen":
         return "frozen backbone: only the strategy's pooler and the head were trained"
     return "full: every weight of the backbone was trained"
 
 
-def describe_task(settings) -> str:
+def describe_task(settings: ModelSettings) -> str:
     if settings.problem_type == "multi_label":
         thresholds = settings.thresholds or [0.5] * len(settings.label_names)
         return ("multi-label: each label is given when its probability reaches its threshold ("
@@ -179,14 +187,17 @@ def usage() -> list[str]:
 def training_section(facts: TrainingFacts) -> list[str]:
     lines = ["## Training data", "", f"Recipe `{facts.recipe}`; documents from {facts.data}.", ""]
     if facts.splits:
-        lines += ["| split | documents | median tokens | over 512 tokens | cut at the token cap |", "|---|---|---|---|---|"]
+        lines += ["| split | documents | median tokens | over 512 tokens | cut at the token cap |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {role} | {s.get('documents', '')} | {s.get('median_tokens', '')} | {s.get('over_512', '')} | "
                   f"{s.get('cut_by_token_cap', '')} |" for role, s in facts.splits.items()]
         lines.append("")
     lines += ["## Results", ""]
     if facts.validation:
-        shown = ", ".join(f"{k} {format_metric(k, v)}" for k, v in facts.validation.items() if k not in ("step", "epoch"))
-        lines += [f"Validation, at the kept step {facts.validation.get('step')} (best {facts.best_metric}): {shown}.", ""]
+        shown = ", ".join(f"{k} {format_metric(k, v)}" for k, v in facts.validation.items()
+                          if k not in ("step", "epoch"))
+        lines += [f"Validation, at the kept step {facts.validation.get('step')} (best {facts.best_metric}): "
+                  f"{shown}.", ""]
     if facts.test:
         lines += test_results(facts.test)
     else:
@@ -222,7 +233,7 @@ def format_metric(name: str, value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def limits(settings) -> list[str]:
+def limits(settings: ModelSettings) -> list[str]:
     return ["## Intended use and limits", "",
             f"- Meant for documents like its training data, labelled with these {len(settings.label_names)} labels; "
             "on other kinds of text its predictions have not been measured.",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from longbert.modeling.backbone import load_backbone, load_encoder, load_tokenizer
 from longbert.errors import LongbertError
+from longbert.modeling.backbone import load_backbone, load_encoder, load_tokenizer
 
 
 def refuse_to_be_asked(monkeypatch) -> list[str]:
@@ -48,7 +48,8 @@ def with_custom_code(source: str, target: Path, model_type: str) -> Path:
     (target / "config.json").write_text(json.dumps(config))
     if model_type != "bert" and (target / "tokenizer_config.json").is_file():  # the tokenizer names one too
         tokenizer_config = json.loads((target / "tokenizer_config.json").read_text())
-        tokenizer_config.update(tokenizer_class="CustomTokenizer", auto_map={"AutoTokenizer": [None, "custom.CustomTokenizer"]})
+        tokenizer_config.update(tokenizer_class="CustomTokenizer",
+                                auto_map={"AutoTokenizer": [None, "custom.CustomTokenizer"]})
         (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     return marker
 
@@ -79,14 +80,16 @@ def test_damaged_backbone_weights(damage, tiny_backbone_dir, tmp_path):
     weights = tmp_path / "bert" / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"not safetensors" * 50)
-    with pytest.raises(LongbertError, match=r"the weights of backbone '.*bert' are damaged \(truncated or not safetensors\)"):
+    damaged = r"the weights of backbone '.*bert' are damaged \(truncated or not safetensors\)"
+    with pytest.raises(LongbertError, match=damaged):
         load_backbone(str(tmp_path / "bert"))
 
 
 def test_broken_backbone_folders(tiny_backbone_dir, tmp_path):
     shutil.copytree(tiny_backbone_dir, tmp_path / "no-weights")
     (tmp_path / "no-weights" / "model.safetensors").unlink()
-    with pytest.raises(LongbertError, match=r"could not load backbone folder .*no-weights: .*no file named model.safetensors"):
+    missing = r"could not load backbone folder .*no-weights: .*no file named model.safetensors"
+    with pytest.raises(LongbertError, match=missing):
         load_encoder(str(tmp_path / "no-weights"))
     shutil.copytree(tiny_backbone_dir, tmp_path / "bad-config")
     (tmp_path / "bad-config" / "config.json").write_text("{oops")

@@ -10,7 +10,7 @@ import pytest
 import longbert
 from longbert.config import DataConfig
 from longbert.data.documents import load_corpus
-from longbert.data.sources import describe_data_object
+from longbert.data.objects import describe_data_object
 from longbert.errors import LongbertError
 
 TEXTS = ["a good film " * 5, "a bad film " * 5, "great acting " * 5, "boring plot " * 5] * 5

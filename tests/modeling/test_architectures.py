@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from helpers import TINY_STRATEGY_SETTINGS
-from longbert.modeling.backbone import load_encoder
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
+from longbert.modeling.backbone import load_encoder
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.strategies.base import strategy_names
 
@@ -47,7 +47,8 @@ def roberta(ids):  # RoBERTa's position table starts after the padding index: 13
 def xlm_roberta(ids):
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    return XLMRobertaModel(XLMRobertaConfig(**{**SMALL, "max_position_embeddings": 130}, **ids), add_pooling_layer=False)
+    config = XLMRobertaConfig(**{**SMALL, "max_position_embeddings": 130}, **ids)
+    return XLMRobertaModel(config, add_pooling_layer=False)
 
 
 def distilbert(ids):
@@ -255,4 +256,5 @@ def test_positions_of_a_roberta_table_start_after_its_padding_index(architecture
     assert model(documents).logits.shape == (2, 2)
     with pytest.raises(LongbertError, match=r"at most 126\), got 127"):
         LongDocumentClassifier.from_recipe(
-            load_recipe(None, [f"backbone.name={backbone}", "strategy.name=chunk", "strategy.window=127"]), ["neg", "pos"])
+            load_recipe(None, [f"backbone.name={backbone}", "strategy.name=chunk", "strategy.window=127"]),
+            ["neg", "pos"])

@@ -109,9 +109,12 @@ def test_data_dir_environment_variable(folder, tmp_path, monkeypatch, tokenizer)
 
 
 @pytest.mark.parametrize("rows, kwargs, message", [
-    ([{"text": "fine", "label": "neg"}, {"text": "  \n ", "label": "pos"}], {}, r"document 1 of split 'train' is empty or whitespace-only"),
-    ([{"text": "fine", "label": "neg"}, {"text": "ok", "label": "maybe"}], {"label_names": ["neg", "pos"]}, r"row 1 of split 'train': label 'maybe' is not one of label_names \['neg', 'pos'\]"),
-    ([{"text": "fine", "label": 0}, {"text": "ok", "label": 5}], {"label_names": ["neg", "pos"]}, r"label 5 is outside 0..1"),
+    ([{"text": "fine", "label": "neg"}, {"text": "  \n ", "label": "pos"}], {},
+     r"document 1 of split 'train' is empty or whitespace-only"),
+    ([{"text": "fine", "label": "neg"}, {"text": "ok", "label": "maybe"}], {"label_names": ["neg", "pos"]},
+     r"row 1 of split 'train': label 'maybe' is not one of label_names \['neg', 'pos'\]"),
+    ([{"text": "fine", "label": 0}, {"text": "ok", "label": 5}], {"label_names": ["neg", "pos"]},
+     r"label 5 is outside 0..1"),
     ([{"body": "fine", "label": 0}], {}, r"data.text_column 'text' not found in split 'train'; columns: body, label"),
     ([{"text": "fine", "y": 0}], {}, r"data.label_column 'label' not found in split 'train'; columns: text, y"),
 ])
@@ -169,8 +172,8 @@ GOOD = "".join(json.dumps(r) + "\n" for r in GOOD_ROWS).encode()
     ("train.csv", b"text,label\n", r"train.csv has a header line but no rows"),
     ("train.csv", b"", r"train.csv is empty"),
     ("train.csv", b'text,label\n"an open quote,neg\n', r"data: cannot read .*train.csv: Error tokenizing data"),
-], ids=["empty", "blank-lines", "bad-json-line", "not-an-object", "latin-1-jsonl", "bad-gz-line", "broken-gz", "bad-json-document",
-        "latin-1-csv", "csv-header-only", "empty-csv", "csv-open-quote"])
+], ids=["empty", "blank-lines", "bad-json-line", "not-an-object", "latin-1-jsonl", "bad-gz-line", "broken-gz",
+        "bad-json-document", "latin-1-csv", "csv-header-only", "empty-csv", "csv-open-quote"])
 def test_a_data_file_that_cannot_be_read_is_named_with_its_line(tmp_path, tokenizer, name, content, message):
     if content is None:
         import gzip
@@ -233,7 +236,8 @@ def test_a_subsample_of_one_class_is_refused(folder, tokenizer):
 def test_a_parquet_file_without_rows_or_that_is_not_parquet(tmp_path, tokenizer):
     import pandas as pd
 
-    pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)}).to_parquet(tmp_path / "train.parquet")
+    empty = pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)})
+    empty.to_parquet(tmp_path / "train.parquet")
     with pytest.raises(LongbertError, match=r"data: .*train.parquet holds no rows"):
         load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
     (tmp_path / "train.parquet").write_text("text,label\nnot parquet,0\n")
@@ -280,7 +284,8 @@ def test_a_huge_text_is_tokenized_in_bounded_pieces(tokenizer):
     ids, lengths = tokenize_documents(counting_tokenizer, [text, "and a short one"], cap=512)
     assert len(calls) > 1 and max(calls) <= longbert.data.documents.BATCH_CHARS
     assert [len(d) for d in ids] == [512, 4]
-    assert lengths[0] == 12 * 40_000 + 2 and ids[0] == tokenizer(text[:5000], add_special_tokens=False)["input_ids"][:512]
+    assert lengths[0] == 12 * 40_000 + 2
+    assert ids[0] == tokenizer(text[:5000], add_special_tokens=False)["input_ids"][:512]
 
 
 def test_text_pieces_cut_before_whitespace_and_keep_every_character():
@@ -288,7 +293,8 @@ def test_text_pieces_cut_before_whitespace_and_keep_every_character():
     pieces = list(text_pieces(text, size=10))
     assert "".join(pieces) == text and all(len(p) <= 10 for p in pieces)
     assert pieces[:4] == ["one two", "\tthree", "\nfour ", " five"]
-    assert pieces[4:] == [" " + "x" * 9, "x" * 10, "x" * 10, "x"], "a stretch without whitespace is cut where it must be"
+    assert pieces[4:] == [" " + "x" * 9, "x" * 10, "x" * 10, "x"], \
+        "a stretch without whitespace is cut where it must be"
     assert list(text_pieces("", size=10)) == [""]
 
 

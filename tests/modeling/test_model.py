@@ -12,7 +12,8 @@ import torch
 from helpers import build_model
 from longbert.config import LoraConfig
 from longbert.errors import LongbertError
-from longbert.modeling.classifier import LongDocumentClassifier, ModelSettings
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import PassBudget
 from longbert.strategies.chunk import ChunkConfig
 
@@ -23,7 +24,7 @@ TEXTS = ["A wonderful film with a moving story. " * 30, "Dull.", "I hated every 
 def test_save_load_gives_identical_predictions(finetune, tiny_backbone_dir, tmp_path):
     model = build_model(tiny_backbone_dir, "chunk", [f"model.finetune={finetune}", "strategy.pooling=attention"])
     with torch.no_grad():  # move every trained part away from its initial value
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.05)
     model.save_pretrained(tmp_path / "saved")
@@ -139,7 +140,8 @@ def edit(raw, change):
     (("set", "finetune", "fulll"), "finetune must be one of full, lora, frozen, got 'fulll'"),
     (("set", "label_names", ["pos", "pos"]), "label_names must name each class once"),
     (("set", "extra", 1), "unknown recipe key 'extra'; valid keys: format, backbone"),
-    (("set", "strategy.name", "chnk"), "strategy.name: unknown strategy 'chnk'; valid strategies: bigbird, chunk, recurrence, rmt"),
+    (("set", "strategy.name", "chnk"),
+     "strategy.name: unknown strategy 'chnk'; valid strategies: bigbird, chunk, recurrence, rmt"),
     (("set", "format", 7), "was written by another longbert format \\(7\\)"),
 ])
 def test_hand_edited_config_is_one_clear_error(change, message, saved, tmp_path):
@@ -147,7 +149,8 @@ def test_hand_edited_config_is_one_clear_error(change, message, saved, tmp_path)
     raw = json.loads((folder / "longbert_config.json").read_text())
     edit(raw, change)
     (folder / "longbert_config.json").write_text(json.dumps(raw))
-    with pytest.raises(LongbertError, match=f"^{re.escape(str(folder / 'longbert_config.json'))}(: | ){message}") as error:
+    source = re.escape(str(folder / "longbert_config.json"))
+    with pytest.raises(LongbertError, match=f"^{source}(: | ){message}") as error:
         LongDocumentClassifier.from_pretrained(folder)
     assert "\n" not in str(error.value)
 
@@ -167,7 +170,8 @@ def test_head_file_that_does_not_fit_the_config(saved, tmp_path):
     raw = json.loads((folder / "longbert_config.json").read_text())
     raw["label_names"] = ["a", "b", "c"]  # three classes: the saved (2, H) head no longer fits
     (folder / "longbert_config.json").write_text(json.dumps(raw))
-    with pytest.raises(LongbertError, match=r"head.safetensors does not fit the model in longbert_config.json: .*head.weight"):
+    misfit = r"head.safetensors does not fit the model in longbert_config.json: .*head.weight"
+    with pytest.raises(LongbertError, match=misfit):
         LongDocumentClassifier.from_pretrained(folder)
 
 
@@ -204,7 +208,7 @@ def test_damaged_or_missing_adapter(saved, tmp_path):
 
 
 def test_model_folder_with_custom_code_in_its_backbone_is_not_run(saved, tmp_path, monkeypatch):
-    from test_backbone import refuse_to_be_asked, with_custom_code
+    from modeling.test_backbone import refuse_to_be_asked, with_custom_code  # tests/ is on pythonpath
 
     folder = copy_of(saved, "full", tmp_path)
     marker = with_custom_code(str(folder / "backbone"), tmp_path / "custom", "custom-bert")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from longbert.data.documents import infer_label_names, label_index, load_corpus
 from longbert.config import DataConfig
+from longbert.data.documents import infer_label_names, label_index, load_corpus
 from longbert.errors import LongbertError
 
 

@@ -1,0 +1,262 @@
+"""Local data files and folders -> datasets: csv / jsonl / json(.gz) / parquet files (one a split, or a folder of
+<split>.<ext> files), aclImdb-style folders, `save_to_disk` folders; and one table of rows from any of these or a hub
+id (`load_table`, what `longbert predict` reads). When a file cannot be read, the error names the file, the line and
+the byte to blame, not pyarrow's traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from longbert.errors import LongbertError
+
+FILE_KINDS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json", ".csv": "csv",
+              ".csv.gz": "csv", ".parquet": "parquet"}
+SAVED_DATASET_FILES = ("dataset_dict.json", "state.json", "dataset_info.json")  # what save_to_disk writes
+
+
+def decode_utf8(raw: bytes, where: str, line: int = 1, offset: int = 0) -> str:
+    """Bytes -> text, or a LongbertError naming `where`, the line and the byte offset of the first bad byte.
+    `line` and `offset` are where `raw` starts in its file."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad_line = line + raw.count(b"\n", 0, error.start)
+        raise LongbertError(
+            f"{where}:{bad_line} is not UTF-8 text (byte {offset + error.start} is {raw[error.start]:#04x}); "
+            "save it as UTF-8"
+        ) from None
+
+
+def text_lines(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each line of a binary stream, split on '\\n' only (a trailing '\\r' is dropped;
+    U+2028, form feeds and the like stay inside their line). A leading UTF-8 byte-order mark is dropped.
+    Bytes that are not UTF-8 raise a LongbertError naming `where`, the line and the byte offset."""
+    offset = 0
+    for number, raw in enumerate(stream, 1):
+        text = decode_utf8(raw, where, number, offset)
+        offset += len(raw)
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        yield number, text.removesuffix("\n").removesuffix("\r")
+
+
+def file_kind(file: Path) -> str | None:
+    """datasets' loader for a file by its name ('json', 'csv' or 'parquet'), or None when longbert does not read it."""
+    name = file.name.lower()
+    for suffix in sorted(FILE_KINDS, key=len, reverse=True):
+        if name.endswith(suffix):
+            return FILE_KINDS[suffix]
+    return None
+
+
+def split_of(file: Path) -> str:
+    """The split a data file holds, by its name: 'train.jsonl.gz' -> 'train'."""
+    name = file.name
+    for suffix in sorted(FILE_KINDS, key=len, reverse=True):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return file.stem
+
+
+def is_data_file(file: Path) -> bool:
+    """Whether `file` is named as a data file longbert reads through datasets (csv, jsonl, json(.gz), parquet)."""
+    return file_kind(file) is not None
+
+
+def split_files(folder: Path) -> dict[str, Path]:
+    """The data files directly in `folder`, by the split each holds."""
+    return {split_of(f): f for f in sorted(folder.iterdir()) if f.is_file() and file_kind(f)}
+
+
+def load_folder_of_files(folder: Path, wanted: list[str], optional: list[str] = (), where: str = "data"):
+    """A DatasetDict of the `wanted` splits (and those of `optional` that exist) from a folder of <split>.<ext> files
+    of one format; a missing split or mixed formats raise a LongbertError beginning with `where`."""
+    files = split_files(folder)
+    wanted = wanted + [s for s in optional if s in files and s not in wanted]
+    missing = [s for s in wanted if s not in files]
+    if missing:
+        raise LongbertError(
+            f"{where}: split {missing[0]!r} not found in {folder}; "
+            f"available splits: {', '.join(sorted(files)) or 'none'}"
+        )
+    kinds = {file_kind(files[s]) for s in wanted}
+    if len(kinds) != 1:
+        raise LongbertError(f"{where}: the split files in {folder} mix formats ({', '.join(sorted(kinds))})")
+    return load_files(kinds.pop(), {s: files[s] for s in wanted}, where)
+
+
+def load_files(kind: str, files: dict[str, Path], where: str = "data"):
+    """datasets.load_dataset over local files (split -> file). When datasets cannot read them, the file and line to
+    blame become one LongbertError beginning with `where` (datasets' own errors are tracebacks about pyarrow)."""
+    from datasets import load_dataset
+
+    try:
+        loaded = load_dataset(kind, data_files={split: str(file) for split, file in files.items()})
+        for split in files:  # pyarrow's JSON reader lets bytes that are not UTF-8 through; find them now
+            loaded[split].data.table.validate(full=True)
+        return loaded
+    except Exception as error:  # datasets wraps what went wrong in many kinds of exception
+        for file in files.values():
+            problem = file_problem(file)
+            if problem:
+                raise LongbertError(f"{where}: {problem}") from None
+        cause = error.__cause__ or error
+        detail = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise LongbertError(f"{where}: cannot read {', '.join(str(f) for f in files.values())}: {detail}") from None
+
+
+def file_problem(file: Path) -> str | None:
+    """The first thing that keeps a local data file from loading, as one line naming the file and the line (and
+    byte offset): empty, not UTF-8, a line that is not a JSON object, a csv header without rows, a parquet file
+    without rows. None when none of these is found. Reads the file as a stream; a JSON document (not JSON lines)
+    is read whole."""
+    import gzip
+
+    kind = file_kind(file)
+    if kind == "parquet":
+        import pyarrow.parquet
+
+        try:
+            return None if pyarrow.parquet.ParquetFile(file).metadata.num_rows else f"{file} holds no rows"
+        except Exception as error:  # pyarrow says "Parquet magic bytes not found" and the like
+            return f"{file} cannot be read as parquet: {error}"
+    opener = gzip.open if file.name.lower().endswith(".gz") else open
+    rows = 0
+    try:
+        with opener(file, "rb") as stream:
+            for number, line in text_lines(stream, str(file)):
+                if not line.strip():
+                    continue
+                rows += 1
+                if kind == "csv":
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as line_error:
+                    bad = line_error
+                    if rows == 1 and line.lstrip().startswith("["):  # not JSON lines: one JSON document
+                        bad = _json_document_error(file, opener)
+                        if bad is None:
+                            return None
+                        number = bad.lineno
+                    return f"{file}:{number} is not valid JSON ({bad.msg}, column {bad.colno})"
+                if not isinstance(row, dict):
+                    return (f"{file}:{number} is not a JSON object "
+                            f"(one object per line, e.g. {{\"text\": ..., \"label\": ...}})")
+    except LongbertError as error:  # not UTF-8
+        return str(error)
+    except (OSError, EOFError) as error:  # a damaged gzip file, an unreadable file
+        return f"{file} cannot be read: {error}"
+    if rows == 0:
+        return f"{file} is empty"
+    if kind == "csv" and rows == 1:
+        return f"{file} has a header line but no rows"
+    return None
+
+
+def _json_document_error(file: Path, opener) -> json.JSONDecodeError | None:
+    """Why `file` is not one JSON document (a .json file need not be JSON lines), or None when it is one."""
+    with opener(file, "rb") as stream:
+        try:
+            json.loads(stream.read().decode("utf-8"))
+        except json.JSONDecodeError as error:
+            return error
+    return None
+
+
+def load_aclimdb_folder(folder: Path, wanted: list[str], label_names: list[str] | None):
+    """<folder>/<split>/<label>/*.txt, one document a file; label_names picks (and orders) the label folders."""
+    from datasets import Dataset, DatasetDict
+
+    out = {}
+    for split in wanted:
+        split_dir = folder / split
+        if not split_dir.is_dir():
+            raise LongbertError(f"data: split folder {split_dir} not found")
+        names = label_names or sorted(d.name for d in split_dir.iterdir() if d.is_dir())
+        texts, labels = [], []
+        for name in names:
+            label_dir = split_dir / name
+            if not label_dir.is_dir():
+                raise LongbertError(f"data: label folder {label_dir} not found (data.label_names lists {name!r})")
+            for file in sorted(label_dir.glob("*.txt")):
+                texts.append(decode_utf8(file.read_bytes(), f"data: {file}"))
+                labels.append(name)
+        out[split] = Dataset.from_dict({"text": texts, "label": labels})
+    return DatasetDict(out)
+
+
+def quiet_datasets() -> None:
+    """longbert reports data loading itself; datasets' own bars would bury a one-line error."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # read errors are logged too, then raised: we name them
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """Whether `folder` was written by datasets' save_to_disk (a Dataset or a DatasetDict)."""
+    return folder.is_dir() and (
+        (folder / "dataset_dict.json").is_file()
+        or ((folder / "state.json").is_file() and (folder / "dataset_info.json").is_file())
+    )
+
+
+def load_table(source: str, split: str | None = None, where: str = "input"):
+    """One table of rows (a datasets.Dataset) from `source`: a csv / jsonl / json(.gz) / parquet file, a
+    save_to_disk folder, a folder of <split>.<ext> files, or a hub dataset id. `split` names the split to read where
+    the source holds several (a folder of split files, a saved DatasetDict, a hub dataset); one that holds a single
+    split needs none. Every problem is one LongbertError beginning with `where` and naming the source."""
+    from datasets import Dataset, load_dataset, load_from_disk
+
+    quiet_datasets()
+    local = Path(source).expanduser()
+    if local.is_file():
+        if file_kind(local) is None:
+            raise LongbertError(f"{where} {local} is not a csv, jsonl, json(.gz) or parquet file")
+        if split is not None:
+            raise LongbertError(f"{where} {local} is a single file; it has no split {split!r} to pick")
+        return load_files(file_kind(local), {"rows": local}, where)["rows"]
+    if local.is_dir():
+        if is_saved_dataset(local):
+            try:
+                loaded = load_from_disk(str(local))
+            except Exception as error:  # FileNotFoundError, ArrowInvalid, ... for a damaged folder
+                detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                raise LongbertError(f"{where} {local} looks like a save_to_disk folder but cannot be loaded: "
+                                    f"{detail}") from None
+            if isinstance(loaded, Dataset):
+                if split is not None:
+                    raise LongbertError(f"{where} {local} holds one saved Dataset; it has no split {split!r} to pick")
+                return loaded
+            return _one_split_of(dict(loaded), split, f"{where} {local}")
+        files = split_files(local)
+        if not files:
+            raise LongbertError(f"{where} {local} is a folder without csv, jsonl, json(.gz) or parquet files and "
+                                "not a save_to_disk folder")
+        chosen = _one_split_name(list(files), split, f"{where} {local}")
+        return load_folder_of_files(local, [chosen], where=where)[chosen]
+    try:
+        loaded = load_dataset(source, split=split)
+    except Exception as error:  # the hub raises many kinds; all mean the same to the user
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise LongbertError(f"{where} {source!r} is neither a local file or folder nor a reachable hub dataset: "
+                            f"{detail}") from None
+    return loaded if isinstance(loaded, Dataset) else _one_split_of(dict(loaded), None, f"{where} {source!r}")
+
+
+def _one_split_name(names: list[str], split: str | None, what: str) -> str:
+    if split is None:
+        if len(names) == 1:
+            return names[0]
+        raise LongbertError(f"{what} holds several splits ({', '.join(names)}); name one with --split")
+    if split not in names:
+        raise LongbertError(f"{what} has no split {split!r}; its splits: {', '.join(names)}")
+    return split
+
+
+def _one_split_of(splits: dict, split: str | None, what: str):
+    return splits[_one_split_name(list(splits), split, what)]
