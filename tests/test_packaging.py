@@ -1,5 +1,5 @@
-"""What an installed longbert holds: the wheel built from this checkout ships every recipe, and compare's default
-base recipe is found inside the installed package, not next to a source tree."""
+"""What an installed longbert holds: the wheel built from this checkout ships every recipe of every folder, and
+compare's default base recipe is found inside the installed package, not next to a source tree."""
 
 from __future__ import annotations
 
@@ -17,10 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGED = Path(longbert.__file__).resolve().parent / "recipes"
 
 
+def recipe_files(folder: Path) -> list[str]:
+    """Every recipe under `folder`, subfolders included, as a path relative to it."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.yaml"))
+
+
 def test_the_checkout_recipes_folder_is_the_packaged_one():
     assert default_recipe().resolve() == PACKAGED / DEFAULT_RECIPE
     assert (ROOT / "recipes").resolve() == PACKAGED  # `longbert train recipes/x.yaml` works from a checkout
-    assert sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")) == sorted(p.name for p in PACKAGED.glob("*.yaml"))
+    assert recipe_files(ROOT / "recipes") == recipe_files(PACKAGED)
+    assert {Path(name).parent.name for name in recipe_files(PACKAGED)} == {"", "pretrain", "compare"}
 
 
 def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_path):
@@ -36,18 +42,22 @@ def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_pa
     with zipfile.ZipFile(wheel) as archive:
         shipped = {n for n in archive.namelist() if n.startswith("longbert/recipes/")}
         archive.extractall(tmp_path / "installed")
-    recipes = sorted(p.name for p in PACKAGED.glob("*.yaml"))
+    recipes = recipe_files(PACKAGED)
     assert DEFAULT_RECIPE in recipes
     assert sorted(shipped) == [f"longbert/recipes/{name}" for name in recipes]
 
-    # The unpacked wheel alone on the path, run from a folder with no recipes/ in it.
-    probe = ("import longbert, longbert.comparison.run as c; p = c.default_recipe(); "
-             "print(longbert.__file__); print(p); print(p.read_text().splitlines()[0])")
+    # The unpacked wheel alone on the path, run from a folder with no recipes/ in it: compare's default, and a
+    # recipe of each folder by bare name, old and new.
+    probe = ("import longbert, longbert.comparison.run as c, longbert.config as k; p = c.default_recipe(); "
+             "print(longbert.__file__); print(p); print(p.read_text().splitlines()[0]); "
+             "print(k.load_pretrain_recipe('pretrain_imdb_cpu').name, k.load_pretrain_recipe('imdb_cpu').name, "
+             "k.load_recipe('compare_imdb').name, k.load_recipe('imdb_quick').name)")
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "installed"))
     ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
-    module_file, recipe_file, first_line = ran.stdout.splitlines()
+    module_file, recipe_file, first_line, names = ran.stdout.splitlines()
     installed = tmp_path / "installed" / "longbert"
     assert Path(module_file) == installed / "__init__.py"
     assert Path(recipe_file) == installed / "recipes" / DEFAULT_RECIPE
     assert first_line == (PACKAGED / DEFAULT_RECIPE).read_text().splitlines()[0]
+    assert names.split() == ["pretrain_imdb_cpu", "pretrain_imdb_cpu", "compare_imdb", "imdb_quick"]

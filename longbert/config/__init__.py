@@ -1,3 +1,71 @@
-"""Recipes: YAML -> overrides -> validated dataclasses, for fine-tuning and pretraining."""
+"""Recipes: YAML -> overrides -> validated dataclasses, for fine-tuning and pretraining.
 
-from longbert.config.schema_all import *  # noqa: F401,F403
+    loader.py    reading YAML within bounds, `key.path=value` overrides, building a dataclass with every problem
+    lookup.py    a recipe file, or a packaged recipe by bare name (recipes/, recipes/pretrain/, recipes/compare/)
+    optim.py     the optimiser settings fine-tuning and pretraining share
+    finetune.py  Recipe and its sections, load_recipe
+    pretrain.py  PretrainRecipe and its sections, load_pretrain_recipe
+
+Nothing here loads torch or strategy code until a recipe is built. PACKAGED_RECIPES is re-exported to be read;
+to point the lookup elsewhere (a test), patch `longbert.config.lookup.PACKAGED_RECIPES`.
+"""
+
+from longbert.config.finetune import (
+    BEST_METRICS,
+    CLASS_WEIGHTS,
+    FINETUNE_MODES,
+    MULTI_LABEL_METRICS,
+    PROBLEM_TYPES,
+    SINGLE_LABEL_METRICS,
+    THRESHOLD_TUNING,
+    TRACKERS,
+    BackboneConfig,
+    DataConfig,
+    EvalConfig,
+    LoraConfig,
+    ModelConfig,
+    Recipe,
+    TrainConfig,
+    load_recipe,
+    recipe_from_dict,
+)
+from longbert.config.loader import (
+    PLAIN_NAME,
+    RecipeLoader,
+    apply_overrides,
+    build,
+    build_strategy_config,
+    parse_override,
+    read_yaml,
+    recipe_to_yaml,
+    short_repr,
+    yaml_problem,
+)
+from longbert.config.lookup import PACKAGED_RECIPES, find_recipe, packaged_recipes, read_recipe_file
+from longbert.config.optim import PRECISIONS
+from longbert.config.pretrain import (
+    MaskingConfig,
+    PretrainDataConfig,
+    PretrainRecipe,
+    PretrainTrainConfig,
+    load_pretrain_recipe,
+    pretrain_recipe_from_dict,
+)
+
+__all__ = [
+    # fine-tuning recipes
+    "Recipe", "DataConfig", "BackboneConfig", "LoraConfig", "ModelConfig", "TrainConfig", "EvalConfig",
+    "load_recipe", "recipe_from_dict",
+    "FINETUNE_MODES", "PROBLEM_TYPES", "BEST_METRICS", "SINGLE_LABEL_METRICS", "MULTI_LABEL_METRICS", "TRACKERS",
+    "CLASS_WEIGHTS", "THRESHOLD_TUNING",
+    # pretraining recipes
+    "PretrainRecipe", "PretrainDataConfig", "MaskingConfig", "PretrainTrainConfig", "load_pretrain_recipe",
+    "pretrain_recipe_from_dict",
+    # shared optimiser settings
+    "PRECISIONS",
+    # reading, overrides, validation
+    "PLAIN_NAME", "RecipeLoader", "read_yaml", "yaml_problem", "parse_override", "apply_overrides", "build",
+    "build_strategy_config", "recipe_to_yaml", "short_repr",
+    # recipe files and the packaged recipes
+    "PACKAGED_RECIPES", "find_recipe", "packaged_recipes", "read_recipe_file",
+]

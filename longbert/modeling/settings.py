@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
-from longbert.config.fields import one_of, option
 from longbert.errors import LongbertError
 from longbert.strategies.base import REGISTRY, PassBudget
+from longbert.utils.fields import one_of, option
 
 CONFIG_FILE = "longbert_config.json"
 HEAD_FILE = "head.safetensors"

@@ -44,12 +44,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.config.fields import one_of, option
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
 from longbert.strategies.windows import encode_windows, gather_units, window_token_states
+from longbert.utils.fields import one_of, option
 
 ATTENTION_NAME = "longbert_block_sparse"
 PLAN_ARGUMENT = "block_sparse_plan"

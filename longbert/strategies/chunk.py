@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longbert.config.fields import option
 from longbert.strategies.base import register
 from longbert.strategies.sliding import SlidingStrategy, pooling_problems
+from longbert.utils.fields import option
 
 
 @dataclass

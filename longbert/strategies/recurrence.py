@@ -69,13 +69,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.config.fields import option
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
 from longbert.strategies.segments import read_segments, segment_problems, segment_spans
 from longbert.strategies.windows import build_pass, check_fits
+from longbert.utils.fields import option
 
 ATTENTION_NAME = "longbert_recurrence"
 STATE_ARGUMENT = "longbert_recurrence"

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.config.fields import option
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
 from longbert.strategies.segments import read_segments, segment_problems, segment_spans
 from longbert.strategies.windows import build_pass, check_fits
+from longbert.utils.fields import option
 
 
 @dataclass

@@ -9,9 +9,9 @@ from typing import Callable
 
 import torch
 
-from longbert.config.fields import one_of
 from longbert.strategies.base import PassBudget, Units
 from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLING_SETTINGS
+from longbert.utils.fields import one_of
 from longbert.utils.hardware import trim_heap
 
 # Streaming on the CPU: every this many steps the heap's freed pages go back to the operating system. Without it

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.config.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import (
     TOKEN_POOLING_SETTINGS,
@@ -24,6 +23,7 @@ from longbert.strategies.pooling import (
     weights_carry_content,
 )
 from longbert.strategies.windows import check_fits, cut_windows, encode_cuts, window_spans
+from longbert.utils.fields import one_of, option
 
 
 def pooling_problems(config, path: str) -> list[str]:

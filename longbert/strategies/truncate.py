@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from longbert.config.fields import one_of, option
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, pool_tokens
 from longbert.strategies.windows import check_fits, encode_cuts
+from longbert.utils.fields import one_of, option
 
 MODES = ("head", "tail", "head_tail")
 

@@ -7,8 +7,8 @@ A checkpoint folder (written whole through `atomic_folder`; safetensors and JSON
     strategy.safetensors    the strategy's own state outside its weights (its `checkpoint_state` hook), if any
     optimizer.safetensors   the optimiser's tensors and the torch random states (CPU, and CUDA where present)
     optimizer.json          the optimiser's layout, the scheduler, Python's random state
-    state.json              the loop state and the fingerprint of the recipe that wrote it; written last, so a
-                            folder with state.json is a finished checkpoint
+    state.json              the loop state, the fingerprint of the recipe that wrote it and the number of processes
+                            that trained it; written last, so a folder with state.json is a finished checkpoint
 Nothing in training draws from numpy's random state, so it is not saved.
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from longbert.errors import LongbertError
+from longbert.strategies.base import HasCheckpointState
 
 FORMAT_VERSION = 1
 STATE_FILE = "state.json"
@@ -76,9 +77,10 @@ def load_trainable_weights(model, weights: dict[str, torch.Tensor], source: str 
 
 
 def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopState, fingerprint: str,
-                    best: dict[str, torch.Tensor] | None) -> None:
+                    best: dict[str, torch.Tensor] | None, processes: int = 1) -> None:
     """Write a checkpoint of `model` (the unwrapped LongDocumentClassifier) into `directory`, whole or not at all.
-    `best`: the kept weights (from `trainable_weights`), or None before the first validation."""
+    `best`: the kept weights (from `trainable_weights`), or None before the first validation. `processes`: how many
+    processes train the run (a resume must have as many; see runs.check_processes)."""
     from safetensors.torch import save_file
 
     from longbert.utils.atomic import atomic_folder
@@ -87,9 +89,9 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
         save_file(trainable_weights(model), staging / "model.safetensors")
         if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
             save_file(best, staging / "best.safetensors")
-        hook = getattr(model.strategy, "checkpoint_state", None)
-        if callable(hook):
-            save_file({k: v.detach().cpu().contiguous() for k, v in hook().items()}, staging / "strategy.safetensors")
+        if isinstance(model.strategy, HasCheckpointState):
+            save_file({k: v.detach().cpu().contiguous() for k, v in model.strategy.checkpoint_state().items()},
+                      staging / "strategy.safetensors")
         tensors, layout = _flatten_optimizer(optimizer.state_dict())
         tensors["rng.torch"] = torch.get_rng_state()
         if torch.cuda.is_available():
@@ -99,13 +101,20 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
         extra = {"optimizer": layout, "scheduler": scheduler.state_dict(),
                  "python_random": _jsonable(random.getstate())}
         (staging / "optimizer.json").write_text(json.dumps(extra))
-        written = {"format": FORMAT_VERSION, "recipe_fingerprint": fingerprint, "loop": dataclasses.asdict(state)}
+        written = {"format": FORMAT_VERSION, "recipe_fingerprint": fingerprint, "processes": processes,
+                   "loop": dataclasses.asdict(state)}
         (staging / STATE_FILE).write_text(json.dumps(written, indent=2))
 
 
 def read_fingerprint(directory: Path) -> str | None:
     """The fingerprint of the recipe that wrote the checkpoint in `directory`."""
     return _read_state(Path(directory)).get("recipe_fingerprint")
+
+
+def read_processes(directory: Path) -> int | None:
+    """How many processes trained the run whose checkpoint is in `directory` (None: a checkpoint written before
+    longbert recorded it)."""
+    return _read_state(Path(directory)).get("processes")
 
 
 def load_checkpoint(directory: Path, model, optimizer, scheduler, fingerprint: str
@@ -126,11 +135,15 @@ def load_checkpoint(directory: Path, model, optimizer, scheduler, fingerprint: s
         best = load_file(directory / "best.safetensors")
     elif state.best_step is not None:
         best = trainable_weights(model)  # the kept weights were the current ones
-    hook = getattr(model.strategy, "load_checkpoint_state", None)
-    if callable(hook):
-        hook(load_file(directory / "strategy.safetensors"))
+    if isinstance(model.strategy, HasCheckpointState):
+        model.strategy.load_checkpoint_state(load_file(directory / "strategy.safetensors"))
     tensors = load_file(directory / "optimizer.safetensors")
     extra = json.loads((directory / "optimizer.json").read_text())
+    saved_groups = [len(group["params"]) for group in extra["optimizer"]["param_groups"]]
+    if saved_groups != [len(group["params"]) for group in optimizer.param_groups]:
+        # An earlier longbert put biases and norms of the head in the decayed group: its optimiser state does not fit.
+        raise LongbertError(f"the checkpoint in {directory} holds the optimiser of another parameter grouping (an "
+                            "earlier longbert's); start the run again")
     optimizer.load_state_dict(_unflatten_optimizer(tensors, extra["optimizer"]))
     scheduler.load_state_dict(extra["scheduler"])
     torch.set_rng_state(tensors["rng.torch"])

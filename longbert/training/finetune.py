@@ -13,55 +13,56 @@ A run folder holds:
                                data statistics
     predictions-test.jsonl     per-document test predictions (for error analysis)
     logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
-One process writes a run folder at a time (longbert.training.runs locks it); what a killed run left there (a half-written
-checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without --resume.
+One process writes a run folder at a time (longbert.training.runs locks it); what a killed run left there (a
+half-written checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without
+--resume. The scaffolding this loop shares with pretraining's (accelerator, stop requests, parameter groups, the
+optimiser step, the training log) lives in the training package's other modules.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 import math
-import signal
 import threading
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
 
 import numpy as np
 import torch
 
-from longbert.training.checkpoint import (LoopState, load_checkpoint, load_trainable_weights, recipe_fingerprint,
-                                 save_checkpoint, trainable_weights)
 from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.evaluation.command import (HISTORY_METRICS, evaluate_split, improves, metrics_markdown, model_inputs,
-                                 predict_dataset, split_loader, tune_thresholds, write_json, write_predictions)
-from longbert.utils.hardware import adamw, describe_machine, process_state, resolve_precision, trim_heap
+from longbert.evaluation.command import metrics_markdown, write_json, write_predictions
+from longbert.evaluation.inference import evaluate_split, model_inputs, predict_dataset, split_loader
+from longbert.evaluation.metrics import HISTORY_METRICS, improves, tune_thresholds
+from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
+from longbert.training.checkpoint import (
+    LoopState,
+    load_checkpoint,
+    load_trainable_weights,
+    recipe_fingerprint,
+    save_checkpoint,
+    trainable_weights,
+)
+from longbert.training.optim import optimizer_step, param_groups
+from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
+from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
+from longbert.training.train_log import close_log_window, speed
+from longbert.utils.hardware import adamw, describe_machine
 from longbert.utils.progress import progress
-from longbert.training.runs import BEST, CHECKPOINT, RECIPE, locked, prepare
+
+# TrainingInterrupted and StopRequest live in longbert.training.stopping; they are named here too, where callers of
+# `train` have always imported them from.
+__all__ = ["StopRequest", "TrainResult", "TrainingInterrupted", "class_weights_for", "train"]
 
 TRACKER_LOGS = "logs"  # the trackers' folder inside the run folder (tensorboard writes its event files there)
-
-
-class TrainingInterrupted(LongbertError):
-    """Raised after a clean stop (Ctrl-C, SIGTERM, or a stop request) once the checkpoint is on disk."""
 
 
 @dataclass
 class TrainResult:
     run_dir: Path
     metrics: dict  # what metrics.json holds
-
-
-class StopRequest(Protocol):
-    """What `train(stop=...)` accepts: a threading.Event, or anything with the same two methods."""
-
-    def set(self) -> None: ...
-
-    def is_set(self) -> bool: ...
 
 
 def train(recipe: Recipe, resume: bool = False, command: str | None = None,
@@ -71,37 +72,17 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     `stop`: checked once after every optimiser step; once set, training writes a checkpoint and raises
     TrainingInterrupted. Ctrl-C and SIGTERM set it (in the main thread); a second Ctrl-C interrupts at once.
     `data`: documents in memory instead of data.path (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts
-    and labels; see longbert.data.sources.data_object_splits); the recipe's other data settings apply, and the recipe saved
-    in the run folder says what kind of object it was and its rows per split."""
-    from accelerate.utils import broadcast_object_list
-
-    from longbert.data.sources import recipe_for_data_object
+    and labels; see longbert.data.objects); the recipe's other data settings apply, and the recipe saved in the run
+    folder says what kind of object it was and its rows per split."""
+    from longbert.data.objects import recipe_for_data_object
 
     if data is not None:
         recipe = recipe_for_data_object(recipe, data)
     run_dir = Path(recipe.output_dir)
     stop = threading.Event() if stop is None else stop
     check_tracker(recipe.train.report_to)
-    if resume and not run_dir.is_dir():
-        raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (the folder does not exist)")
-    process = process_state()  # which process this is (`accelerate launch` starts one per device)
-    # The main process holds the folder's lock and decides how the run starts; the others follow its decision.
-    with locked(run_dir) if process.is_main_process else nullcontext(), stop_on_signals(stop):
-        decision = [prepare(run_dir, recipe, resume) if process.is_main_process else None]
-        if process.num_processes > 1:
-            broadcast_object_list(decision)
-        return _train(recipe, run_dir, decision[0], command, stop, data)
-
-
-def check_tracker(report_to: str) -> None:
-    """Raise one LongbertError, before anything runs, when `train.report_to` names a tracker that is not installed."""
-    from accelerate.utils import is_mlflow_available, is_tensorboard_available, is_wandb_available
-
-    available = {"none": lambda: True, "tensorboard": is_tensorboard_available, "wandb": is_wandb_available,
-                 "mlflow": is_mlflow_available}[report_to]
-    if not available():
-        raise LongbertError(f"train.report_to={report_to}: the {report_to} package is not installed "
-                            f"(pip install {report_to}), or set train.report_to=none")
+    with open_run(run_dir, recipe, resume, stop) as resuming:
+        return _train(recipe, run_dir, resuming, command, stop, data)
 
 
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
@@ -124,66 +105,20 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
     return torch.tensor(len(labels) / (n_classes * np.maximum(counts, 1)), dtype=torch.float32)
 
 
-def tracker_config(recipe: Recipe) -> dict:
-    """The recipe flattened to `section/key: value` scalars, as trackers take hyperparameters."""
-    flat = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}/")
-            else:
-                flat[prefix + key] = value if isinstance(value, (int, float, str, bool)) else str(value)
-
-    walk(recipe.to_dict(), "")
-    return flat
-
-
-@contextmanager
-def stop_on_signals(stop: StopRequest) -> Iterator[None]:
-    """While the block runs, the first Ctrl-C / SIGTERM sets `stop` (the loop stops after the current optimiser step
-    and writes a checkpoint); a second Ctrl-C interrupts at once."""
-
-    def request(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    previous = {}
-    try:
-        previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: no signal handling
-        pass
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
            data=None) -> TrainResult:
-    from accelerate import Accelerator
     from accelerate.utils import set_seed
 
-    from longbert.training import frozen
-    from longbert.utils.atomic import write_text_atomically
+    from longbert.data.documents import load_corpus
     from longbert.modeling.backbone import load_backbone
     from longbert.modeling.card import TrainingFacts, refresh_card
-    from longbert.data.documents import load_corpus
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.training import frozen
+    from longbert.utils.atomic import write_text_atomically
 
     cfg = recipe.train
-    precision = resolve_precision(cfg.mixed_precision, "cuda" if torch.cuda.is_available() else "cpu")
-    # accelerate keeps its settings in a process-wide singleton; a second run in the same process (a notebook, or
-    # `compare`) may ask for another precision, so clear the per-run part (never the process group).
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=False)
-    GradientState._reset_state()
     tracker = None if cfg.report_to == "none" else cfg.report_to
-    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.gradient_accumulation,
-                              log_with=tracker, project_dir=run_dir)
+    accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
     set_seed(recipe.seed)
 
     # The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
@@ -290,26 +225,6 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     return TrainResult(run_dir, metrics)
 
 
-def _param_groups(model, cfg):
-    """AdamW groups: backbone weights (decayed), backbone biases/LayerNorm (not decayed), strategy + head."""
-    backbone_decay, backbone_plain, head = [], [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        if not name.startswith("backbone."):
-            head.append(p)
-        elif p.ndim < 2:
-            backbone_plain.append(p)
-        else:
-            backbone_decay.append(p)
-    groups = [
-        {"params": backbone_decay, "lr": cfg.learning_rate, "weight_decay": cfg.weight_decay},
-        {"params": backbone_plain, "lr": cfg.learning_rate, "weight_decay": 0.0},
-        {"params": head, "lr": cfg.head_learning_rate, "weight_decay": cfg.weight_decay},
-    ]
-    return [g for g in groups if g["params"]]
-
-
 def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
          class_weights: torch.Tensor | None = None):
     """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). `class_weights`:
@@ -326,10 +241,10 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
 
-    optimizer = adamw(_param_groups(model, cfg))
+    optimizer = adamw(param_groups(model, cfg))  # the backbone's parameters apart from the strategy's and the head's
     # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
     # processes), so the schedule is laid out in those units: the same learning rate at every optimiser step as one
-    # process with the same effective batch.
+    # process with the same effective batch. So a checkpoint resumes only with as many processes (runs.check_processes).
     per_step = accelerator.num_processes
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps) * per_step,
                                                 total_steps * per_step)
@@ -368,29 +283,17 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
                               f"validations without a better {cfg.best_metric} (best at step {state.best_step})")
 
     def log_training():
-        """One train_log entry (printed, recorded, sent to the tracker): the mean training loss of the batches since
-        the last entry, the learning rates now, and the document tokens trained on per second since then."""
-        totals = accelerator.reduce(torch.tensor([state.loss_sum, state.loss_batches, state.tokens],
-                                                 dtype=torch.float64, device=accelerator.device), "sum").tolist()
-        state.train_seconds = time.perf_counter() - started
-        seconds = state.train_seconds - state.logged_seconds
-        rates = scheduler.get_last_lr()
-        entry = {"step": state.global_step, "epoch": state.epoch + 1, "loss": totals[0] / max(totals[1], 1),
-                 "learning_rate": rates[0], "head_learning_rate": rates[-1],
-                 "tokens_per_second": totals[2] / seconds if cached.get("train") is None and seconds > 0 else None}
-        state.train_log.append(entry)
-        state.loss_sum, state.loss_batches, state.tokens = 0.0, 0, 0
-        state.logged_seconds = state.train_seconds
-        speed = "" if entry["tokens_per_second"] is None else f", {entry['tokens_per_second']:.0f} tokens/s"
+        """One train_log entry, printed, recorded and sent to the tracker (see close_log_window)."""
+        entry = close_log_window(state, accelerator, scheduler, started, counts_tokens=cached.get("train") is None,
+                                 epoch=state.epoch + 1)
         accelerator.print(f"step {state.global_step}: train loss {entry['loss']:.4f}, "
-                          f"learning rate {entry['learning_rate']:.2e}{speed}")
-        accelerator.log({f"train/{k}": v for k, v in entry.items() if k != "step" and v is not None},
-                        step=state.global_step)
+                          f"learning rate {entry['learning_rate']:.2e}{speed(entry)}")
 
     def checkpoint():
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            save_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, state, fingerprint, best)
+            save_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, state, fingerprint, best,
+                            accelerator.num_processes)
 
     model.train()
     started = time.perf_counter() - state.train_seconds
@@ -404,19 +307,13 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
         for batch in progress(loader, f"epoch {state.epoch + 1}/{epochs}"):
             if state.global_step >= total_steps:  # max_steps reached (here too when resuming at that very step)
                 break
-            # Forward and backward; accelerate sums gradients over `gradient_accumulation` batches.
+            # Forward and backward; accelerate sums the gradients of `gradient_accumulation` batches, and the
+            # optimiser step (clip, step, schedule) acts once they are complete.
             with accelerator.accumulate(model):
                 logits = model(**model_inputs(batch)).logits  # (B, C)
                 loss = core.loss(logits, batch["labels"], class_weights)
                 accelerator.backward(loss)
-                # Clip, step, schedule: these act only when the accumulated gradients are complete.
-                if accelerator.sync_gradients and cfg.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-            if cfg.trim_heap and accelerator.sync_gradients and accelerator.device.type == "cpu":
-                trim_heap()
+                optimizer_step(accelerator, model, optimizer, scheduler, cfg.max_grad_norm, trim=cfg.trim_heap)
             state.batches_in_epoch += 1
             state.loss_sum += loss.item()
             state.loss_batches += 1
@@ -438,10 +335,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
                 checkpoint()
             if stop.is_set():
                 checkpoint()
-                raise TrainingInterrupted(
-                    f"training stopped at step {state.global_step}; the checkpoint is in {run_dir / CHECKPOINT}; "
-                    "continue with --resume"
-                )
+                raise interrupted("training", state.global_step, run_dir / CHECKPOINT)
         # End of epoch (or of max_steps, or early stopping): evaluate (unless evaluating every N steps already did at
         # this step), log the batches since the last log line when training ends here, and checkpoint.
         state.train_seconds = time.perf_counter() - started

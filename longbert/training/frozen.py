@@ -2,18 +2,18 @@
 unit vectors (chunk/window embeddings), and train only the strategy's pooler and the head on the cache.
 This is the classic "BERT embeddings + a light classifier" recipe; the head trains in seconds.
 
-Training runs the same loop as fine-tuning (longbert.training.finetune); only a batch differs: cached unit vectors instead
-of token ids (see `evaluation.split_loader`)."""
+Training runs the same loop as fine-tuning (longbert.training.finetune); only a batch differs: cached unit vectors
+instead of token ids (see `longbert.evaluation.inference.split_loader`)."""
 
 from __future__ import annotations
 
 import torch
 
 from longbert.errors import LongbertError
-from longbert.utils.hardware import autocast_for
-from longbert.utils.progress import progress
 from longbert.strategies.base import Units
 from longbert.strategies.windows import gather_units
+from longbert.utils.hardware import autocast_for
+from longbert.utils.progress import progress
 
 
 @torch.no_grad()

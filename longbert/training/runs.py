@@ -3,6 +3,8 @@ next one starts.
 
     with locked(run_dir):                      # a second process asking for the folder gets a LongbertError at once
         resume = prepare(run_dir, recipe, resume)   # tidy the folder, then: continue the checkpoint, or start
+
+Both loops open their folder through `open_run`, which does this on the main process and tells the others.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
 from longbert.errors import LongbertError
+from longbert.training.stopping import StopRequest, stop_on_signals
 
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
@@ -62,14 +65,34 @@ def locked(run_dir: Path) -> Iterator[None]:
         os.close(handle)  # releases the lock
 
 
-def prepare(run_dir: Path, recipe, resume: bool) -> bool:
+@contextmanager
+def open_run(run_dir: Path, recipe, resume: bool, stop: StopRequest) -> Iterator[bool]:
+    """Open `run_dir` for a run of `recipe`: the main process holds its lock (`locked`) and decides how the run starts
+    (`prepare`), every process learns that decision, which the block receives (True: continue the checkpoint). While
+    the block runs, Ctrl-C and SIGTERM set `stop` (`stop_on_signals`)."""
+    from accelerate.utils import broadcast_object_list
+
+    from longbert.utils.hardware import process_state
+
+    if resume and not run_dir.is_dir():
+        raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (the folder does not exist)")
+    process = process_state()  # which process this is (`accelerate launch` starts one per device)
+    with locked(run_dir) if process.is_main_process else nullcontext(), stop_on_signals(stop):
+        decision = [prepare(run_dir, recipe, resume, process.num_processes) if process.is_main_process else None]
+        if process.num_processes > 1:
+            broadcast_object_list(decision)
+        yield decision[0]
+
+
+def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
     """Call under `locked(run_dir)`. Finish or remove what killed writes left (see `atomic.recover`), then decide:
-    True -> continue from the folder's checkpoint (`resume`, same recipe); False -> train from the beginning (a new
-    folder, or one whose run stopped before its first checkpoint: it is cleared). Raises LongbertError when the
-    folder holds another run, a run to resume without --resume, or files that no run wrote."""
-    from longbert.utils.atomic import recover
-    from longbert.training.checkpoint import is_finished, read_fingerprint, recipe_fingerprint
+    True -> continue from the folder's checkpoint (`resume`, same recipe, as many processes: `processes`); False ->
+    train from the beginning (a new folder, or one whose run stopped before its first checkpoint: it is cleared).
+    Raises LongbertError when the folder holds another run, a run to resume without --resume, a run trained by
+    another number of processes, or files that no run wrote."""
     from longbert.config import recipe_to_yaml
+    from longbert.training.checkpoint import is_finished, read_fingerprint, read_processes, recipe_fingerprint
+    from longbert.utils.atomic import recover
 
     for line in recover(run_dir):
         print(f"{run_dir}: {line}")
@@ -84,6 +107,7 @@ def prepare(run_dir: Path, recipe, resume: bool) -> bool:
             if read_fingerprint(run_dir / CHECKPOINT) != recipe_fingerprint(recipe):
                 raise LongbertError(f"--resume: the checkpoint in {run_dir / CHECKPOINT} was written by another "
                                     f"recipe than this one; resume with the recipe that started it")
+            check_processes(run_dir, read_processes(run_dir / CHECKPOINT), processes)
             return True
         if not same_recipe:
             raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (no run was started there)")
@@ -97,6 +121,21 @@ def prepare(run_dir: Path, recipe, resume: bool) -> bool:
     if _clear(run_dir):
         print(f"{run_dir} holds a run that stopped before its first checkpoint; training it again")
     return False
+
+
+def check_processes(run_dir: Path, saved: int | None, processes: int) -> None:
+    """Refuse to resume with another number of processes than the run's checkpoint was written by (`saved`; None: a
+    checkpoint that did not record it). Why not continue: the steps per epoch, the learning-rate schedule (kept in
+    per-process units) and which documents each process reads are laid out for the number of processes, so the run
+    would silently continue another schedule over other batches."""
+    if saved is None or saved == processes:
+        return
+    count = lambda n: f"{n} process" + ("es" if n != 1 else "")
+    how = ("without torchrun or accelerate launch" if saved == 1 else
+           f"with the same number (torchrun --nproc_per_node {saved}, or accelerate launch --num_processes {saved})")
+    raise LongbertError(f"--resume: the run in {run_dir} was trained by {count(saved)} and this start has "
+                        f"{count(processes)}; its learning-rate schedule and batches are laid out for {count(saved)}, "
+                        f"so resume it {how}")
 
 
 def _clear(run_dir: Path) -> bool:

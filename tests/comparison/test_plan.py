@@ -44,8 +44,6 @@ def test_a_malformed_override_value_is_one_clear_error_before_any_training(tmp_p
 
 # A YAML tag whose constructor rejects the value raises ValueError or AttributeError out of yaml.load, which
 # config.read_yaml does not turn into a yaml.YAMLError, so parse_override lets it through as a traceback.
-@pytest.mark.xfail(strict=True, raises=(ValueError, AttributeError),
-                   reason="config.read_yaml lets a tag constructor's ValueError/AttributeError through")
 @pytest.mark.parametrize("value", ["!!int abc", "!!float x", "!!timestamp soon"])
 def test_a_tagged_value_yaml_cannot_construct_is_one_clear_error(tmp_path, value):
     with pytest.raises(LongbertError, match=r"override 'train.epochs=.*': the value is not valid YAML"):

@@ -13,7 +13,6 @@ from torch import nn
 from transformers import BertModel
 
 from helpers import TINY_STRATEGY_SETTINGS, build_model, random_documents, tiny_bert_config
-from longbert.config.fields import option
 from longbert.errors import LongbertError
 from longbert.strategies.base import (
     REGISTRY,
@@ -36,6 +35,7 @@ from longbert.strategies.base import (
     unit_spans,
 )
 from longbert.strategies.windows import build_pass, check_fits, encode_windows, gather_units, split_windows
+from longbert.utils.fields import option
 
 ALL = strategy_names()
 LENGTHS = [5, 37, 260, 90]  # shorter than a window, about one window, many windows

@@ -15,14 +15,15 @@ import pytest
 import torch
 
 import longbert
+from helpers import TINY_STRATEGY_SETTINGS, assert_same_run
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import strategy_names
-from longbert.training.finetune import TrainingInterrupted
+from longbert.training.stopping import TrainingInterrupted
 
-from helpers import TINY_STRATEGY_SETTINGS, assert_same_run
+pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_end_to_end_run_folder(tiny_recipe, tmp_path):
@@ -103,7 +104,8 @@ RESUMABLE = ["backbone.hidden_dropout=0.1", "train.gradient_accumulation=2", "tr
 
 
 def training_losses(run: Path) -> list:
-    return [(e["step"], e["loss"], e["learning_rate"]) for e in json.loads((run / "metrics.json").read_text())["train_log"]]
+    log = json.loads((run / "metrics.json").read_text())["train_log"]
+    return [(e["step"], e["loss"], e["learning_rate"]) for e in log]
 
 
 @pytest.mark.parametrize("strategy", strategy_names())
@@ -135,7 +137,8 @@ def test_frozen_mode_resumes_exactly(tiny_recipe, tmp_path, deterministic):
     assert_same_run(tmp_path / "a", tmp_path / "b")
 
 
-@pytest.mark.parametrize("strategy, untrainable", [("rmt", "strategy.memory"), ("recurrence", "strategy.distance_bias")])
+@pytest.mark.parametrize("strategy, untrainable", [("rmt", "strategy.memory"),
+                                                   ("recurrence", "strategy.distance_bias")])
 def test_frozen_mode_refuses_strategy_weights_it_cannot_train(tiny_recipe, strategy, untrainable):
     recipe = longbert.load_recipe(None, with_strategy(tiny_recipe, strategy) + ["model.finetune=frozen"])
     with pytest.raises(LongbertError, match=f"model.finetune=frozen cannot train {untrainable}: ") as error:
@@ -152,7 +155,7 @@ def test_frozen_mode_trains_a_strategy_whose_weights_all_act_on_the_cache(tiny_r
 
 def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe, monkeypatch):
     # fp32 everywhere (evaluate() would pick bf16 on a fast CPU), so that metrics compare exactly.
-    monkeypatch.setattr("longbert.evaluation.command.autocast_for", lambda model: torch.autocast("cpu", enabled=False))
+    monkeypatch.setattr("longbert.evaluation.inference.autocast_for", lambda _: torch.autocast("cpu", enabled=False))
     # Validation after every step with a learning rate high enough to overshoot: the kept model is not the last one.
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.eval_every_steps=1", "train.learning_rate=0.05",
                                                       "train.best_metric=loss", "train.warmup_ratio=0"])
@@ -225,6 +228,24 @@ def test_resume_refuses_a_checkpoint_written_by_another_recipe(tiny_recipe):
         longbert.train(other, resume=True)
 
 
+def test_resume_refuses_a_checkpoint_of_another_number_of_processes(tiny_recipe):
+    """The steps per epoch and the learning-rate schedule are laid out for the processes that trained the run: a
+    resume with another number would silently continue another schedule, so it is refused in one line."""
+    recipe = longbert.load_recipe(None, tiny_recipe)
+    with pytest.raises(TrainingInterrupted):
+        longbert.train(recipe, stop=StopAfterSteps(2))
+    state_file = Path(recipe.output_dir) / "checkpoint" / "state.json"
+    saved = json.loads(state_file.read_text())
+    assert saved["processes"] == 1
+    saved["processes"] = 2  # as a run under `torchrun --nproc_per_node 2` writes it
+    state_file.write_text(json.dumps(saved))
+    with pytest.raises(LongbertError) as error:
+        longbert.train(recipe, resume=True)
+    message = str(error.value)
+    assert f"the run in {recipe.output_dir} was trained by 2 processes and this start has 1 process" in message
+    assert "torchrun --nproc_per_node 2" in message and "\n" not in message
+
+
 def test_a_folder_holding_files_of_no_run_is_not_cleared(tiny_recipe):
     recipe = longbert.load_recipe(None, tiny_recipe)
     Path(recipe.output_dir).mkdir()
@@ -252,12 +273,14 @@ def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, tiny_
     assert len(calls) == 2, "train and validation embeddings are computed once each"
     metrics = result.metrics
     assert len(metrics["validation_history"]) == 5
-    backbone = sum(p.numel() for p in longbert.LongDocumentClassifier.from_pretrained(result.run_dir).backbone.parameters())
+    kept = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+    backbone = sum(p.numel() for p in kept.backbone.parameters())
     assert 0 < metrics["trainable_parameters"] < backbone / 10
     # The backbone came from a local folder, so best/ keeps it (self-contained), exactly as it was: frozen.
     from safetensors.torch import load_file
 
-    saved, original = (load_file(Path(d) / "model.safetensors") for d in (result.run_dir / "best" / "backbone", tiny_backbone_dir))
+    saved, original = (load_file(Path(d) / "model.safetensors")
+                       for d in (result.run_dir / "best" / "backbone", tiny_backbone_dir))
     assert saved.keys() == original.keys() and all(torch.equal(saved[k], original[k]) for k in saved)
 
 
@@ -396,8 +419,9 @@ def test_multi_label_runs_through_the_cli_and_compare(tiny_recipe, multi_label_s
     result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "cli"), "--split", "validation"])
     assert result.exit_code == 0 and "validation: exact match" in result.output, result.output
 
-    compared = longbert.compare(["truncate", "chunk"], overrides=overrides + ["truncate.max_tokens=62", "truncate.head_tokens=16",
-                                                                            "chunk.window=62"],
+    compared = longbert.compare(["truncate", "chunk"],
+                                overrides=overrides + ["truncate.max_tokens=62", "truncate.head_tokens=16",
+                                                       "chunk.window=62"],
                                 name="multi", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
                                 speed_documents=4, long_tokens=128)
     for name in ("truncate", "chunk"):
@@ -434,15 +458,17 @@ def test_length_grouped_batches_are_seeded_and_a_resumed_run_sees_the_same_ones(
 
 def test_optimizer_steps_are_fused_and_followed_by_a_heap_trim_when_asked(tiny_recipe, monkeypatch, tmp_path):
     import longbert.training.finetune
+    import longbert.training.optim
 
     trims, optimizers = [], []
     real_adamw = longbert.training.finetune.adamw
-    monkeypatch.setattr(longbert.training.finetune, "trim_heap", lambda: trims.append(1) or True)
-    monkeypatch.setattr(longbert.training.finetune, "adamw", lambda groups: optimizers.append(real_adamw(groups)) or optimizers[-1])
+    monkeypatch.setattr(longbert.training.optim, "trim_heap", lambda: trims.append(1) or True)
+    monkeypatch.setattr(longbert.training.finetune, "adamw",
+                        lambda groups: optimizers.append(real_adamw(groups)) or optimizers[-1])
     longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"]))
     assert trims == [], "only when the recipe asks"
-    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.gradient_accumulation=2",
-                                                                     "train.trim_heap=true", f"output_dir={tmp_path / 'trimmed'}"]))
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + [
+        "train.gradient_accumulation=2", "train.trim_heap=true", f"output_dir={tmp_path / 'trimmed'}"]))
     assert result.metrics["steps"] == 6 and len(trims) == 6, "once per optimiser step, not per batch"
     assert [o.defaults["fused"] for o in optimizers] == [True, True]
 

@@ -23,18 +23,19 @@ import longbert
 from helpers import build_model
 from longbert.inference.predict import predict_file
 
-ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.distributed
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.distributed, pytest.mark.heavy]
 
 
-def launch(*args: str) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node 2 -m longbert.cli ARGS`, from this checkout (its longbert is imported)."""
+def launch(*args: str, succeeds: bool = True) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node 2 -m longbert.cli ARGS`, from this checkout (its longbert is
+    imported); it must exit 0, or with `succeeds=False` fail."""
     env = {**os.environ, "LONGBERT_PROGRESS": "0", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "longbert.cli", *map(str, args)]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert (result.returncode == 0) == succeeds, result.stderr[-3000:]
     return result
 
 
@@ -87,6 +88,15 @@ def test_two_processes_train_what_one_does_with_twice_the_accumulation(tiny_reci
     assert test[0]["confusion_matrix"] == test[1]["confusion_matrix"]
     assert test[0]["loss"] == pytest.approx(test[1]["loss"], abs=1e-5)
     assert_same_predictions(one / "predictions-test.jsonl", two / "predictions-test.jsonl")
+
+
+def test_two_processes_refuse_to_resume_a_run_that_one_process_trained(tiny_recipe, tmp_path):
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1"])
+    longbert.train(recipe)
+    args = [x for o in tiny_recipe + ["train.max_steps=1"] for x in ("--set", o)]
+    result = launch("train", "--resume", *args, succeeds=False)
+    assert (f"error: --resume: the run in {recipe.output_dir} was trained by 1 process and this start has 2 "
+            "processes") in result.stderr
 
 
 def assert_same_predictions(a: Path, b: Path, tolerance: float = 1e-5) -> None:

@@ -14,14 +14,15 @@ import pytest
 import torch
 
 import longbert
-from longbert.utils.atomic import atomic_folder, recover
-from longbert.errors import LongbertError
-
 from helpers import assert_same_run
+from longbert.errors import LongbertError
+from longbert.utils.atomic import atomic_folder, recover
+
+pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
 
 WEIGHTS = ("checkpoint/model.safetensors", "best/head.safetensors", "best/backbone/model.safetensors")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_recover_puts_back_a_folder_whose_swap_was_cut_and_removes_every_leftover(tmp_path):
@@ -97,7 +98,8 @@ KILLABLE = ["train.epochs=1", "train.max_steps=4", "train.checkpoint_every_steps
 def overrides(tiny_backbone_dir, imdb_slice):
     return [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
             "data.validation_fraction=0.25", "data.max_document_tokens=400", "strategy.name=chunk",
-            "strategy.window=62", "train.batch_size=8", "train.learning_rate=1e-3", "train.mixed_precision=no", "eval.batch_size=16",
+            "strategy.window=62", "train.batch_size=8", "train.learning_rate=1e-3", "train.mixed_precision=no",
+            "eval.batch_size=16",
             *KILLABLE]
 
 

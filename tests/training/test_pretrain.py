@@ -18,12 +18,14 @@ import longbert
 from longbert.cli import app
 from longbert.config import MaskingConfig, load_pretrain_recipe
 from longbert.errors import LongbertError
-from longbert.training.pretrain import IGNORE, Masker, seeded
 from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
 from longbert.strategies.bigbird import BigBirdConfig, extend_positions
 from longbert.strategies.recurrence import RecurrenceConfig
 from longbert.strategies.windows import encode_tokens_in_windows
-from longbert.training.finetune import TrainingInterrupted
+from longbert.training.masking import IGNORE, Masker, seeded
+from longbert.training.stopping import TrainingInterrupted
+
+pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
 
 SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)
 SPECIAL_IDS = [0, 100, 101, 102, 103]  # [PAD] [UNK] [CLS] [SEP] [MASK] of the uncased WordPiece vocabulary
@@ -253,7 +255,8 @@ def test_the_mlm_loss_falls_through_the_cli(tiny_backbone_dir, corpus, tmp_path)
     metrics = json.loads((out / "metrics.json").read_text())
     heldout = metrics["heldout"]
     assert metrics["mlm_head_started_untrained"] and "started untrained" in metrics["notes"][0]
-    assert [heldout[w]["all"]["targets"] for w in ("start", "before", "after")] == [heldout["after"]["all"]["targets"]] * 3
+    targets = [heldout[w]["all"]["targets"] for w in ("start", "before", "after")]
+    assert targets == [heldout["after"]["all"]["targets"]] * 3
     assert heldout["after"]["beyond_learned"]["targets"] > 0, "held-out targets past the 128 learned positions"
     assert heldout["after"]["all"]["loss"] < heldout["before"]["all"]["loss"] - 1.0
     losses = [entry["loss"] for entry in metrics["train_log"]]
@@ -299,6 +302,37 @@ def test_resume_equals_an_uninterrupted_run(tiny_backbone_dir, corpus, tmp_path,
     assert [e["when"] for e in resumed.metrics["heldout_history"]] == ["start", "before", "after"]
 
 
+def test_both_loops_accumulate_through_accelerate_and_clip_only_when_gradients_sync(tiny_backbone_dir, corpus,
+                                                                                     tiny_recipe, tmp_path,
+                                                                                     monkeypatch):
+    """Every batch goes through `accelerator.accumulate`, and the optimiser step (clipping first) happens once per
+    `gradient_accumulation` batches, when accelerate says the gradients are complete: in pretraining as in
+    fine-tuning."""
+    import accelerate
+
+    calls = {"accumulate": 0, "clip": 0}
+    real_accumulate, real_clip = accelerate.Accelerator.accumulate, accelerate.Accelerator.clip_grad_norm_
+
+    def accumulate(self, *models):
+        calls["accumulate"] += 1
+        return real_accumulate(self, *models)
+
+    def clip(self, *args, **kwargs):
+        assert self.sync_gradients, "clipped before the accumulated gradients were complete"
+        calls["clip"] += 1
+        return real_clip(self, *args, **kwargs)
+
+    monkeypatch.setattr(accelerate.Accelerator, "accumulate", accumulate)
+    monkeypatch.setattr(accelerate.Accelerator, "clip_grad_norm_", clip)
+    longbert.pretrain(load_pretrain_recipe(None, tiny_pretraining(
+        tiny_backbone_dir, corpus, tmp_path / "pre", "chunk", "train.steps=3", "train.head_steps=1",
+        "train.gradient_accumulation=2")))
+    assert calls == {"accumulate": 6, "clip": 3}
+    calls.update(accumulate=0, clip=0)
+    longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.gradient_accumulation=2", "train.max_steps=2"]))
+    assert calls == {"accumulate": 4, "clip": 2}
+
+
 def test_the_written_backbone_loads_with_automodel_and_fine_tunes(tiny_backbone_dir, corpus, imdb_slice, tmp_path):
     from transformers import AutoModel
 
@@ -328,17 +362,17 @@ def test_the_written_backbone_loads_with_automodel_and_fine_tunes(tiny_backbone_
 # -- recipes and errors ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGED.glob("pretrain_*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((PACKAGED / "pretrain").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_pretraining_recipe_validates_and_starts_with_its_command(path):
     recipe = load_pretrain_recipe(path)
-    assert recipe.name == path.stem
+    assert recipe.name == f"pretrain_{path.stem}", "the name it had before recipes were sorted into folders"
     header = path.read_text().split("\nname:")[0]
-    assert f"longbert pretrain recipes/{path.name}" in header, "the header comment gives the command that runs it"
+    assert f"longbert pretrain recipes/pretrain/{path.name}" in header, "the header comment gives the command"
     assert "measured" in header or "GPU" in header, "and says what it takes"
 
 
 def test_there_are_cpu_and_gpu_pretraining_recipes():
-    assert {p.name for p in PACKAGED.glob("pretrain_*.yaml")} >= {"pretrain_imdb_cpu.yaml", "pretrain_imdb_gpu.yaml"}
+    assert {p.name for p in (PACKAGED / "pretrain").glob("*.yaml")} >= {"imdb_cpu.yaml", "imdb_gpu.yaml"}
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -369,8 +403,8 @@ def test_a_bad_recipe_file_fails_through_the_cli_in_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("command, recipe, hint", [
-    ("train", "pretrain_imdb_cpu", "is a pretraining recipe (it has a masking section): run it with `longbert pretrain"),
-    ("pretrain", "imdb_quick", "is a training recipe (it has no masking section): run it with `longbert train"),
+    ("train", "pretrain_imdb_cpu", "run it with `longbert pretrain"),
+    ("pretrain", "imdb_quick", "run it with `longbert train"),
 ])
 def test_a_recipe_given_to_the_other_command_says_which_command_runs_it(command, recipe, hint):
     result = CliRunner().invoke(app, [command, recipe])

