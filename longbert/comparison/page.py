@@ -136,9 +136,9 @@ def _paired_test_blocks(results: dict) -> list[tuple]:
                    "detectable difference"], rows),
         ("p", (
             "Detectable difference: the smallest true accuracy difference this paired test finds significant "
-            "(α = 0.05) 80% of the time, at this number of documents and this rate of disagreement (Connor's "
-            "approximation for McNemar's test). A difference below it, significant or not, is not resolved by this "
-            "test set."))]
+            "(α = 0.05) at least 80% of the time, at this number of documents and this rate of disagreement (the "
+            "power of the exact test above, not of a normal approximation). A difference below it, significant or "
+            "not, is not resolved by this test set."))]
 
 
 def _error_blocks(results: dict) -> list[tuple]:

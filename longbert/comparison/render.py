@@ -172,7 +172,7 @@ def print_summary(results: dict, console=None) -> None:
         table.add_row(f"{base['name']} (baseline)", percent(base["accuracy"]), f"{base['macro_f1']:.3f}",
                       *[percent(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
                       duration(base["train_seconds"]), "–", "–", "–")
-    console.print(table)
+    print_whole(console, table)
     for line in verdict(results):
         console.print(f"• {line}", highlight=False)
     runs = ", ".join(f"{n} {s[n]['status']}" for n in names)
@@ -180,3 +180,20 @@ def print_summary(results: dict, console=None) -> None:
     report = results.get("report", {})
     if report:
         console.print(f"report: {report['folder']}/ (report.md, report.html, results.json)", highlight=False)
+
+
+def print_whole(console, table) -> None:
+    """Print a rich table with nothing cut off. Where the console is narrower than the table, rich would shorten
+    cells to fit ("83.…"), so the table alone is printed at its full width instead. Redirected output (a log file,
+    CI) gets a fixed width of 80 columns that no reader's screen imposes; a narrow terminal folds the long lines,
+    which still shows every digit."""
+    needed = console.measure(table, options=console.options.update_width(10**4)).maximum
+    if needed <= console.width:
+        console.print(table)
+        return
+    width = console.width
+    console.width = needed
+    try:
+        console.print(table)
+    finally:
+        console.width = width

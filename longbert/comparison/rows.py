@@ -17,15 +17,23 @@ def say(message: str) -> None:
     print(f"compare: {message}", file=sys.stderr, flush=True)
 
 
-def run_strategy(strategy: str, recipe, action: str, command: str, counter: str, data=None) -> dict:
-    """Carry out `action` ('reuse', 'resume', 'restart' or 'train', from `plan.plan_runs`) for one strategy's
-    recipe; `counter` ('[1/3]') prefixes what is said. Returns {'status': reused/resumed/trained, 'metrics'}."""
+def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -> dict:
+    """Train, reuse or continue one strategy's run, as its folder decides now (`plan.plan_runs`: 'reuse', 'resume',
+    'restart' or 'train'); `counter` ('[1/3]') prefixes what is said. Returns {'status': reused/resumed/trained,
+    'metrics'}.
+
+    Decided at the strategy's turn, not when compare started: another compare of the same name may have finished
+    or checkpointed this run meanwhile, and a plan made before that would ask `train` to start over a finished run
+    (which it refuses, in words meant for `longbert train`)."""
+    from longbert.comparison.plan import plan_runs
     from longbert.training.finetune import TrainingInterrupted, train
 
     run_dir = Path(recipe.output_dir)
+    action = plan_runs({strategy: recipe})[strategy]
     if action == "reuse":
         say(f"{counter} {strategy}: finished run in {run_dir} has the same recipe; reused")
         return {"status": "reused", "metrics": json.loads((run_dir / "metrics.json").read_text())}
+    refuse_if_in_use(strategy, run_dir)
     if action == "restart":
         say(f"{counter} {strategy}: {run_dir} stopped before its first checkpoint; training it again")
     verb = "continuing from the checkpoint in" if action == "resume" else "training into"
@@ -38,6 +46,23 @@ def run_strategy(strategy: str, recipe, action: str, command: str, counter: str,
         raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
                                   "command again to continue where it stopped") from None
     return {"status": "resumed" if action == "resume" else "trained", "metrics": result.metrics}
+
+
+def refuse_if_in_use(strategy: str, run_dir: Path) -> None:
+    """A LongbertError in compare's own words when another process (a compare of the same name, or a `train` into
+    that folder) holds the run folder's lock; `train` would say it in its own, naming options compare does not
+    take. The lock is only tried here, and let go at once."""
+    from longbert.errors import LongbertError
+    from longbert.training.runs import locked
+
+    try:
+        with locked(run_dir):
+            pass
+    except LongbertError:
+        raise LongbertError(
+            f"{strategy}: {run_dir} is in use by another longbert process (a compare with the same --name "
+            f"{run_dir.parent.name}, or a train into that folder); wait for it to end and run this compare again "
+            "(finished runs are reused, interrupted ones continue), or choose another --name") from None
 
 
 def release_memory() -> None:

@@ -47,8 +47,9 @@ from longbert.comparison.plan import plan_runs, preflight, resolve_recipes
 from longbert.comparison.results import LONG_TOKENS
 from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.errors import LongbertError
+from longbert.utils.atomic import writable_folder
 
-DEFAULT_RECIPE = "compare_imdb.yaml"
+DEFAULT_RECIPE = "compare/imdb.yaml"
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
 DEFAULT_REPORTS_DIR = Path("reports")
 
@@ -103,8 +104,10 @@ def compare(
         from longbert.data.objects import recipe_for_data_object
 
         recipes = {strategy: recipe_for_data_object(r, data) for strategy, r in recipes.items()}
-    plan = plan_runs(recipes)
-    preflight(recipes, plan)
+    preflight(recipes, plan_runs(recipes))  # every folder's conflicts and every model's settings, before training
+    # Both folders are written after the training: a place that cannot be written fails now, not an hour later.
+    writable_folder(runs_dir, "--runs-dir")
+    writable_folder(reports_dir, "--reports-dir")
     if command is None:
         command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir)
         if data is not None:
@@ -113,8 +116,7 @@ def compare(
     # Train what is not finished yet, one strategy after another.
     runs: dict[str, dict] = {}
     for number, strategy in enumerate(names, 1):
-        runs[strategy] = run_strategy(strategy, recipes[strategy], plan[strategy], command,
-                                      f"[{number}/{len(names)}]", data)
+        runs[strategy] = run_strategy(strategy, recipes[strategy], command, f"[{number}/{len(names)}]", data)
         release_memory()
 
     # Measure and analyse with the kept models, then assemble every number the report shows.

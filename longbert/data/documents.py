@@ -1,18 +1,24 @@
 """Documents out: whole tokenized documents (no truncation beyond the per-document cap) with integer labels, as a
 Corpus of train / validation / test splits (carved, subsampled and checked here). Where the documents come from (files,
-folders, hub ids, objects in memory) is longbert.data.sources.
+folders, hub ids, objects in memory) is longbert.data.sources; labels are longbert.data.labels'.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from longbert.data.sources import load_raw_splits
+from longbert.data.labels import (
+    check_classes,
+    check_labels_present,
+    encode_labels,
+    infer_label_names,
+    label_names_from,
+)
+from longbert.data.sources import load_raw_splits, row_places
 from longbert.errors import LongbertError
 
 LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
@@ -21,37 +27,6 @@ LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">102
 PIECE_CHARS = 100_000
 BATCH_CHARS = 1_000_000
 CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
-
-
-def _label_names_from(dataset, column: str, local: Path | None) -> list[str] | None:
-    feature = dataset.features.get(column)
-    names = getattr(feature, "names", None) or getattr(getattr(feature, "feature", None), "names", None)
-    if names:
-        return list(names)
-    if local is not None and column == "label":  # a data folder's metadata.json names the classes of its `label` field
-        metadata = (local if local.is_dir() else local.parent) / "metadata.json"
-        if metadata.is_file():
-            names = json.loads(metadata.read_text()).get("label_names")
-            if names:
-                return list(names)
-    return None
-
-
-def label_index(value: Any, names: list[str], where: str) -> int:
-    """One label value (an index or a name) -> its index in `names`, or a LongbertError naming `where`."""
-    if isinstance(value, bool):
-        raise LongbertError(f"{where}: label {value!r} is not an index or a label name")
-    if isinstance(value, int):
-        if integer_names(names):  # e.g. star ratings 1..4, 7..10: the integer is the class's name, not its index
-            if str(value) not in names:
-                raise LongbertError(f"{where}: label {value} is not one of label_names {names}")
-            return names.index(str(value))
-        if not 0 <= value < len(names):
-            raise LongbertError(f"{where}: label {value} is outside 0..{len(names) - 1} (label_names: {names})")
-        return value
-    if isinstance(value, str) and value in names:
-        return names.index(value)
-    raise LongbertError(f"{where}: label {value!r} is not one of label_names {names}")
 
 
 @dataclass
@@ -73,16 +48,16 @@ class Corpus:
         return "data: " + ", ".join(parts)
 
 
-def _check_texts(dataset, column: str, split: str) -> None:
+def _check_texts(dataset, column: str, split: str, place: Callable[[int], str]) -> None:
     if column not in dataset.column_names:
         raise LongbertError(
             f"data.text_column {column!r} not found in split {split!r}; columns: {', '.join(dataset.column_names)}"
         )
     for row, text in enumerate(dataset[column]):
         if not isinstance(text, str):
-            raise LongbertError(f"data: row {row} of split {split!r}: text is {_kind_of_value(text)}, not a string")
+            raise LongbertError(f"data: {place(row)}: text is {_kind_of_value(text)}, not a string")
         if not text.strip():
-            raise LongbertError(f"data: document {row} of split {split!r} is empty or whitespace-only")
+            raise LongbertError(f"data: {place(row)}: the document is empty or whitespace-only")
 
 
 def _kind_of_value(value: Any) -> str:
@@ -93,53 +68,6 @@ def _kind_of_value(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"a number ({type(value).__name__})"
     return f"a {type(value).__name__}"
-
-
-def _check_classes(labels: list, names: list[str], documents: str) -> None:
-    """Training needs documents of at least two classes (two label sets, for multi-label)."""
-    distinct = {tuple(v) if isinstance(v, list) else v for v in labels}
-    if len(distinct) > 1:
-        return
-    if not distinct:
-        raise LongbertError(f"data: there are no {documents}")
-    (only,) = distinct
-    what = (f"the labels {[n for n, hot in zip(names, only) if hot]}" if isinstance(only, tuple)
-            else f"label {names[only]!r}")
-    raise LongbertError(f"data: all {len(labels)} {documents} have {what}; training needs at least 2 classes")
-
-
-def _encode_labels(values: list, names: list[str], multi_label: bool, split: str) -> list:
-    out = []
-    for row, value in enumerate(values):
-        where = f"data: row {row} of split {split!r}"
-        if multi_label:
-            items = value if isinstance(value, list) else [value]
-            hot = [0.0] * len(names)
-            for item in items:
-                hot[label_index(item, names, where)] = 1.0
-            out.append(hot)
-        else:
-            if isinstance(value, list):
-                raise LongbertError(f"{where}: a list label needs model.problem_type: multi_label")
-            out.append(label_index(value, names, where))
-    return out
-
-
-def integer_names(names: list[str]) -> bool:
-    """Whether class names are integers other than the indices 0..C-1 (then an integer label is a name)."""
-    return all(n.lstrip("-").isdigit() for n in names) and names != [str(i) for i in range(len(names))]
-
-
-def infer_label_names(values: list, multi_label: bool) -> list[str]:
-    """Class names from the training labels: integers 0..C-1 are indices (names "0".."C-1"); other integers (star
-    ratings 1..10, say) are names themselves, in numeric order, so no empty class is made; strings sort."""
-    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
-        if min(flat) < 0:
-            raise LongbertError("data: negative label found (unlabelled rows?); drop them or set data.label_names")
-        distinct = sorted(set(flat))
-        return [str(i) for i in (range(max(flat) + 1) if distinct == list(range(len(distinct))) else distinct)]
-    return sorted({str(v) for v in flat})
 
 
 def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
@@ -259,14 +187,16 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     validation_split = data.validation_split or next((s for s in optional if s in raw), None)
     if validation_split and validation_split not in wanted:
         wanted.insert(1, validation_split)
+    places = {split: row_places(local, split) for split in wanted}  # where each row is, for errors
     for split in wanted:
-        _check_texts(raw[split], data.text_column, split)
+        _check_texts(raw[split], data.text_column, split, places[split])
         if data.label_column not in raw[split].column_names:
             raise LongbertError(
                 f"data.label_column {data.label_column!r} not found in split {split!r}; "
                 f"columns: {', '.join(raw[split].column_names)}"
             )
-    names = data.label_names or _label_names_from(raw[data.train_split], data.label_column, local)
+        check_labels_present(list(raw[split][data.label_column]), multi_label, places[split])
+    names = data.label_names or label_names_from(raw[data.train_split], data.label_column, local)
     if names is None:
         names = infer_label_names(list(raw[data.train_split][data.label_column]), multi_label)
     if len(names) < 2:
@@ -277,8 +207,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
         return [data.text_column, data.label_column] + ([data.id_column] if has_ids else [])
 
     splits = {s: raw[s].select_columns(kept_columns(s)) for s in wanted}
-    labels = {s: _encode_labels(list(splits[s][data.label_column]), names, multi_label, s) for s in wanted}
-    _check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
+    labels = {s: encode_labels(list(splits[s][data.label_column]), names, multi_label, places[s]) for s in wanted}
+    check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
 
     import numpy as np
 
@@ -332,7 +262,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
                  "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
         rows = subsample(rows, limit)
         if role == "train":
-            _check_classes([labels[source][i] for i in rows], names,
+            check_classes([labels[source][i] for i in rows], names,
                            "training documents (after carving validation and data.max_train_documents)")
         if roles is not None and role not in roles:
             continue  # subsampled all the same, so that the roles asked for draw the same documents

@@ -1,20 +1,28 @@
 """Local data files and folders -> datasets: csv / jsonl / json(.gz) / parquet files (one a split, or a folder of
 <split>.<ext> files), aclImdb-style folders, `save_to_disk` folders; and one table of rows from any of these or a hub
 id (`load_table`, what `longbert predict` reads). When a file cannot be read, the error names the file, the line and
-the byte to blame, not pyarrow's traceback.
+the byte to blame, not pyarrow's traceback; so do damaged compressed data and a csv line with more fields than the
+header (which pandas would read without a word, one column off). Lines are counted from 1, as editors count them.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import json
+import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from longbert.errors import LongbertError
+from longbert.errors import LongbertError, first_line
 
 FILE_KINDS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json", ".csv": "csv",
               ".csv.gz": "csv", ".parquet": "parquet"}
 SAVED_DATASET_FILES = ("dataset_dict.json", "state.json", "dataset_info.json")  # what save_to_disk writes
+# What reading a compressed data file raises when its compressed bytes are damaged inside (not the file missing):
+# a bad header or CRC (BadGzipFile), a stream cut short (EOFError), deflate data that is not deflate (zlib.error).
+DAMAGED_COMPRESSION = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
 def decode_utf8(raw: bytes, where: str, line: int = 1, offset: int = 0) -> str:
@@ -50,6 +58,57 @@ def file_kind(file: Path) -> str | None:
         if name.endswith(suffix):
             return FILE_KINDS[suffix]
     return None
+
+
+def open_binary(file: Path) -> BinaryIO:
+    """A data file's bytes, decompressed when its name says it is compressed (.gz: the only compression
+    FILE_KINDS accepts). Reading may raise DAMAGED_COMPRESSION."""
+    return gzip.open(file, "rb") if file.name.lower().endswith(".gz") else open(file, "rb")
+
+
+def csv_records(file: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line on which the record begins, counted from 1, its fields) for each record of a csv file, the header
+    first, as pandas reads it: a quoted field may span lines; blank and whitespace-only lines are no record."""
+    with io.TextIOWrapper(open_binary(file), encoding="utf-8-sig", errors="replace", newline="") as text:
+        reader = csv.reader(text)
+        end = 0  # the line the previous record ended on
+        for fields in reader:
+            start, end = end + 1, reader.line_num
+            if len(fields) > 1 or (fields and fields[0].strip()):
+                yield start, fields
+
+
+def csv_problem(file: Path) -> str | None:
+    """The first record of a csv file with more fields than its header, as one line naming the file and line (pandas
+    would silently make the extra leading fields the index, so every column would be read one field off), or None.
+    """
+    records = csv_records(file)
+    header = next(records, None)
+    for line, fields in records:
+        if len(fields) > len(header[1]):
+            return (f"{file}:{line} has {len(fields)} fields but the header (line {header[0]}) names "
+                    f"{len(header[1])}; quote a field that holds a comma")
+    return None
+
+
+def row_lines(file: Path) -> list[int] | None:
+    """The line (counted from 1) on which each row of a csv or JSON-lines file begins, in the order datasets reads
+    the rows (blank lines are no row); None where rows are not lines (parquet, one JSON document)."""
+    kind = file_kind(file)
+    if kind == "csv":
+        records = csv_records(file)
+        next(records, None)  # the header
+        return [line for line, _ in records]
+    if kind != "json":
+        return None
+    numbers = []
+    with open_binary(file) as stream:
+        for number, line in text_lines(stream, str(file)):
+            if line.strip():
+                if not numbers and line.lstrip().startswith("["):  # one JSON document: its rows are not lines
+                    return None
+                numbers.append(number)
+    return numbers
 
 
 def split_of(file: Path) -> str:
@@ -97,7 +156,6 @@ def load_files(kind: str, files: dict[str, Path], where: str = "data"):
         loaded = load_dataset(kind, data_files={split: str(file) for split, file in files.items()})
         for split in files:  # pyarrow's JSON reader lets bytes that are not UTF-8 through; find them now
             loaded[split].data.table.validate(full=True)
-        return loaded
     except Exception as error:  # datasets wraps what went wrong in many kinds of exception
         for file in files.values():
             problem = file_problem(file)
@@ -106,15 +164,18 @@ def load_files(kind: str, files: dict[str, Path], where: str = "data"):
         cause = error.__cause__ or error
         detail = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise LongbertError(f"{where}: cannot read {', '.join(str(f) for f in files.values())}: {detail}") from None
+    for file in files.values() if kind == "csv" else ():  # pandas reads these without a word: refuse them here
+        problem = csv_problem(file)
+        if problem:
+            raise LongbertError(f"{where}: {problem}")
+    return loaded
 
 
 def file_problem(file: Path) -> str | None:
     """The first thing that keeps a local data file from loading, as one line naming the file and the line (and
     byte offset): empty, not UTF-8, a line that is not a JSON object, a csv header without rows, a parquet file
-    without rows. None when none of these is found. Reads the file as a stream; a JSON document (not JSON lines)
-    is read whole."""
-    import gzip
-
+    without rows, a csv line with more fields than the header, compressed data that is damaged. None when none of
+    these is found. Reads the file as a stream; a JSON document (not JSON lines) is read whole."""
     kind = file_kind(file)
     if kind == "parquet":
         import pyarrow.parquet
@@ -123,10 +184,9 @@ def file_problem(file: Path) -> str | None:
             return None if pyarrow.parquet.ParquetFile(file).metadata.num_rows else f"{file} holds no rows"
         except Exception as error:  # pyarrow says "Parquet magic bytes not found" and the like
             return f"{file} cannot be read as parquet: {error}"
-    opener = gzip.open if file.name.lower().endswith(".gz") else open
-    rows = 0
+    rows = number = 0
     try:
-        with opener(file, "rb") as stream:
+        with open_binary(file) as stream:
             for number, line in text_lines(stream, str(file)):
                 if not line.strip():
                     continue
@@ -138,7 +198,7 @@ def file_problem(file: Path) -> str | None:
                 except json.JSONDecodeError as line_error:
                     bad = line_error
                     if rows == 1 and line.lstrip().startswith("["):  # not JSON lines: one JSON document
-                        bad = _json_document_error(file, opener)
+                        bad = _json_document_error(file)
                         if bad is None:
                             return None
                         number = bad.lineno
@@ -146,10 +206,15 @@ def file_problem(file: Path) -> str | None:
                 if not isinstance(row, dict):
                     return (f"{file}:{number} is not a JSON object "
                             f"(one object per line, e.g. {{\"text\": ..., \"label\": ...}})")
+        if kind == "csv" and rows > 1:
+            return csv_problem(file)
     except LongbertError as error:  # not UTF-8
         return str(error)
-    except (OSError, EOFError) as error:  # a damaged gzip file, an unreadable file
-        return f"{file} cannot be read: {error}"
+    except DAMAGED_COMPRESSION as error:
+        after = f" after line {number}" if number else ""
+        return f"{file} cannot be read: {first_line(error)}; its compressed data is damaged{after}"
+    except OSError as error:  # an unreadable file
+        return f"{file} cannot be read: {first_line(error)}"
     if rows == 0:
         return f"{file} is empty"
     if kind == "csv" and rows == 1:
@@ -157,11 +222,11 @@ def file_problem(file: Path) -> str | None:
     return None
 
 
-def _json_document_error(file: Path, opener) -> json.JSONDecodeError | None:
+def _json_document_error(file: Path) -> json.JSONDecodeError | None:
     """Why `file` is not one JSON document (a .json file need not be JSON lines), or None when it is one."""
-    with opener(file, "rb") as stream:
+    with open_binary(file) as stream:
         try:
-            json.loads(stream.read().decode("utf-8"))
+            json.loads(decode_utf8(stream.read(), str(file)))
         except json.JSONDecodeError as error:
             return error
     return None

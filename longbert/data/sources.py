@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from longbert.data.files import (
+    DAMAGED_COMPRESSION,
     file_kind,
     is_saved_dataset,
     load_aclimdb_folder,
     load_files,
     load_folder_of_files,
     quiet_datasets,
+    row_lines,
+    split_files,
 )
 from longbert.data.objects import IN_MEMORY, data_object_splits, describe_splits
 from longbert.errors import LongbertError
@@ -90,6 +93,32 @@ def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source:
     else:
         loaded = load_folder_of_files(local, wanted, optional)
     return _require(loaded, wanted), local
+
+
+def row_places(local: Path | None, split: str) -> Callable[[int], str]:
+    """For error messages about the rows of `split` as `load_raw_splits` read it from `local` (its second result):
+    a function of a row's index (from 0, as datasets counts) -> where a user finds that row, counted from 1 as
+    editors count: 'FILE:LINE' for a csv or JSON-lines file (a csv's header is line 1), 'FILE row N' for a file
+    whose rows are not lines (parquet, one JSON document), 'row N of split S' for a saved dataset, an aclImdb
+    folder, a hub dataset or an object in memory. The file is read again only when a place is asked for."""
+    file = None
+    if local is not None and local.is_file():
+        file = local
+    elif local is not None and not is_saved_dataset(local) and not (local / split).is_dir():
+        file = split_files(local).get(split)
+    lines: list = []  # row_lines(file), read at the first place asked for
+
+    def place(row: int) -> str:
+        if file is None:
+            return f"row {row + 1} of split {split!r}"
+        if not lines:
+            try:
+                lines.append(row_lines(file))
+            except (LongbertError, OSError, *DAMAGED_COMPRESSION):  # changed since it loaded: count rows instead
+                lines.append(None)
+        return f"{file}:{lines[0][row]}" if lines[0] and row < len(lines[0]) else f"{file} row {row + 1}"
+
+    return place
 
 
 def _require(loaded, wanted: list[str]):

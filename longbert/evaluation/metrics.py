@@ -20,30 +20,27 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
     Single-label: accuracy, macro_f1. Multi-label (a label is predicted when its probability reaches its threshold,
     0.5 unless `thresholds` (C,) says otherwise): exact_match (every label right), micro_f1, macro_f1, hamming_loss.
     by_length holds the headline metric (accuracy, or exact_match) per length bucket."""
-    from sklearn.metrics import (
-        confusion_matrix,
-        f1_score,
-        hamming_loss,
-        multilabel_confusion_matrix,
-        precision_recall_fscore_support,
-    )
+    from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
     classes = list(range(len(label_names)))
     truth = labels.astype(int)
     if multi_label:
+        truth = truth.reshape(probabilities.shape)  # (D, C), also for one label given as (D,)
         predicted = multi_label_predictions(probabilities, thresholds)
         correct = (predicted == truth).all(1)
         eps = 1e-7
         loss = float(-np.mean(truth * np.log(probabilities + eps) + (1 - truth) * np.log(1 - probabilities + eps)))
-        matrix = multilabel_confusion_matrix(truth, predicted).tolist()
+        counts = _label_counts(truth, predicted)
+        matrix = counts["matrix"]
+        precision, recall, f1, support = counts["precision"], counts["recall"], counts["f1"], counts["support"]
     else:
         predicted = probabilities.argmax(1)
         correct = predicted == truth
         loss = float(-np.mean(np.log(probabilities[np.arange(len(truth)), truth] + 1e-7)))
         matrix = confusion_matrix(truth, predicted, labels=classes).tolist()
-    precision, recall, f1, support = precision_recall_fscore_support(
-        truth, predicted, labels=classes, zero_division=0
-    )
+        precision, recall, f1, support = precision_recall_fscore_support(
+            truth, predicted, labels=classes, zero_division=0
+        )
     headline = "exact_match" if multi_label else "accuracy"
     by_length = {}
     buckets = np.array([length_bucket(n) for n in n_tokens])
@@ -55,11 +52,12 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
         }
     metrics = {"documents": int(len(truth)), headline: float(correct.mean())}
     if multi_label:
-        metrics["micro_f1"] = float(f1_score(truth, predicted, average="micro", zero_division=0))
-    metrics["macro_f1"] = float(f1_score(truth, predicted, labels=classes, average="macro", zero_division=0))
-    if multi_label:
-        metrics["hamming_loss"] = float(hamming_loss(truth, predicted))
+        metrics["micro_f1"] = counts["micro_f1"]
+        metrics["macro_f1"] = float(np.mean(f1))
+        metrics["hamming_loss"] = float((predicted != truth).mean())
         metrics["thresholds"] = [float(t) for t in (thresholds or [0.5] * len(classes))]
+    else:
+        metrics["macro_f1"] = float(f1_score(truth, predicted, labels=classes, average="macro", zero_division=0))
     metrics.update({
         "loss": loss,
         "per_class": {
@@ -72,6 +70,22 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
     return metrics
 
 
+def _label_counts(truth: np.ndarray, predicted: np.ndarray) -> dict:
+    """truth, predicted (D, C) 0/1 -> each label's precision, recall, F1 and support (C,), its 2x2 matrix
+    [[tn, fp], [fn, tp]] and micro-F1, as sklearn's multi-label averages define them (0 where a ratio has nothing
+    to count). Counted here rather than by sklearn, which reads a (D, 1) indicator as a binary problem: one label
+    would be scored over both its presence and its absence."""
+    tp = (truth & predicted).sum(0)
+    fp = ((1 - truth) & predicted).sum(0)
+    fn = (truth & (1 - predicted)).sum(0)
+    tn = len(truth) - tp - fp - fn
+    ratio = lambda top, bottom: np.divide(top, bottom, out=np.zeros(len(top)), where=bottom > 0)
+    all_tp, all_wrong = int(tp.sum()), int(fp.sum() + fn.sum())
+    return {"precision": ratio(tp, tp + fp), "recall": ratio(tp, tp + fn), "f1": ratio(2 * tp, 2 * tp + fp + fn),
+            "support": tp + fn, "micro_f1": 2 * all_tp / (2 * all_tp + all_wrong) if all_tp + all_wrong else 0.0,
+            "matrix": np.stack([np.stack([tn, fp], -1), np.stack([fn, tp], -1)], 1).tolist()}
+
+
 def multi_label_predictions(probabilities: np.ndarray, thresholds: list[float] | None = None) -> np.ndarray:
     """probabilities (D, C) -> (D, C) 0/1: a label is predicted when its probability reaches its threshold (0.5)."""
     limits = np.asarray(thresholds if thresholds is not None else [0.5] * probabilities.shape[1])
@@ -80,19 +94,29 @@ def multi_label_predictions(probabilities: np.ndarray, thresholds: list[float] |
 
 def tune_thresholds(labels: np.ndarray, probabilities: np.ndarray, per_label: bool) -> list[float]:
     """The multi-label decision thresholds (C,) that maximise F1 on these (validation) predictions: one threshold for
-    every label that maximises micro-F1, or (`per_label`) each label's own that maximises its F1. Each threshold is
-    halfway between the lowest probability it admits and the next lower one; a label with no positives keeps 0.5."""
-    truth = labels.astype(int)
+    every label that maximises micro-F1, or (`per_label`) each label's own that maximises its F1. Each threshold, with
+    `>=`, predicts exactly the documents of the best split; a label with no positives keeps 0.5. A threshold is in
+    [0, 1]: 0 where the best split admits documents at probability 0, 1 where it admits only those at 1."""
+    truth = labels.astype(int).reshape(probabilities.shape)
     if per_label:
         return [_best_threshold(truth[:, c], probabilities[:, c]) for c in range(truth.shape[1])]
     return [_best_threshold(truth.ravel(), probabilities.ravel())] * truth.shape[1]
 
 
 def _best_threshold(truth: np.ndarray, probabilities: np.ndarray) -> float:
-    """truth, probabilities (n,) -> the threshold with the best F1 (the highest such one on a tie)."""
+    """truth, probabilities (n,) -> the threshold with the best F1 (the highest such one on a tie).
+
+    Several places compare a probability with a threshold: numpy in float64, the model's rows as Python floats,
+    torch in the probabilities' own dtype (float32), which rounds a float64 threshold first. A threshold that is a
+    value of that dtype compares the same in all of them, so the threshold is the midpoint between the lowest
+    admitted probability and the highest refused one rounded to that dtype, or, where no value of the dtype lies
+    strictly between the two (adjacent float32 values, or a midpoint that rounds onto one end), the lowest admitted
+    probability itself. No clipping: a split near 0 or 1 is kept as it is."""
     positives = int(truth.sum())
     if positives == 0:
         return 0.5
+    dtype = probabilities.dtype if np.issubdtype(probabilities.dtype, np.floating) else np.dtype(np.float64)
+    probabilities = probabilities.astype(dtype, copy=False)
     order = np.argsort(-probabilities, kind="stable")
     p, t = probabilities[order], truth[order]
     true_positives = np.cumsum(t)  # predicting the first k+1 documents positive
@@ -100,8 +124,10 @@ def _best_threshold(truth: np.ndarray, probabilities: np.ndarray) -> float:
     f1 = 2 * true_positives / (predicted + positives)
     ends = np.r_[p[1:] != p[:-1], True]  # a threshold cannot split tied probabilities
     k = int(np.flatnonzero(ends)[np.argmax(f1[ends])])
-    below = p[k + 1] if k + 1 < len(p) else 0.0
-    return float(np.clip((p[k] + below) / 2, 1e-6, 1 - 1e-6))
+    lowest = p[k]
+    below = p[k + 1] if k + 1 < len(p) else dtype.type(0)  # admitting every document: anything in (0, lowest]
+    middle = dtype.type((float(lowest) + float(below)) / 2)
+    return float(middle if below < middle <= lowest else lowest)
 
 
 def improves(value: float, best: float | None, metric: str) -> bool:

@@ -72,35 +72,50 @@ def explain(model, texts: list[str], batch_size: int = 16,
 
 def page_path(target: str | Path) -> Path:
     """--explain's argument -> the HTML file to write: a path ending in .html is that file; anything else is a folder
-    (made when missing, in a folder that exists) that gets explain.html. Checked before any work is done."""
+    (made when missing, in a folder that exists) that gets explain.html. Checked, down to writing a probe file there,
+    before any work is done."""
+    from longbert.utils.atomic import writable_destination
+
     target = Path(target)
     if target.suffix.lower() == ".html":
         if target.is_dir():
             raise LongbertError(f"--explain {target} is a folder; name an .html file or a folder without .html")
         if not target.parent.is_dir():
             raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
-        return target
-    if target.exists() and not target.is_dir():
-        raise LongbertError(f"--explain {target} is a file; name an .html file or a folder")
-    if not target.exists() and not target.parent.is_dir():
-        raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
-    return target / PAGE_NAME
+        page = target
+    else:
+        if target.exists() and not target.is_dir():
+            raise LongbertError(f"--explain {target} is a file; name an .html file or a folder")
+        if not target.exists() and not target.parent.is_dir():
+            raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
+        page = target / PAGE_NAME
+    writable_destination(page, "--explain")
+    return page
 
 
-def explained(model, texts, rows: Iterator[dict], page: Path, title: str, precision: str = "auto") -> Iterator[dict]:
-    """`predict`'s rows in input order, each with `units` and `decisive` added (`texts[i]` is row i's text); once the
-    last row is out, the HTML page is written to `page` (whole or not at all)."""
-    from longbert.utils.atomic import write_text_atomically
-
-    shown = []
+def explained(model, texts, rows: Iterator[dict], shown: list, precision: str = "auto") -> Iterator[dict]:
+    """`predict`'s rows in input order, each with `units` and `decisive` added (`texts[i]` is row i's text); what the
+    page shows of each is appended to `shown`, for `write_page` once the rows are safely written."""
     for i, row in enumerate(rows):
         text = texts[i]
         ids = document_ids(model, text)
         row.update(unit_details(model, ids, row, precision))
         shown.append((text, row, ids))
         yield row
-    page.parent.mkdir(exist_ok=True)
-    write_text_atomically(page, render_page(shown, model.tokenizer, title))
+
+
+def write_page(page: Path, shown: list, tokenizer, title: str, rows_note: str) -> None:
+    """Write the HTML page of `shown` to `page` (whole or not at all). It is written after the rows, so a failure
+    loses no prediction: it is one LongbertError line ending with `rows_note`, which says where the rows are."""
+    from longbert.utils.atomic import disk_error, write_text_atomically
+
+    try:
+        page.parent.mkdir(exist_ok=True)
+        write_text_atomically(page, render_page(shown, tokenizer, title))
+    except OSError as error:
+        raise LongbertError(f"{disk_error(error, page)}; {rows_note}") from None
+    except LongbertError as error:
+        raise LongbertError(f"{error}; {rows_note}") from None
 
 
 def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str) -> str:

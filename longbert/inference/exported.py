@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from longbert.errors import LongbertError
+from longbert.errors import LongbertError, first_line
 
 EXPORT_FILE = "export.json"
 ENCODER_FILES = {"fp32": "encoder.onnx", "int8": "encoder.int8.onnx"}
@@ -76,10 +76,12 @@ class ExportedClassifier:
         options = onnxruntime.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
-        providers = ["CPUExecutionProvider"]
-        self.encoder = onnxruntime.InferenceSession(str(self.folder / encoders[self.precision]), options,
-                                                    providers=providers)
-        self.head = onnxruntime.InferenceSession(str(self.folder / info["head"]), options, providers=providers)
+        window = torch.tensor([[self.special.cls_id, self.special.sep_id]]).numpy()  # (1, 2): an empty document
+        self.encoder = Graph(self.folder / encoders[self.precision], options, ENCODER_INPUTS, "vectors",
+                             {"input_ids": window, "attention_mask": window * 0 + 1})
+        self.head = Graph(self.folder / info["head"], options, HEAD_INPUTS, "logits",
+                          {"vectors": torch.zeros(1, 1, info["hidden_size"]).numpy(),
+                           "mask": torch.ones(1, 1, dtype=torch.bool).numpy(), "sizes": torch.ones(1, 1).numpy()})
 
     @property
     def label_names(self) -> list[str]:
@@ -104,15 +106,12 @@ class ExportedClassifier:
         flat = [w for windows, _ in cuts for w in windows]
 
         def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:  # (W, L) -> (W, H)
-            feed = {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
-            return torch.from_numpy(self.encoder.run(["vectors"], feed)[0])
+            return self.encoder.run({"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
 
         vectors = run_passes(flat, self.special, self.settings.budget, run)  # (W, H)
         units = units_of_cuts(vectors, cuts)  # (B, N, H)
         sizes = units.mask.float() if units.sizes is None else units.sizes  # (B, N); 1 = every unit counts the same
-        feed = {"vectors": units.vectors.numpy(), "mask": units.mask.numpy(), "sizes": sizes.numpy()}
-        wanted = {i.name for i in self.head.get_inputs()}
-        return torch.from_numpy(self.head.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0])  # (B, C)
+        return self.head.run({"vectors": units.vectors.numpy(), "mask": units.mask.numpy(), "sizes": sizes.numpy()})
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits) if self.multi_label else logits.softmax(-1)
@@ -127,6 +126,40 @@ class ExportedClassifier:
             documents, lengths = self.tokenize(texts[start : start + batch_size])
             rows += prediction_rows(self.settings, self.probabilities(self.logits(documents)), lengths)
         return rows
+
+
+class Graph:
+    """One graph file of an exported folder in an onnxruntime session: `run(feed) -> its one output` as a tensor.
+    A file onnxruntime cannot load, one that is not the graph its name says (other inputs or outputs), or one that
+    fails on `probe` (a one-window feed, run once when the file is opened) is damaged: one LongbertError line naming
+    the file instead of onnxruntime's traceback at the first request."""
+
+    def __init__(self, path: Path, options, inputs: tuple[str, ...], output: str, probe: dict):
+        import onnxruntime
+
+        self.path, self.output = path, output
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime's errors (InvalidProtobuf, Fail, ...) share no base but Exception
+            raise LongbertError(f"{path} is damaged: onnxruntime cannot load it ({first_line(error)})") from None
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        if inputs[0] not in self.inputs or not set(self.inputs) <= set(inputs) or output not in outputs:
+            raise LongbertError(f"{path} is damaged: a graph with inputs {', '.join(self.inputs)} and outputs "
+                                f"{', '.join(outputs)}, where the export writes inputs {', '.join(inputs)} (a head may "
+                                f"leave some out) and output {output}")
+        try:
+            self.run(probe)
+        except Exception as error:
+            raise LongbertError(f"{path} is damaged: onnxruntime cannot run it on one window "
+                                f"({first_line(error)})") from None
+
+    def run(self, feed: dict) -> torch.Tensor:
+        return torch.from_numpy(self.session.run([self.output], {name: feed[name] for name in self.inputs})[0])
+
+
+ENCODER_INPUTS = ("input_ids", "attention_mask")
+HEAD_INPUTS = ("vectors", "mask", "sizes")
 
 
 def read_export_info(folder: Path) -> dict:

@@ -6,8 +6,9 @@ parquet files, save_to_disk folders, folders of <split> files and hub ids are re
 (longbert.data.sources.load_table), and the texts come from one of their columns.
 
 Every input problem is found before the model loads: a missing input, a line that is not UTF-8 or a row that is
-not JSON, a missing column (named with those there are), a text that is empty or not a string, an output folder
-that does not exist.
+not JSON, a missing column (named with those there are), a text that is empty or not a string, an output (or
+--explain page) that cannot be written there. The rows are written before the --explain page, so that a page that
+cannot be written loses no row.
 
 Corpus scale: documents go through the model in blocks of `BATCHES_PER_BLOCK` batches per process; within a block
 they are batched by length, and every row is written (and flushed) as soon as all rows before it in the input are.
@@ -129,13 +130,17 @@ def _check_texts(documents, column: str, where: str) -> None:
 
 
 def check_output(output: Path | None) -> None:
-    """Refuse an output path that cannot be written, before any work is done."""
+    """Refuse an output path that cannot be written (down to writing a probe file beside it), before any work is
+    done."""
+    from longbert.utils.atomic import writable_destination
+
     if output is None:
         return
     if output.is_dir():
         raise LongbertError(f"--output {output} is a folder; name a file in it")
     if not output.parent.is_dir():
         raise LongbertError(f"--output {output}: the folder {output.parent} does not exist")
+    writable_destination(output, "--output")
 
 
 def predict_file(model_dir: str | Path, source: str, output: Path | None = None, batch_size: int = 16,
@@ -171,11 +176,11 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
     model = LongDocumentClassifier.from_pretrained(model_dir).to(process.device)
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
+    shown: list = []  # what the --explain page shows, written once the rows are safe
     if page is not None:
         from longbert.inference.explain import explained
 
-        title = f"longbert predict --explain: {model_dir}"
-        rows = explained(model, documents[text_column], rows, page, title, precision)
+        rows = explained(model, documents[text_column], rows, shown, precision)
     cut = 0
     with _output_stream(output) if process.is_main_process else nullcontext() as stream:
         if process.is_main_process:
@@ -187,6 +192,11 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
             if stream is not None:
                 stream.write(json.dumps(row, default=str) + "\n")
                 stream.flush()
+    if page is not None:  # after the rows file is complete: a page that cannot be written loses no row
+        from longbert.inference.explain import write_page
+
+        write_page(page, shown, model.tokenizer, f"longbert predict --explain: {model_dir}",
+                   "the rows were written to stdout" if output is None else f"the rows were kept at {output}")
     return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process)
 
 

@@ -5,37 +5,67 @@ an exported folder (onnxruntime, see exported.py). Concurrent requests are group
     POST /predict  {"text": "..."}            -> one prediction: label (labels when multi-label), probabilities,
                                                  n_tokens
                    {"texts": ["...", ...]}    -> {"predictions": [one per text, in order]}
-Bad requests are answered with 4xx and {"error": "one line"}: 400 when the body is not JSON, 422 when it does not
-hold what /predict needs (no text, a text that is empty or not a string, an unknown field); an unknown route or
-method gets 404 / 405 in the same form.
+Bad requests are answered with 4xx and {"error": "one line"}: 400 when the body is not JSON (or nests deeper than a
+JSON reader goes), 413 when it asks for more work than the server's `Limits` allow (body bytes, texts, tokens), 422
+when it does not hold what /predict needs (no text, a text that is empty, not a string or not encodable text, an
+unknown field); an unknown route or method gets 404 / 405 in the same form, and a fault of the server itself 500 (its
+traceback goes to the server's log). Every request succeeds or fails alone.
 
-Batching: requests wait in one queue. A worker takes the first, then keeps taking more for up to `max_wait_ms`
-or until `max_batch` texts are gathered, runs the model once on all of them in a thread (so the server keeps
-accepting requests meanwhile), and hands each request its own rows. Under load the next batch gathers while the
-current one runs.
+Batching: a request's texts are cut into pieces of at most `max_batch` texts, and each request has at most one piece
+in line at a time (its next piece joins the back of the line when the last one is done), so that a small request
+waits for one piece of each request ahead of it, not for the whole of a big one. A worker takes the first piece in
+line, then more for up to `max_wait_ms` while they fit in `max_batch` texts, drops the pieces of clients that have
+disconnected, runs the model once on the rest in a thread (so the server keeps accepting requests meanwhile), and
+hands each piece its own rows. When that run fails, each piece is run alone, so that only the request that broke it
+fails. Under load the next batch gathers while the current one runs.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route functions' annotations (Request) at run time.
 import asyncio
 import json
+import logging
 import socket
+from collections import deque
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 from longbert.errors import LongbertError
 
+log = logging.getLogger("longbert.serve")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most work one request may ask for; a request over a limit is answered 413 with the option that sets it."""
+
+    body_bytes: int = 8 * 1024 * 1024  # 8 MiB: some hundred long documents, or one book
+    texts: int = 256
+    tokens: int = 262_144  # tokens the model reads: each text counts up to the model's max_document_tokens
+
+    def check(self) -> None:
+        for option, value in (("--max-request-bytes", self.body_bytes), ("--max-request-texts", self.texts),
+                              ("--max-request-tokens", self.tokens)):
+            if value < 1:
+                raise LongbertError(f"{option} must be >= 1, got {value}")
+
 
 class BadRequest(Exception):
-    """A request /predict cannot answer: `status` (400 or 422) and a one-line message."""
+    """A request /predict cannot answer: `status` (400, 413 or 422) and a one-line message."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
 
 
-def parse_request(body: bytes) -> tuple[list[str], bool]:
-    """The body of POST /predict -> (texts, whether it was one 'text'), or BadRequest saying what is wrong."""
+class ClientGone(Exception):
+    """The client disconnected before its texts ran: their work was dropped."""
+
+
+def parse_request(body: bytes, max_texts: int | None = None) -> tuple[list[str], bool]:
+    """The body of POST /predict -> (texts, whether it was one 'text'), or BadRequest saying what is wrong (413 when
+    it holds more than `max_texts` texts)."""
     try:
         payload = json.loads(body.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -43,6 +73,8 @@ def parse_request(body: bytes) -> tuple[list[str], bool]:
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
         raise BadRequest(400, f"the body is not valid JSON ({error.msg}, {where})") from None
+    except RecursionError:  # the json module reads nesting by recursion: 100,000 '[' exhaust the stack
+        raise BadRequest(400, "the body's JSON nests too deeply to read") from None
     expected = 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings)'
     if not isinstance(payload, dict):
         raise BadRequest(422, f"{expected}, got {_kind(payload)}")
@@ -56,6 +88,9 @@ def parse_request(body: bytes) -> tuple[list[str], bool]:
     texts = payload["texts"]
     if not isinstance(texts, list) or not texts:
         raise BadRequest(422, f'"texts" must be a non-empty list of strings, got {_kind(texts)}')
+    if max_texts is not None and len(texts) > max_texts:  # before reading each text: the count alone refuses it
+        raise BadRequest(413, f"the request holds {len(texts):,} texts, over the limit of {max_texts:,} per request "
+                              "(longbert serve --max-request-texts)")
     return [_text(t, f'"texts"[{i}]') for i, t in enumerate(texts)], False
 
 
@@ -71,24 +106,70 @@ def _text(value, where: str) -> str:
         raise BadRequest(422, f"{where} must be a string, got {_kind(value)}")
     if not value.strip():
         raise BadRequest(422, f"{where} is empty or whitespace-only")
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which no tokenizer takes
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadRequest(422, f"{where} holds {value[error.start]!r} at character {error.start}, half of a "
+                              "surrogate pair, which is not text") from None
     return value
+
+
+async def read_body(request, limit: int) -> bytes:
+    """The request's body, read no further than `limit` bytes (413 beyond it, said by Content-Length or found)."""
+    too_big = BadRequest(413, f"the body is over {limit:,} bytes, the limit per request "
+                              "(longbert serve --max-request-bytes)")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def check_tokens(predictor, texts: list[str], limit: int) -> None:
+    """413 when the texts come to more than `limit` tokens as the model reads them (each cut at its token cap).
+    This tokenizes the texts once more than predicting does, which costs little next to the model."""
+    documents, _ = predictor.tokenize(texts)
+    tokens = sum(len(ids) for ids in documents)
+    if tokens > limit:
+        cap = predictor.settings.max_document_tokens
+        raise BadRequest(413, f"the texts come to {tokens:,} tokens (each counted up to max_document_tokens="
+                              f"{cap:,}), over the limit of {limit:,} per request "
+                              "(longbert serve --max-request-tokens)")
+
+
+@dataclass
+class Piece:
+    """Up to `max_batch` texts of one request, the future that gets their rows, and how to ask whether the client is
+    gone."""
+
+    texts: list[str]
+    future: asyncio.Future
+    gone: Callable[[], Awaitable[bool]] | None = None
 
 
 class Batcher:
     """Group concurrent requests' texts into calls of `predict(texts) -> rows` (see the module docstring).
-    `calls` counts the calls made."""
+    `calls` counts the calls made, `dropped` the pieces dropped because their client went away."""
 
     def __init__(self, predict: Callable[[list[str]], list[dict]], max_batch: int, max_wait: float):
         self.predict, self.max_batch, self.max_wait = predict, max_batch, max_wait
-        self.calls = 0
-        self.queue: asyncio.Queue | None = None
+        self.calls = self.dropped = 0
+        self.line: deque[Piece] = deque()
+        self.arrived: asyncio.Event | None = None
         self.worker: asyncio.Task | None = None
 
     def start(self) -> None:
-        """Start the worker in the running event loop (the first request does it when the server did not)."""
-        if self.worker is None or self.worker.done():
-            self.queue = asyncio.Queue()
-            self.worker = asyncio.get_running_loop().create_task(self.run())
+        """Start the worker in the running event loop (the first request does it when the server did not, or when the
+        server's loop is another one, as starlette's TestClient makes without `with`)."""
+        loop = asyncio.get_running_loop()
+        if self.worker is None or self.worker.done() or self.worker.get_loop() is not loop:
+            self.line, self.arrived = deque(), asyncio.Event()
+            self.worker = loop.create_task(self.run())
 
     async def stop(self) -> None:
         if self.worker is not None:
@@ -99,41 +180,91 @@ class Batcher:
                 pass
             self.worker = None
 
-    async def submit(self, texts: list[str]) -> list[dict]:
-        """Queue one request's texts and wait for their rows."""
+    async def submit(self, texts: list[str], gone: Callable[[], Awaitable[bool]] | None = None) -> list[dict]:
+        """One request's texts -> their rows, in order, its pieces joining the line one at a time. Raises what
+        running a piece raised, or ClientGone when `gone()` said the client had disconnected."""
         self.start()
-        future = asyncio.get_running_loop().create_future()
-        await self.queue.put((texts, future))
-        return await future
+        rows = []
+        for start in range(0, len(texts), self.max_batch):
+            piece = Piece(texts[start : start + self.max_batch], asyncio.get_running_loop().create_future(), gone)
+            self.line.append(piece)
+            self.arrived.set()
+            rows += await piece.future
+        return rows
+
+    async def next_piece(self, deadline: float | None = None, room: int | None = None) -> Piece | None:
+        """The first piece in line (waiting for one until `deadline`, forever without one); None when none came
+        or the first does not fit in `room` texts (it is not overtaken: it leads the next batch)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while self.line and self.line[0].future.done():  # its request was cancelled
+                self.line.popleft()
+            if self.line:
+                return self.line.popleft() if room is None or len(self.line[0].texts) <= room else None
+            self.arrived.clear()
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self.arrived.wait(), left)
+            except asyncio.TimeoutError:
+                return None
+
+    async def wanted(self, piece: Piece) -> bool:
+        """Whether the piece is still to run: its request is waiting and its client is still there."""
+        if piece.future.done():
+            return False
+        try:
+            gone = piece.gone is not None and await piece.gone()
+        except Exception:  # a failing check is no proof of absence: run the piece
+            gone = False
+        if gone:
+            self.dropped += 1
+            piece.future.set_exception(ClientGone())
+        return not gone
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            group = [await self.queue.get()]
-            gathered = len(group[0][0])
+            group = [await self.next_piece()]
+            size = len(group[0].texts)
             deadline = loop.time() + self.max_wait
-            while gathered < self.max_batch:
-                left = deadline - loop.time()
-                try:
-                    item = self.queue.get_nowait() if left <= 0 else await asyncio.wait_for(self.queue.get(), left)
-                except (asyncio.QueueEmpty, asyncio.TimeoutError):
+            while size < self.max_batch:
+                piece = await self.next_piece(deadline, self.max_batch - size)
+                if piece is None:
                     break
-                group.append(item)
-                gathered += len(item[0])
-            texts = [t for item, _ in group for t in item]
-            self.calls += 1
+                group.append(piece)
+                size += len(piece.texts)
+            group = [piece for piece in group if await self.wanted(piece)]
+            if not group:
+                continue
             try:
-                rows = await asyncio.to_thread(self.predict, texts)
-            except Exception as error:  # every request of the batch learns of it; the worker carries on
-                for _, future in group:
-                    if not future.done():
-                        future.set_exception(error)
+                rows = await self.call([t for piece in group for t in piece.texts])
+            except Exception as error:
+                if len(group) == 1:
+                    _settle(group[0], error=error)
+                    continue
+                for piece in group:  # one piece broke the batch: each alone, so that only the one at fault fails
+                    if await self.wanted(piece):
+                        try:
+                            _settle(piece, rows=await self.call(piece.texts))
+                        except Exception as alone:
+                            _settle(piece, error=alone)
                 continue
             start = 0
-            for item, future in group:
-                if not future.done():  # a client that went away leaves a cancelled future
-                    future.set_result(rows[start : start + len(item)])
-                start += len(item)
+            for piece in group:
+                _settle(piece, rows=rows[start : start + len(piece.texts)])
+                start += len(piece.texts)
+
+    async def call(self, texts: list[str]) -> list[dict]:
+        self.calls += 1
+        return await asyncio.to_thread(self.predict, texts)
+
+
+def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | None = None) -> None:
+    if piece.future.done():  # a client that went away leaves a cancelled future
+        return
+    piece.future.set_exception(error) if error is not None else piece.future.set_result(rows)
 
 
 def load_predictor(model_dir: str | Path):
@@ -147,14 +278,17 @@ def load_predictor(model_dir: str | Path):
     return LongDocumentClassifier.from_pretrained(model_dir), "pytorch"
 
 
-def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: str = "model", backend: str = "pytorch"):
-    """The FastAPI application serving `predictor` (anything with `predict(texts, batch_size)` and `label_names`).
-    Its batcher is `app.state.batcher`."""
+def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: str = "model", backend: str = "pytorch",
+              limits: Limits = Limits()):
+    """The FastAPI application serving `predictor` (anything with `predict(texts, batch_size)`, `tokenize(texts)`,
+    `settings` and `label_names`, as LongDocumentClassifier and ExportedClassifier have). Its batcher is
+    `app.state.batcher`."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
     check_batching(max_batch, max_wait_ms)
+    limits.check()
     batcher = Batcher(lambda texts: predictor.predict(texts, batch_size=max_batch), max_batch, max_wait_ms / 1000)
 
     @asynccontextmanager
@@ -170,6 +304,10 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     async def http_error(request: Request, error: HTTPException):
         return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
 
+    @app.exception_handler(Exception)
+    async def server_fault(request: Request, error: Exception):
+        return JSONResponse({"error": SERVER_FAULT}, status_code=500)
+
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": name, "backend": backend, "labels": list(predictor.label_names),
@@ -178,16 +316,24 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     @app.post("/predict")
     async def predict(request: Request):
         try:
-            texts, single = parse_request(await request.body())
+            texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
+            await asyncio.to_thread(check_tokens, predictor, texts, limits.tokens)
+            rows = await batcher.submit(texts, request.is_disconnected)
         except BadRequest as error:
             return JSONResponse({"error": str(error)}, status_code=error.status)
-        try:
-            rows = await batcher.submit(texts)
         except LongbertError as error:
             return JSONResponse({"error": str(error)}, status_code=422)
+        except ClientGone:  # nobody reads this answer; 499 is what proxies log for a client that closed
+            return JSONResponse({"error": "the client disconnected"}, status_code=499)
+        except Exception:
+            log.exception("POST /predict failed")
+            return JSONResponse({"error": SERVER_FAULT}, status_code=500)
         return rows[0] if single else {"predictions": rows}
 
     return app
+
+
+SERVER_FAULT = "the server failed on this request; its log says why"
 
 
 def check_batching(max_batch: int, max_wait_ms: float) -> None:
@@ -217,20 +363,25 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 16,
-          max_wait_ms: float = 5.0, announce: Callable[[str], None] = print) -> None:
-    """Serve the model in `model_dir` until interrupted (see the module docstring). Every user error (a missing
-    extra, a folder that is not a model, a port in use, bad batching settings) is one LongbertError line, raised
-    before the server starts."""
+          max_wait_ms: float = 5.0, announce: Callable[[str], None] = print, *,
+          max_request_bytes: int = Limits.body_bytes, max_request_texts: int = Limits.texts,
+          max_request_tokens: int = Limits.tokens) -> None:
+    """Serve the model in `model_dir` until interrupted (see the module docstring); a request may carry at most
+    `max_request_bytes` of body, `max_request_texts` texts and `max_request_tokens` tokens (`Limits`). Every user
+    error (a missing extra, a folder that is not a model or holds a damaged graph, a port in use, bad batching
+    settings or limits) is one LongbertError line, raised before the server starts."""
     from longbert.utils.extras import require
 
     require("serve", "longbert serve")
     import uvicorn
 
     check_batching(max_batch, max_wait_ms)
+    limits = Limits(max_request_bytes, max_request_texts, max_request_tokens)
+    limits.check()
     sock = listen(host, port)
     try:
         predictor, backend = load_predictor(model_dir)
-        app = build_app(predictor, max_batch, max_wait_ms, name=str(model_dir), backend=backend)
+        app = build_app(predictor, max_batch, max_wait_ms, name=str(model_dir), backend=backend, limits=limits)
         bound_host, bound_port = sock.getsockname()[:2]
         announce(f"serving {model_dir} ({backend}) on http://{bound_host}:{bound_port}: POST /predict, GET /health")
         uvicorn.Server(uvicorn.Config(app, log_level="info")).run(sockets=[sock])

@@ -5,8 +5,10 @@
 
 Every load passes `trust_remote_code=False`: a folder or hub repository whose config.json names custom code
 (`auto_map`) is loaded as the built-in architecture it declares, or refused; transformers never asks on stdin
-whether to run that code, and it is never run. A bad backbone (unknown id while offline, damaged weights, a
-folder without a tokenizer) is one LongbertError line naming it.
+whether to run that code, and it is never run. Only safetensors weights are loaded: a folder that holds pickle
+weights (pytorch_model.bin) is refused, naming the file, before anything opens it, since unpickling can run code. A
+bad backbone (unknown id while offline, damaged weights or tokenizer.json, a folder without a tokenizer) is one
+LongbertError line naming it, and the damaged file where longbert can tell which one it is.
 
 Per architecture: attention runs through sdpa where the model class supports it, eager otherwise (DeBERTa-v2/v3);
 LoRA's default targets are the attention query/value projections under the architecture's own names
@@ -24,6 +26,12 @@ from longbert.errors import LongbertError, first_line
 MINILM = "minilm"
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the weights the packaged MiniLM holds
 SAVED_IN_FOLDER = "backbone/"  # settings.backbone of a model folder that holds its backbone's weights in backbone/
+ENCODER_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")  # the only weights an encoder loads from
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")  # torch.save / pickle files: never loaded
+# The text files transformers reads from a model folder, checked by name when a load fails, so that the error can
+# name the damaged one (transformers' own errors, a bare JSONDecodeError or KeyError, do not say which file).
+MODEL_TEXT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "adapter_config.json")
 
 
 def resolve_backbone(name: str) -> str:
@@ -114,6 +122,7 @@ def load_encoder(name: str, attention_dropout: float | None = None, hidden_dropo
 
     quiet_transformers()
     reference = resolve_backbone(name)
+    refuse_pickle_weights(Path(reference), ENCODER_WEIGHTS)
     with clear_load_errors(name, reference):
         config = AutoConfig.from_pretrained(reference, trust_remote_code=False)
         if attention_dropout is not None:
@@ -122,8 +131,20 @@ def load_encoder(name: str, attention_dropout: float | None = None, hidden_dropo
             config.hidden_dropout_prob = hidden_dropout
         model_class = encoder_class(config)
         kwargs = {"add_pooling_layer": False} if _takes_argument(model_class, "add_pooling_layer") else {}
-        return AutoModel.from_pretrained(reference, config=config, trust_remote_code=False,
+        return AutoModel.from_pretrained(reference, config=config, trust_remote_code=False, use_safetensors=True,
                                          attn_implementation=attention_implementation(model_class), **kwargs)
+
+
+def refuse_pickle_weights(folder: Path, weights: tuple[str, ...]) -> None:
+    """Refuse a local folder that holds no safetensors weights (`weights`: the names they may have) but pickle ones
+    (pytorch_model.bin, adapter_model.bin, ...), naming the file, before transformers or peft opens it: unpickling
+    can run code, and safetensors cannot. A folder with neither is left to the loader's own error."""
+    if not folder.is_dir() or any((folder / name).is_file() for name in weights):
+        return
+    pickled = sorted(f for f in folder.iterdir() if f.is_file() and f.name.lower().endswith(PICKLE_SUFFIXES))
+    if pickled:
+        raise LongbertError(f"{pickled[0]} holds pickle weights: longbert loads only safetensors weights "
+                            f"({weights[0]}), which cannot run code; save the model with safetensors")
 
 
 def encoder_class(config):
@@ -187,24 +208,78 @@ def load_tokenizer(name: str | Path):
 
 @contextmanager
 def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iterator[None]:
-    """Turn what transformers, peft and safetensors raise for a bad `kind` (a backbone, an adapter) named `name`
-    and found at `reference` into one LongbertError line naming it."""
+    """Turn what transformers, peft, tokenizers and safetensors raise for a bad `kind` (a backbone, an adapter)
+    named `name` and found at `reference` into one LongbertError line naming it, and the damaged file where one of
+    the folder's text files is (see `damaged_file`)."""
+    import pickle
+
     from safetensors import SafetensorError
 
     try:
         yield
+    except LongbertError:
+        raise
     except SafetensorError as error:
         raise LongbertError(f"the weights of {kind} {name!r} are damaged (truncated or not safetensors): "
                             f"{error}") from None
-    except OSError as error:  # a missing file, an unreadable config.json, an unknown or unreachable hub id
-        if Path(reference).is_dir():
+    except pickle.UnpicklingError:  # refuse_pickle_weights missed one; torch refused to run it
+        raise LongbertError(f"could not load {kind} {name!r}: its weights are a pickle file; longbert loads only "
+                            "safetensors weights, which cannot run code") from None
+    except Exception as error:  # transformers and tokenizers raise many kinds for a damaged file
+        folder = model_folder(reference)
+        problem = damaged_file(folder) if folder else None
+        if problem:
+            raise LongbertError(f"could not load {kind} {name!r}: {problem}") from None
+        if "cannot be loaded with `safetensors`" in str(error):  # a hub repository with pickle weights only
+            raise LongbertError(f"could not load {kind} {name!r}: the hub repository has no safetensors weights "
+                                f"({ENCODER_WEIGHTS[0]}), or they are not in the local hub cache while offline; "
+                                "longbert loads only safetensors weights") from None
+        if isinstance(error, OSError) and Path(reference).is_dir():  # a missing file, an unreadable config.json
             raise LongbertError(f"could not load {kind} folder {reference}: {first_line(error)}") from None
-        raise LongbertError(
-            f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
-            f"(offline, unreachable, or no such repository: {first_line(error)})"
-        ) from None
-    except ValueError as error:  # custom code refused (trust_remote_code=False), an architecture transformers lacks
+        if isinstance(error, OSError):  # an unknown or unreachable hub id
+            raise LongbertError(
+                f"could not load {kind} {name!r}: it is not a local model folder and the hub could not provide it "
+                f"(offline, unreachable, or no such repository: {first_line(error)})"
+            ) from None
+        # custom code refused (trust_remote_code=False), an architecture transformers lacks
         raise LongbertError(f"could not load {kind} {name!r}: {first_line(error)}") from None
+
+
+def model_folder(reference: str) -> Path | None:
+    """The local folder a model is read from: `reference` itself, or the hub cache's copy of a hub id (None when
+    neither exists; nothing is downloaded)."""
+    if Path(reference).is_dir():
+        return Path(reference)
+    cached = _cached_hub_file(reference, "config.json")
+    return Path(cached).parent if cached else None
+
+
+def damaged_file(folder: Path) -> str | None:
+    """'<file> <what is wrong with it>' for the first text file of a model folder (MODEL_TEXT_FILES) that is not
+    UTF-8 or not valid JSON, or a tokenizer.json that tokenizers cannot build; None when all of them read."""
+    import json
+
+    for path in (folder / name for name in MODEL_TEXT_FILES):
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_bytes().decode("utf-8")
+            if path.suffix == ".json":
+                json.loads(text)
+        except UnicodeDecodeError as error:
+            return f"{path} is not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})"
+        except json.JSONDecodeError as error:
+            return f"{path} is not valid JSON ({error.msg}, line {error.lineno} column {error.colno})"
+        except OSError as error:
+            return f"{path} cannot be read: {first_line(error)}"
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as error:  # tokenizers raises a bare Exception for a definition it cannot build
+            return f"{folder / 'tokenizer.json'} is not a tokenizer definition ({first_line(error)})"
+    return None
 
 
 def prepare_tokenizer(tokenizer):

@@ -34,6 +34,7 @@ from longbert.modeling.backbone import (
     load_encoder,
     load_tokenizer,
     portable_reference,
+    refuse_pickle_weights,
 )
 from longbert.modeling.card import FACTS_FILE, TrainingFacts, write_card
 from longbert.modeling.settings import ADAPTER_DIR, BACKBONE_DIR, CONFIG_FILE, HEAD_FILE, ModelSettings
@@ -157,6 +158,7 @@ def wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None, modules_to_s
     from peft import PeftModel, get_peft_model
 
     if adapter_dir is not None:
+        refuse_pickle_weights(adapter_dir, ("adapter_model.safetensors",))
         with clear_load_errors(str(adapter_dir), str(adapter_dir), kind="LoRA adapter"):
             return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=True)
     targets = default_lora_targets(backbone.config) if lora.target_modules is None else list(lora.target_modules)

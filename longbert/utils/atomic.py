@@ -25,7 +25,7 @@ import signal
 import stat
 import tempfile
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -207,6 +207,24 @@ class _Guarded:
 
 
 @contextmanager
+def _closing(stream, path: Path):
+    """Yield `stream` guarded; flush and close it when the block ends. When the block fails, closing cannot replace
+    its error: a buffer that cannot be flushed then (a full disk) is dropped quietly."""
+    guarded = _Guarded(stream, path)
+    try:
+        yield guarded
+        guarded.flush()
+    except BaseException:
+        with suppress(OSError):
+            stream.close()
+        raise
+    try:
+        stream.close()
+    except OSError as error:
+        raise disk_error(error, path) from None
+
+
+@contextmanager
 def _atomic_handle(path: str | Path, mode: str):
     path = Path(path)
     if path.is_symlink():
@@ -217,9 +235,8 @@ def _atomic_handle(path: str | Path, mode: str):
             stream = open(path, mode, encoding=encoding)
         except OSError as error:
             raise disk_error(error, path) from None
-        with stream:
-            yield _Guarded(stream, path)
-            _Guarded(stream, path).flush()
+        with _closing(stream, path) as guarded:
+            yield guarded
         return
     sweep(path)
     try:
@@ -228,9 +245,8 @@ def _atomic_handle(path: str | Path, mode: str):
         raise disk_error(error, path) from None
     tmp = Path(name)
     try:
-        with os.fdopen(handle, mode, encoding=encoding) as stream:
-            yield _Guarded(stream, path)
-            _Guarded(stream, path).flush()
+        with _closing(os.fdopen(handle, mode, encoding=encoding), path) as guarded:
+            yield guarded
         public_mode(tmp)
         os.replace(tmp, path)
     except BaseException:

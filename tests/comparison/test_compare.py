@@ -14,6 +14,8 @@ from longbert.cli import app
 from longbert.comparison.run import compare
 from longbert.errors import LongbertError
 
+pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
+
 STRATEGIES = ["truncate", "chunk"]
 
 
@@ -215,3 +217,74 @@ def test_cli_compare_prints_the_summary_and_reports_errors_in_one_line(compared,
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [result.output.strip()]
     assert "valid strategies" in result.output and not (tmp_path / "r").exists()
+
+
+def test_the_terminal_summary_never_cuts_a_number_when_output_is_not_a_terminal(compared):
+    """Redirected output (a log file, CI) is 80 columns or fewer; rich cut numbers to "83.…" to fit. Rendered into a
+    narrow console that is not a terminal, every number of the table appears whole."""
+    import io
+
+    from rich.console import Console
+
+    from longbert.comparison.formatting import BUCKETS, duration, number, percent
+    from longbert.comparison.render import print_summary
+
+    results = compared["results"]
+    for width in (30, 60):
+        out = io.StringIO()
+        print_summary(results, Console(file=out, width=width, force_terminal=False, color_system=None))
+        text = out.getvalue()
+        assert "…" not in text, text
+        for name in STRATEGIES:
+            r = results["strategies"][name]
+            cells = [percent(r["accuracy"]), f"{r['macro_f1']:.3f}", duration(r["train_seconds"]),
+                     number(r["speed"]["documents_per_second"]), number(r["speed"]["peak_memory_mb"], 0),
+                     f"{r['trainable_parameters'] / 1e6:.1f}M",
+                     *[percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]]
+            table = text.split("•")[0]  # the verdict's lines follow the table
+            row = next(line for line in table.splitlines() if line.lstrip().startswith(name))
+            for cell in cells:
+                assert f" {cell}" in row, (cell, row)
+
+
+def test_a_plan_made_before_another_compare_finished_the_runs_reuses_them(compared, monkeypatch):
+    """Two compares of the same name: the second planned "train" while the first was still training, and the first
+    has finished since. The run is reused at its turn, not refused with advice (--resume) compare does not take."""
+    import longbert.comparison.run as run_module
+
+    before = _finished_files(compared)
+    stale = lambda recipes: {strategy: "train" for strategy in recipes}
+    monkeypatch.setattr(run_module, "plan_runs", stale)
+    again = compare(**compared["settings"])
+    assert {s: again["strategies"][s]["status"] for s in STRATEGIES} == {"truncate": "reused", "chunk": "reused"}
+    assert _finished_files(compared) == before
+
+
+def test_a_run_folder_in_use_by_another_compare_is_said_in_compares_words(tmp_path, tiny_backbone_dir, imdb_slice):
+    from longbert.training.runs import locked
+
+    settings = dict(overrides=tiny_overrides(tiny_backbone_dir, imdb_slice), name="busy", runs_dir=tmp_path / "runs",
+                    reports_dir=tmp_path / "reports")
+    with locked(tmp_path / "runs" / "busy" / "truncate"):  # what another compare with --name busy holds
+        with pytest.raises(LongbertError) as error:
+            compare(STRATEGIES, **settings)
+    message = str(error.value)
+    assert "in use by another longbert process" in message and "--name" in message
+    assert "--resume" not in message and "output_dir" not in message
+    assert not (tmp_path / "runs" / "busy" / "truncate").exists()
+
+
+@pytest.mark.parametrize("option", ["--runs-dir", "--reports-dir"])
+def test_an_unwritable_runs_or_reports_folder_is_one_line_before_any_training(option, tmp_path, tiny_backbone_dir,
+                                                                             imdb_slice):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    args = ["compare", "--strategies", ",".join(STRATEGIES), "--name", "w", "--runs-dir", str(tmp_path / "runs"),
+            "--reports-dir", str(tmp_path / "reports"), option, str(blocker / "below")]
+    for text in tiny_overrides(tiny_backbone_dir, imdb_slice):
+        args += ["--set", text]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and str(blocker / "below") in lines[0], result.output
+    assert not (tmp_path / "runs" / "w" / "truncate").exists()  # nothing trained

@@ -110,11 +110,11 @@ def test_data_dir_environment_variable(folder, tmp_path, monkeypatch, tokenizer)
 
 @pytest.mark.parametrize("rows, kwargs, message", [
     ([{"text": "fine", "label": "neg"}, {"text": "  \n ", "label": "pos"}], {},
-     r"document 1 of split 'train' is empty or whitespace-only"),
+     r"train.jsonl:2: the document is empty or whitespace-only"),
     ([{"text": "fine", "label": "neg"}, {"text": "ok", "label": "maybe"}], {"label_names": ["neg", "pos"]},
-     r"row 1 of split 'train': label 'maybe' is not one of label_names \['neg', 'pos'\]"),
+     r"data: .*train.jsonl:2: label 'maybe' is not one of label_names \['neg', 'pos'\]"),
     ([{"text": "fine", "label": 0}, {"text": "ok", "label": 5}], {"label_names": ["neg", "pos"]},
-     r"label 5 is outside 0..1"),
+     r"train.jsonl:2: label 5 is outside 0..1"),
     ([{"body": "fine", "label": 0}], {}, r"data.text_column 'text' not found in split 'train'; columns: body, label"),
     ([{"text": "fine", "y": 0}], {}, r"data.label_column 'label' not found in split 'train'; columns: text, y"),
 ])
@@ -201,9 +201,9 @@ def test_an_aclimdb_file_that_is_not_utf8_is_named(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("value, message", [
-    (5, r"row 8 of split 'train': text is a number \(int\), not a string"),
-    (2.5, r"row 8 of split 'train': text is a number \(float\), not a string"),
-    (None, r"row 8 of split 'train': text is missing \(null\), not a string"),
+    (5, r"data: .*train.jsonl:9: text is a number \(int\), not a string"),
+    (2.5, r"data: .*train.jsonl:9: text is a number \(float\), not a string"),
+    (None, r"data: .*train.jsonl:9: text is missing \(null\), not a string"),
 ])
 def test_a_text_that_is_not_a_string_says_what_it_is(tmp_path, tokenizer, value, message):
     write_jsonl(tmp_path / "train.jsonl", GOOD_ROWS + [{"text": value, "label": "neg"}])
@@ -213,7 +213,7 @@ def test_a_text_that_is_not_a_string_says_what_it_is(tmp_path, tokenizer, value,
 
 def test_a_numeric_text_column_is_not_called_empty(tmp_path, tokenizer):
     write_jsonl(tmp_path / "train.jsonl", [{"text": i, "label": i % 2} for i in range(8)])
-    with pytest.raises(LongbertError, match=r"row 0 of split 'train': text is a number \(int\), not a string"):
+    with pytest.raises(LongbertError, match=r"train.jsonl:1: text is a number \(int\), not a string"):
         load_corpus(config(tmp_path, test_split=None), tokenizer, seed=0)
 
 

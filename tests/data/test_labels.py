@@ -1,4 +1,5 @@
-"""Integer labels: 0..C-1 are class indices; other integers (star ratings) are class names."""
+"""Labels: integers 0..C-1 are class indices, other integers (star ratings) are class names; a missing label is
+refused, never made a class; every bad row is named by its file and line, counted from 1."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import pytest
 
 from longbert.config import DataConfig
-from longbert.data.documents import infer_label_names, label_index, load_corpus
+from longbert.data.documents import load_corpus
+from longbert.data.labels import infer_label_names, label_index
 from longbert.errors import LongbertError
 
 
@@ -48,3 +50,63 @@ def test_document_ids_reach_the_tokenized_splits(tmp_path, tokenizer):
                                                                  corpus.splits["validation"]["text"]))
     no_ids = load_corpus(DataConfig(path=str(tmp_path), id_column=None, validation_fraction=0.34), tokenizer, seed=0)
     assert "id" not in no_ids.splits["test"].column_names
+
+
+def write(path, rows) -> None:
+    """JSON lines, with a blank line after the first row: rows and lines are counted apart."""
+    lines = [json.dumps(r) for r in rows]
+    path.write_text("\n".join(lines[:1] + [""] + lines[1:]) + "\n")
+
+
+GOOD = [{"text": f"review {i}", "label": ["neg", "pos"][i % 2]} for i in range(8)]
+
+
+@pytest.mark.parametrize("label_names", [None, ["neg", "pos"]], ids=["inferred", "given"])
+def test_a_missing_label_is_refused_by_its_line_and_never_made_a_class(tmp_path, tokenizer, label_names):
+    write(tmp_path / "train.jsonl", GOOD[:5] + [{"text": "no label here", "label": None}] + GOOD[5:])
+    with pytest.raises(LongbertError, match=r"^data: .*train.jsonl:7: the label is missing \(null\); every "
+                                            r"document needs one$"):
+        load_corpus(DataConfig(path=str(tmp_path), test_split=None, label_names=label_names), tokenizer, seed=0)
+    with pytest.raises(LongbertError, match="a label is missing"):
+        infer_label_names(["neg", None, "pos"], False)
+    with pytest.raises(LongbertError, match="row 3: the label is missing"):
+        label_index(None, ["neg", "pos"], "row 3")
+
+
+def test_a_missing_label_in_a_csv_and_in_a_multi_label_list(tmp_path, tokenizer):
+    """An empty field of an integer csv column reaches longbert as NaN."""
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(6))
+                                        + '"a review\nover two lines",1\nno label,\n')
+    with pytest.raises(LongbertError, match=r"train.csv:10: the label is missing \(null\)"):
+        load_corpus(DataConfig(path=str(tmp_path), test_split=None), tokenizer, seed=0)
+    (tmp_path / "train.csv").unlink()
+    write(tmp_path / "train.jsonl", [{"text": f"review {i}", "label": [["a"], ["b"], ["a", None]][i % 3]}
+                                     for i in range(6)])
+    with pytest.raises(LongbertError, match=r"train.jsonl:4: the label is missing \(null\); every document needs "
+                                            r"one \(an empty list \[\] says it has none\)"):
+        load_corpus(DataConfig(path=str(tmp_path), test_split=None), tokenizer, seed=0, multi_label=True)
+
+
+def test_bad_rows_are_named_by_file_and_line_from_1_wherever_they_are(tmp_path, tokenizer):
+    """A csv counts its header as line 1 and a quoted line break as a line; blank lines count too; a file whose
+    rows are not lines (parquet) and a source without files say the row, from 1."""
+    import pandas as pd
+
+    bad = {"text": "ok", "label": "maybe"}
+    write(tmp_path / "train.jsonl", GOOD)
+    write(tmp_path / "test.jsonl", GOOD[:2] + [bad])
+    names = {"label_names": ["neg", "pos"]}
+    with pytest.raises(LongbertError, match=r"^data: .*test.jsonl:4: label 'maybe' is not one of label_names"):
+        load_corpus(DataConfig(path=str(tmp_path), **names), tokenizer, seed=0)
+    (tmp_path / "test.jsonl").unlink()
+    (tmp_path / "train.jsonl").unlink()
+    (tmp_path / "train.csv").write_text('text,label\n"a film\n\nin three lines",neg\n\nfine,pos\nok,maybe\n')
+    with pytest.raises(LongbertError, match=r"^data: .*train.csv:7: label 'maybe' is not one of label_names"):
+        load_corpus(DataConfig(path=str(tmp_path), test_split=None, **names), tokenizer, seed=0)
+    (tmp_path / "train.csv").unlink()
+    pd.DataFrame(GOOD[:2] + [bad]).to_parquet(tmp_path / "train.parquet")
+    with pytest.raises(LongbertError, match=r"^data: .*train.parquet row 3: label 'maybe' is not one of"):
+        load_corpus(DataConfig(path=str(tmp_path), test_split=None, **names), tokenizer, seed=0)
+    with pytest.raises(LongbertError, match=r"^data: row 3 of split 'train': label 'maybe' is not one of"):
+        load_corpus(DataConfig(path="unused", test_split=None, **names), tokenizer, seed=0,
+                    source=GOOD[:2] + [bad] + GOOD)

@@ -3,6 +3,8 @@ their names, the largest confusions, and class weights in the loss checked by ha
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -39,6 +41,65 @@ def test_tuning_picks_the_threshold_that_maximises_validation_f1():
     assert micro(shared) > micro(0.5)
 
 
+def _best_f1_by_brute_force(truth: np.ndarray, probabilities: np.ndarray) -> Fraction:
+    """The best F1 over every split a threshold can make: each distinct probability as the lowest one admitted,
+    and admitting none; exact fractions, so that no rounding decides between two splits."""
+    positives = int(truth.sum())
+    best = Fraction(0)
+    for lowest in np.unique(probabilities):
+        admitted = probabilities >= lowest
+        best = max(best, Fraction(2 * int((truth & admitted).sum()), positives + int(admitted.sum())))
+    return best
+
+
+def _extreme_problems(dtype, count: int, seed: int = 0):
+    """Small random problems whose probabilities come from a pool of the hard cases: exact 0 and 1, the float
+    values next to them, sigmoid(20) and sigmoid(14.5) (1 and its neighbours in float32), 1.1e-7 and 4.1e-8 (below
+    any clipping), adjacent values around 0.5, and ordinary random ones, with ties."""
+    rng = np.random.default_rng(seed)
+    one, zero, half = dtype(1), dtype(0), dtype(0.5)
+    pool = [zero, one, np.nextafter(one, zero), np.nextafter(np.nextafter(one, zero), zero), np.nextafter(zero, one),
+            dtype(1 / (1 + np.exp(-20.0))), dtype(1 / (1 + np.exp(-14.5))), dtype(1.1e-7), dtype(4.1e-8), half,
+            np.nextafter(half, zero), np.nextafter(half, one), dtype(1e-6), dtype(1 - 1e-6)]
+    for _ in range(count):
+        n = int(rng.integers(1, 12))
+        probabilities = np.where(rng.random(n) < 0.75, rng.choice(np.array(pool, dtype=dtype), n),
+                                 rng.random(n).astype(dtype)).astype(dtype)
+        yield rng.integers(0, 2, n), probabilities
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tuned_thresholds_realise_the_best_split_found_by_brute_force(dtype):
+    from longbert.evaluation.metrics import multi_label_predictions
+
+    problems = [(np.array([1, 0]), np.array([1 / (1 + np.exp(-20.0)), 1 / (1 + np.exp(-14.5))], dtype=dtype))]
+    problems += list(_extreme_problems(dtype, 1500))
+    for truth, probabilities in problems:
+        (threshold,) = tune_thresholds(truth[:, None], probabilities[:, None], per_label=True)
+        assert 0 <= threshold <= 1
+        best = _best_f1_by_brute_force(truth, probabilities)
+        # The three ways a threshold is applied: numpy (metrics), Python floats (predict's rows), torch in the
+        # probabilities' own dtype; each must admit exactly the documents of the best split.
+        as_numpy = multi_label_predictions(probabilities[:, None], [threshold])[:, 0]
+        as_floats = np.array([float(q) >= threshold for q in probabilities])
+        as_torch = (torch.from_numpy(probabilities) >= threshold).numpy()
+        for admitted in (as_numpy, as_floats, as_torch):
+            tp = int((truth & admitted).sum())
+            tuned = Fraction(2 * tp, int(truth.sum()) + int(admitted.sum())) if truth.sum() else Fraction(0)
+            assert tuned == best, (truth, probabilities, threshold)
+
+
+def test_one_shared_threshold_realises_the_best_micro_f1_found_by_brute_force():
+    rng = np.random.default_rng(1)
+    for truth, probabilities in _extreme_problems(np.float32, 300, seed=2):
+        hot = np.stack([truth, rng.integers(0, 2, len(truth))], 1)
+        grid = np.stack([probabilities, rng.permutation(probabilities)], 1)
+        (shared,) = set(tune_thresholds(hot, grid, per_label=False))
+        admitted = grid >= shared
+        tuned = Fraction(2 * int((hot & admitted).sum()), int(hot.sum()) + int(admitted.sum())) if hot.sum() else 0
+        assert tuned == _best_f1_by_brute_force(hot.ravel(), grid.ravel())
+
+
 def test_a_label_without_positives_keeps_the_default_threshold():
     truth = np.array([[1, 0], [0, 0], [1, 0]])
     probabilities = np.array([[0.9, 0.2], [0.1, 0.7], [0.8, 0.1]])
@@ -62,6 +123,43 @@ def test_multi_label_metrics_are_named_for_what_they_measure():
     assert "exact match (every label right): 1.0000" in page and "Hamming loss: 0.0000" in page
     assert "accuracy" not in page.lower().replace("exact match", "")
     assert "a 0.5000, b 0.5000, c 0.3500" in page
+
+
+def _sklearn_multi_label(truth: np.ndarray, predicted: np.ndarray) -> dict:
+    """sklearn's multi-label numbers of (D, C) indicators, C >= 2 (where sklearn reads them as multi-label)."""
+    from sklearn.metrics import f1_score, multilabel_confusion_matrix, precision_recall_fscore_support
+
+    precision, recall, f1_each, support = precision_recall_fscore_support(truth, predicted, zero_division=0)
+    return {"micro_f1": f1_score(truth, predicted, average="micro", zero_division=0),
+            "macro_f1": f1_score(truth, predicted, average="macro", zero_division=0),
+            "per_class": [(p, r, f, s) for p, r, f, s in zip(precision, recall, f1_each, support)],
+            "confusion_matrix": multilabel_confusion_matrix(truth, predicted).tolist()}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_multi_label_metrics_match_sklearn_and_one_label_is_scored_as_multi_label(seed):
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, 2, (40, 3))
+    truth[:, 2] = 0  # a label that never occurs: sklearn's zero_division=0 conventions
+    probabilities = rng.random((40, 3))
+    names = ["a", "b", "c"]
+    ours = compute_metrics(truth, probabilities, [10] * 40, names, multi_label=True)
+    reference = _sklearn_multi_label(truth, (probabilities >= 0.5).astype(int))
+    assert ours["micro_f1"] == pytest.approx(reference["micro_f1"])
+    assert ours["macro_f1"] == pytest.approx(reference["macro_f1"])
+    assert ours["confusion_matrix"] == reference["confusion_matrix"]
+    for name, (p, r, f, s) in zip(names, reference["per_class"]):
+        assert ours["per_class"][name] == pytest.approx({"precision": p, "recall": r, "f1": f, "support": s})
+
+    # One label alone is the same label's numbers of the two-label problem, not a binary problem over its
+    # presence and absence (where micro-F1 would be accuracy and "support" would count the documents without it).
+    alone = compute_metrics(truth[:, :1], probabilities[:, :1], [10] * 40, ["a"], multi_label=True)
+    assert alone["per_class"]["a"] == pytest.approx(ours["per_class"]["a"])
+    assert alone["per_class"]["a"]["support"] == int(truth[:, 0].sum())
+    assert alone["micro_f1"] == pytest.approx(ours["per_class"]["a"]["f1"])
+    assert alone["macro_f1"] == pytest.approx(ours["per_class"]["a"]["f1"])
+    assert alone["confusion_matrix"] == ours["confusion_matrix"][:1]
+    assert alone["hamming_loss"] == pytest.approx(1 - alone["exact_match"])
 
 
 def test_single_label_metrics_keep_accuracy():

@@ -5,6 +5,9 @@ so on the run's own test texts, window strategies only, and every user error is 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -22,6 +25,8 @@ pytest.importorskip("onnxscript")
 from longbert.inference.export import check_exportable, export_model, exportable_strategies  # noqa: E402
 from longbert.inference.exported import ExportedClassifier  # noqa: E402
 from longbert.modeling.classifier import LongDocumentClassifier  # noqa: E402
+
+pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
 
 runner = CliRunner()
 TEXTS = ["Short.", "A film about a long train journey, and rather too long itself. " * 40,
@@ -232,3 +237,46 @@ def test_serving_an_exported_folder(tiny_run):
     assert [r["label"] for r in got] == [r["label"] for r in expected]
     for a, b in zip(got, expected):
         assert a["probabilities"] == pytest.approx(b["probabilities"], abs=1e-6)
+
+
+@pytest.mark.parametrize("name, damage", [("encoder.int8.onnx", "garbage"), ("head.onnx", "garbage"),
+                                          ("encoder.onnx", "cut in half"), ("head.onnx", "another graph")])
+def test_a_damaged_graph_is_named_in_one_line(tiny_run, tmp_path, name, damage):
+    folder = tmp_path / "onnx"
+    shutil.copytree(tiny_run / "onnx", folder)
+    path = folder / name
+    if damage == "garbage":
+        path.write_bytes(b"\x00not a graph\xff" * 64)
+    elif damage == "cut in half":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        shutil.copy(folder / "encoder.onnx", path)
+    precision = "fp32" if name == "encoder.onnx" else None
+    with pytest.raises(LongbertError, match=rf"^{re.escape(str(path))} is damaged: "):
+        ExportedClassifier(folder, precision)
+    if precision is None:  # what `serve` opens: the int8 encoder and the head
+        pytest.importorskip("uvicorn")
+        assert_user_error(run("serve", folder, "--port", 0), f"{path} is damaged")
+
+
+def test_an_unwritable_or_taken_output_is_one_line_before_the_work(tiny_run, tmp_path, monkeypatch):
+    def no_loading(directory):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(LongDocumentClassifier, "from_pretrained", no_loading)
+    (tmp_path / "taken").write_text("")
+    assert_user_error(run("export", tiny_run, "-o", tmp_path / "taken"), "is a file; export writes a folder")
+    assert_user_error(run("export", tiny_run, "-o", "/proc/x"), "cannot write into --output's folder /proc")
+
+
+def test_a_staging_folder_left_by_a_killed_export_is_swept(tiny_run, tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f".out.staging-{dead.pid}-k9x2"  # what kill -9 during an export leaves
+    left.mkdir()
+    (left / "encoder.onnx").write_bytes(b"half a graph")
+    working = tmp_path / f".out.staging-{os.getpid()}-live"  # a writer still at work keeps its own
+    working.mkdir()
+    export_model(tiny_run, tmp_path / "out", parity_documents=0)
+    assert not left.exists() and working.exists()
+    assert (tmp_path / "out" / "export.json").is_file()

@@ -75,8 +75,10 @@ def test_health_and_predict_equal_model_predict(model):
     (b'{"texts": "one"}', 422, '"texts" must be a non-empty list of strings, got a string'),
     (b'{"texts": ["fine", null]}', 422, '"texts"[1] must be a string, got null'),
     (b'{"texts": ["fine", ""]}', 422, '"texts"[1] is empty or whitespace-only'),
+    (b'{"texts": ["fine", "x \\udc80"]}', 422, '"texts"[1] holds \'\\udc80\' at character 2, half of a surrogate pair'),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "the body's JSON nests too deeply to read"),
 ], ids=["bad-json", "not-utf8", "no-body", "list", "empty-object", "both", "unknown-field", "number", "blank-text",
-        "empty-list", "texts-string", "null-text", "empty-text"])
+        "empty-list", "texts-string", "null-text", "empty-text", "lone-surrogate", "nested-100000-deep"])
 def test_bad_requests_get_4xx_and_one_line(model, body, status, message):
     with pytest.raises(BadRequest) as raised:
         parse_request(body)

@@ -93,8 +93,69 @@ def test_broken_backbone_folders(tiny_backbone_dir, tmp_path):
         load_encoder(str(tmp_path / "no-weights"))
     shutil.copytree(tiny_backbone_dir, tmp_path / "bad-config")
     (tmp_path / "bad-config" / "config.json").write_text("{oops")
-    with pytest.raises(LongbertError, match=r"could not load backbone folder .*bad-config: .*not a valid JSON file"):
+    with pytest.raises(LongbertError, match=r"could not load backbone '.*bad-config': .*bad-config/config.json is not "
+                                            r"valid JSON \(Expecting property name .*, line 1 column 2\)"):
         load_encoder(str(tmp_path / "bad-config"))
+
+
+class RunsCode:
+    """A pickle payload: unpickling it would create `marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("weights", ["pytorch_model.bin", "model.pt"])
+def test_pickle_backbone_weights_are_refused_before_they_are_opened(weights, tiny_backbone_dir, tmp_path):
+    import torch
+
+    shutil.copytree(tiny_backbone_dir, tmp_path / "bert")
+    (tmp_path / "bert" / "model.safetensors").unlink()
+    marker = tmp_path / "RAN"
+    torch.save({"embeddings.word_embeddings.weight": RunsCode(marker)}, tmp_path / "bert" / weights)
+    with pytest.raises(LongbertError, match=rf"^.*bert/{weights} holds pickle weights: longbert loads only "
+                                            r"safetensors weights \(model.safetensors\), which cannot run code"):
+        load_backbone(str(tmp_path / "bert"))
+    assert not marker.exists()
+
+
+def test_pickle_adapter_weights_are_refused(tiny_backbone, tmp_path):
+    import torch
+
+    from longbert.config import LoraConfig
+    from longbert.modeling.folder import wrap_lora
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 2,
+                                                             "target_modules": ["query", "value"]}))
+    marker = tmp_path / "RAN"
+    torch.save({"x": RunsCode(marker)}, adapter / "adapter_model.bin")
+    with pytest.raises(LongbertError, match=r"adapter/adapter_model.bin holds pickle weights: longbert loads only "
+                                            r"safetensors weights \(adapter_model.safetensors\)"):
+        wrap_lora(tiny_backbone, LoraConfig(), adapter)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("tokenizer.json", None, r"tokenizer.json is not valid JSON \(.*, line \d+ column \d+\)"),
+    ("tokenizer.json", "{}", r"tokenizer.json is not a tokenizer definition \(Model missing"),
+    ("tokenizer.json", "[1, 2]", r"tokenizer.json is not a tokenizer definition \(invalid type"),
+    ("tokenizer.json", b"\xff\xfe", r"tokenizer.json is not UTF-8 text \(byte 0 is 0xff\)"),
+    ("tokenizer_config.json", "{oops", r"tokenizer_config.json is not valid JSON \(Expecting property name"),
+], ids=["truncated", "empty-object", "a-list", "not-utf8", "bad-config"])
+def test_a_damaged_tokenizer_file_is_named(name, content, message, tiny_backbone_dir, tmp_path):
+    shutil.copytree(tiny_backbone_dir, tmp_path / "bert")
+    path = tmp_path / "bert" / name
+    if content is None:
+        text = path.read_text()
+        content = text[: len(text) // 2]
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(LongbertError, match=rf"^could not load backbone '.*bert': .*bert/{message}"):
+        load_tokenizer(str(tmp_path / "bert"))
 
 
 def test_folder_without_tokenizer_files_is_refused(tiny_backbone_dir, tmp_path):

@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from longbert.errors import LongbertError
-from longbert.utils.atomic import (atomic_folder, atomic_stream, recover, writable_destination, writable_folder,
-                                   write_text_atomically)
+from longbert.utils.atomic import (
+    atomic_folder,
+    atomic_stream,
+    recover,
+    writable_destination,
+    writable_folder,
+    write_text_atomically,
+)
 
 
 def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
@@ -105,8 +111,8 @@ def test_leftovers_of_killed_writers_are_swept_and_a_live_writers_kept(tmp_path)
 
 
 def test_files_get_the_mode_the_umask_implies(tmp_path):
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     previous = os.umask(0o022)
     try:
