@@ -8,6 +8,11 @@ BUCKETS = ("<=512", "513-1024", ">1024")
 BUCKET_TITLES = {"<=512": "≤512", "513-1024": "513–1024", ">1024": ">1024"}
 
 
+def ensemble_label(ensemble: dict) -> str:
+    """The ensemble row's name in tables: 'ensemble (chunk + sliding)'."""
+    return f"{ensemble['name']} ({' + '.join(ensemble['members'])})"
+
+
 def percent(value) -> str:
     """0.912 -> '91.2%'; None -> 'n/a'."""
     return "n/a" if value is None else f"{100 * value:.1f}%"

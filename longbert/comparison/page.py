@@ -12,6 +12,7 @@ from longbert.comparison.formatting import (
     BUCKETS,
     decisive_text,
     duration,
+    ensemble_label,
     interval,
     memory,
     number,
@@ -53,6 +54,12 @@ def build_blocks(results: dict) -> list[tuple]:
                     + [percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
                     + [duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
                        memory(r["speed"]), f"{r['trainable_parameters']:,}"])
+    ensemble = results.get("ensemble")
+    if ensemble:
+        rows.append([ensemble_label(ensemble), percent(ensemble["accuracy"]) + interval(ensemble["accuracy_ci95"]),
+                     f"{ensemble['macro_f1']:.3f}"]
+                    + [percent(ensemble["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + ["none (its members')", "–", "–", "–"])
     base = results.get("baseline")
     if base:
         rows.append([f"{base['name']} (baseline)", percent(base["accuracy"]) + interval(base["accuracy_ci95"]),

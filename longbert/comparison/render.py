@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from longbert.comparison.formatting import BUCKETS, duration, number, percent
+from longbert.comparison.formatting import BUCKETS, duration, ensemble_label, number, percent
 from longbert.comparison.page import build_blocks
 from longbert.comparison.plots import PLOTS, make_plots
 from longbert.comparison.verdict import verdict
@@ -167,6 +167,11 @@ def print_summary(results: dict, console=None) -> None:
                       *[percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
                       duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
                       number(r["speed"]["peak_memory_mb"], 0), f"{r['trainable_parameters'] / 1e6:.1f}M")
+    ensemble = results.get("ensemble")
+    if ensemble:
+        table.add_row(ensemble_label(ensemble), percent(ensemble["accuracy"]), f"{ensemble['macro_f1']:.3f}",
+                      *[percent(ensemble["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
+                      "–", "–", "–", "–")
     base = results.get("baseline")
     if base:
         table.add_row(f"{base['name']} (baseline)", percent(base["accuracy"]), f"{base['macro_f1']:.3f}",

@@ -79,14 +79,15 @@ def test_summary(rows: list[dict], test: dict, long_tokens: int) -> dict:
 
 
 def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
-                     machine, long_tokens, label_names, baseline=None) -> dict:
+                     machine, long_tokens, label_names, baseline=None, ensemble=None, ensemble_note=None) -> dict:
     """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
     shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
 
     names: strategies in report order; recipes, runs ({status, metrics}), predictions (rows) and speed (by length
     bucket) are keyed by strategy; examples: what `analysis.build_examples` returned. baseline: what
     `baseline.tfidf_baseline` returned, or None; with it, predictions also hold its rows under `baseline.BASELINE`
-    and the paired comparisons include it."""
+    and the paired comparisons include it. ensemble: what `ensemble.build_ensemble` returned, or None (then
+    `ensemble_note` may say why); with it, predictions hold its rows under `ensemble.ENSEMBLE`."""
     from longbert import __version__
 
     strategies = {}
@@ -132,6 +133,8 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     machines = {json.dumps(strategies[s]["machine"], sort_keys=True) for s in names}
     if len(machines) > 1:
         notes.append("the runs were trained on different machines: training times are not comparable")
+    if ensemble_note:
+        notes.append(ensemble_note)
     test_rows = predictions[names[0]]
     # Test documents per class (per label, for multi-label), all and long: the class balance the tables state.
     classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
@@ -177,6 +180,9 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "baseline": None if baseline is None else {
             "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
                                                                          long_tokens)},
+        "ensemble": None if ensemble is None else {
+            **{k: v for k, v in ensemble.items() if k != "metrics"},
+            **test_summary(predictions[ensemble["name"]], ensemble["metrics"], long_tokens)},
         "comparisons": paired_comparisons(predictions, long_tokens),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,
                            "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},

@@ -108,6 +108,7 @@ def verdict(results: dict) -> list[str]:
                "cannot reliably detect any difference: evaluate on more long documents "
                "(data.test_min_tokens, data.max_test_documents)."))
     lines += _baseline_sentences(results, decision)
+    lines += _ensemble_sentences(results)
     costs = ", ".join(f"{s[n]['relative_cost']['inference']:.1f}× ({n})" for n in names
                       if n != fastest and s[n]["relative_cost"]["inference"])
     lines.append(f"Cheapest at inference: {fastest} ({number(s[fastest]['speed']['documents_per_second'])} "
@@ -132,6 +133,23 @@ def _against(results: dict, best: str, subset: str) -> str:
         p = p_value(results, best, other, subset)
         parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
     return "paired McNemar test " + ", ".join(parts)
+
+
+def _ensemble_sentences(results: dict) -> list[str]:
+    """The ensemble row: which strategies it averages, how they were chosen, and how it stands against every other
+    row (each strategy and the baseline) in the paired test."""
+    ensemble = results.get("ensemble")
+    if not ensemble:
+        return []
+    others = list(results["strategy_order"]) + ([results["baseline"]["name"]] if results.get("baseline") else [])
+    parts = []
+    for other in others:
+        p = p_value(results, ensemble["name"], other, "all")
+        parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
+    return [f"Ensemble of {' + '.join(ensemble['members'])} (test probabilities averaged; the group chosen on "
+            f"{ensemble['chosen_by']} among {ensemble['groups_scored']}, no training): "
+            f"{percent(ensemble['accuracy'])}{interval(ensemble['accuracy_ci95'])}; paired McNemar test "
+            + ", ".join(parts) + "."]
 
 
 def _baseline_sentences(results: dict, decision: Verdict) -> list[str]:

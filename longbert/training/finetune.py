@@ -12,6 +12,7 @@ A run folder holds:
     metrics.json, metrics.md   training log (loss, learning rate, tokens/s), validation history, test metrics, timing,
                                data statistics
     predictions-test.jsonl     per-document test predictions (for error analysis)
+    predictions-validation.jsonl  the kept model's validation predictions (compare's ensembles are chosen on them)
     logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
 One process writes a run folder at a time (longbert.training.runs locks it); what a killed run left there (a
 half-written checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without
@@ -207,6 +208,13 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     }
     if multi_label:
         metrics["thresholds"] = core.thresholds
+    if "validation" in corpus.splits:
+        # The kept model's validation predictions: what compare chooses its ensembles on (never the test split).
+        _, raw = evaluate_split(core, corpus.splits["validation"], recipe.eval.batch_size, description="validation",
+                                process=accelerator.state)
+        if accelerator.is_main_process:
+            write_predictions(run_dir / "predictions-validation.jsonl", corpus.splits["validation"], raw,
+                              corpus.label_names, multi_label, core.thresholds if multi_label else None)
     if "test" in corpus.splits:
         test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
                                            process=accelerator.state)  # divided between the processes

@@ -96,6 +96,17 @@ def test_compare_writes_the_report_with_every_field(compared):
     for c in saved["comparisons"]:
         assert c["n"] == (30 if c["documents"] == "all" else saved["data"]["long_documents"])
     assert sum(saved["data"]["class_counts"].values()) == 30
+    # The ensemble row: both strategies' test probabilities averaged (the only group of two or more), chosen on the
+    # validation predictions each run kept, paired against every other row, and said in the verdict.
+    ensemble = saved["ensemble"]
+    assert ensemble["members"] == STRATEGIES and ensemble["groups_scored"] == 1
+    assert ensemble["chosen_by"] == "validation macro_f1" and 0 <= ensemble["validation"] <= 1
+    assert ensemble["documents"] == 30 and 0 <= ensemble["accuracy"] <= 1
+    for name in STRATEGIES:
+        assert (root / "runs" / "tiny" / name / "predictions-validation.jsonl").is_file()
+    assert {("truncate", "ensemble", "all"), ("chunk", "ensemble", "long"), ("ensemble", "tfidf", "all")} <= pairs
+    assert "| ensemble (truncate + chunk) |" in (report / "report.md").read_text()
+    assert "Ensemble of truncate + chunk" in (report / "report.md").read_text()
     assert "| tfidf (baseline) |" in (report / "report.md").read_text()
     assert "Classical baseline (TF-IDF" in (report / "report.md").read_text()
     assert "Test documents per class: neg" in (report / "report.md").read_text()

@@ -1,0 +1,92 @@
+"""compare's ensemble row: the test probabilities of strategies already trained in the same comparison, averaged. It
+costs no training. Which strategies it averages is chosen on the validation split (each run's
+predictions-validation.jsonl, written by its kept model), never on the test split: every group of two or more is
+scored on validation, and the best group's test rows become one more row of the report, paired against every other.
+
+Single-label only: averaged multi-label probabilities would need thresholds of their own, tuned on validation; that
+is not done, and the report says so."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+
+ENSEMBLE = "ensemble"
+VALIDATION_FILE = "predictions-validation.jsonl"
+SELECTION_METRICS = ("accuracy", "macro_f1")  # best_metric values an ensemble can be chosen by; loss falls back
+
+
+def read_validation(run_dir: Path) -> list[dict] | None:
+    """A run folder's validation prediction rows, or None for a run that has none (trained before they were kept)."""
+    path = Path(run_dir) / VALIDATION_FILE
+    if not path.is_file():
+        return None
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def score(rows: list[dict], probabilities: np.ndarray, metric: str) -> float:
+    """Accuracy or macro-F1 of argmax(probabilities) against the rows' labels."""
+    from sklearn.metrics import f1_score
+
+    truth = np.array([r["label"] for r in rows])
+    predicted = probabilities.argmax(1)
+    if metric == "accuracy":
+        return float((predicted == truth).mean())
+    return float(f1_score(truth, predicted, labels=list(range(probabilities.shape[1])), average="macro",
+                          zero_division=0))
+
+
+def averaged(rows_by_member: dict[str, list[dict]], members: tuple[str, ...]) -> np.ndarray:
+    """(D, C) mean of the members' probabilities, document by document."""
+    return np.mean([[r["probabilities"] for r in rows_by_member[m]] for m in members], axis=0)
+
+
+def choose_members(validation: dict[str, list[dict]], metric: str) -> tuple[tuple[str, ...], float, int]:
+    """(members, their validation score, how many groups were scored): the group of two or more strategies whose
+    averaged validation probabilities score best by `metric` (accuracy or macro_f1). Ties go to the smaller group,
+    then to the group whose strategies come first in `validation`'s order."""
+    names = list(validation)
+    groups = [g for size in range(2, len(names) + 1) for g in itertools.combinations(names, size)]
+    scored = [(score(validation[names[0]], averaged(validation, g), metric), -len(g), -i) for i, g in
+              enumerate(groups)]
+    best = max(range(len(groups)), key=lambda i: scored[i])
+    return groups[best], scored[best][0], len(groups)
+
+
+def ensemble_rows(test: dict[str, list[dict]], members: tuple[str, ...]) -> list[dict]:
+    """The ensemble's test prediction rows, in the form of a run's predictions-test.jsonl rows."""
+    probabilities = averaged(test, members)
+    first = test[members[0]]
+    return [{"index": r["index"], "n_tokens": r["n_tokens"], "label": r["label"],
+             "probabilities": [round(float(p), 6) for p in probs], "predicted": int(probs.argmax())}
+            for r, probs in zip(first, probabilities)]
+
+
+def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metric: str, multi_label: bool,
+                   label_names: list[str]) -> tuple[dict | None, list[dict] | None, str | None]:
+    """(the ensemble's summary, its test rows, None) or (None, None, why there is none) for a comparison's trained
+    strategies (`run_dirs` and `test` rows keyed by strategy, in report order). `metric`: the recipe's best_metric
+    (loss, which a hard prediction has not, falls back to macro_f1)."""
+    from longbert.evaluation.metrics import compute_metrics
+
+    if multi_label:
+        return None, None, "no ensemble row: averaged multi-label probabilities would need thresholds of their own"
+    if len(run_dirs) < 2:
+        return None, None, None
+    validation = {s: read_validation(d) for s, d in run_dirs.items()}
+    missing = [s for s, rows in validation.items() if rows is None]
+    if missing:
+        return None, None, (f"no ensemble row: {', '.join(missing)} kept no validation predictions "
+                            f"({VALIDATION_FILE}; runs trained before they were kept): train them again to have one")
+    metric = metric if metric in SELECTION_METRICS else "macro_f1"
+    members, validation_score, candidates = choose_members(validation, metric)
+    rows = ensemble_rows(test, members)
+    labels = np.array([r["label"] for r in rows])
+    metrics = compute_metrics(labels, np.array([r["probabilities"] for r in rows]), [r["n_tokens"] for r in rows],
+                              label_names, False)
+    summary = {"name": ENSEMBLE, "members": list(members), "chosen_by": f"validation {metric}",
+               "validation": validation_score, "groups_scored": candidates, "metrics": metrics}
+    return summary, rows, None
