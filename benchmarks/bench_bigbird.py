@@ -27,8 +27,8 @@ import functools
 import json
 from pathlib import Path
 
-from isolated import (error_text, find as find_result, measure_forwards, run_each, run_isolated, table_printer,
-                      write_results)
+from isolated import error_text, measure_forwards, run_each, run_isolated, table_printer, write_results
+from isolated import find as find_result
 
 LENGTHS = [1024, 2048, 4096, 8192]
 QUICK_LENGTHS = [1024, 2048]
@@ -92,7 +92,8 @@ def build_forward(system: str, max_tokens: int):
     elif system == "chunk":
         from longbert.strategies.chunk import ChunkConfig, ChunkStrategy
 
-        strategy = ChunkStrategy(ChunkConfig(window=510, token_pooling="cls"), backbone.config.hidden_size, special, budget)
+        config = ChunkConfig(window=510, token_pooling="cls")
+        strategy = ChunkStrategy(config, backbone.config.hidden_size, special, budget)
         strategy.adapt_backbone(backbone)
         backbone.eval()
     else:
@@ -108,9 +109,8 @@ def transformers_bigbird(max_tokens: int, attention_type: str):
 
     from safetensors.torch import load_file
     from torch import nn
-    from transformers import AutoConfig
+    from transformers import AutoConfig, BigBirdModel
     from transformers import BigBirdConfig as HFBigBirdConfig
-    from transformers import BigBirdModel
 
     from longbert.modeling.backbone import resolve_backbone
     from longbert.strategies.bigbird import extend_positions
@@ -199,7 +199,8 @@ def summarise(results: list[dict]) -> dict:
                     name = kind.replace("_mb", "_ratio_ours_over_transformers_fp32")
                     row[name] = round(ours[kind] / max(theirs[kind], 1.0), 2)
         if ours_random and theirs:
-            row["speedup_vs_transformers_fp32_with_random_blocks"] = round(theirs["seconds"] / ours_random["seconds"], 2)
+            speedup = round(theirs["seconds"] / ours_random["seconds"], 2)
+            row["speedup_vs_transformers_fp32_with_random_blocks"] = speedup
         for precision in PRECISIONS:
             mine = find("longbert-bigbird", precision, tokens)
             if mine:

@@ -2,14 +2,16 @@
 the real MiniLM backbone: PyTorch fp32, PyTorch bf16 (autocast), and the exported ONNX graphs (`longbert export`)
 in onnxruntime, fp32 and int8 (dynamic quantization of the encoder).
 
-    python benchmarks/bench_inference.py                     # 64 reviews, 3 timed rounds: benchmarks/results/inference.json
-    python benchmarks/bench_inference.py --quick -o /tmp/x.json   # 8 reviews, 1 round: checks the script, measures nothing
-    python benchmarks/bench_inference.py --run runs/imdb_quick     # a trained chunk run instead of the untrained head
+    python benchmarks/bench_inference.py                          # 64 reviews, 3 timed rounds:
+                                                                  # benchmarks/results/inference.json
+    python benchmarks/bench_inference.py --quick -o /tmp/x.json   # 8 reviews, 1 round: checks the script,
+                                                                  # measures nothing
+    python benchmarks/bench_inference.py --run runs/imdb_quick    # a trained chunk run instead of the untrained head
 
 The model: by default a chunk model (510-token chunks, token-mean vectors as MiniLM was trained, mean pooling by
-new tokens) on the packaged MiniLM, its head initialised from seed 0 and not trained: speed does not depend on the head's weights. The
-export's parity numbers (label agreement, probability differences against PyTorch fp32 on these reviews) are
-reported too; with an untrained head the probabilities sit near 0.5, so label agreement says little there —
+new tokens) on the packaged MiniLM, its head initialised from seed 0 and not trained: speed does not depend on the
+head's weights. The export's parity numbers (label agreement, probability differences against PyTorch fp32 on these
+reviews) are reported too; with an untrained head the probabilities sit near 0.5, so label agreement says little there —
 `--run` a trained run for that. Timed: the model from token ids to probabilities (tokenizing is the same for
 every backend and not counted), in batches of `--batch-size`, one warm-up round, then the fastest of `--repeats`
 rounds. onnxruntime gets as many threads as torch.
@@ -28,11 +30,11 @@ import torch
 
 from longbert.config import load_recipe
 from longbert.data.documents import tokenize_documents
+from longbert.data.sources import resolve_data_path
 from longbert.inference.export import export_model
 from longbert.inference.exported import ExportedClassifier
-from longbert.utils.hardware import describe_machine
 from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.data.sources import resolve_data_path
+from longbert.utils.hardware import describe_machine
 
 OUT = Path(__file__).resolve().parent / "results" / "inference.json"
 
@@ -67,7 +69,8 @@ def main():
     parser.add_argument("--documents", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--run", type=Path, default=None, help="a trained chunk run (or saved model) to measure instead")
+    parser.add_argument("--run", type=Path, default=None,
+                        help="a trained chunk run (or saved model) to measure instead")
     parser.add_argument("-o", "--output", type=Path, default=OUT)
     args = parser.parse_args()
     count, repeats = (8, 1) if args.quick else (args.documents, args.repeats)
@@ -80,7 +83,8 @@ def main():
         recipe = load_recipe(None, ["strategy.name=chunk", "strategy.window=510", "strategy.pooling=mean",
                                     "strategy.token_pooling=mean"])
         model = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"])
-        what = "chunk (510 tokens, token mean, mean pooling by new tokens) on the packaged MiniLM, head untrained (seed 0)"
+        what = ("chunk (510 tokens, token mean, mean pooling by new tokens) on the packaged MiniLM, "
+                "head untrained (seed 0)")
     model.eval()
     texts = long_reviews(model.tokenizer, count)
     documents, _ = model.tokenize(texts)
@@ -91,7 +95,8 @@ def main():
         exported = export_model(Path(scratch) / "model", Path(scratch) / "onnx", quantize="int8", parity_texts=texts)
         export_seconds = time.perf_counter() - start
         sizes = {p.name: round(p.stat().st_size / 1e6, 1) for p in exported.folder.glob("*.onnx")}
-        runtimes = {p: ExportedClassifier(exported.folder, p, threads=torch.get_num_threads()) for p in ("fp32", "int8")}
+        runtimes = {p: ExportedClassifier(exported.folder, p, threads=torch.get_num_threads())
+                    for p in ("fp32", "int8")}
 
         def pytorch(dtype):
             def forward(batch):
@@ -136,7 +141,8 @@ def main():
     print(f"{len(documents)} IMDb test reviews > 512 tokens, mean {report['document_tokens_mean']:.0f} tokens; "
           f"export took {export_seconds:.0f} s")
     for name, row in results.items():
-        print(f"{name:>13}: {row['documents_per_second']:6.2f} documents/s ({row['speedup_over_pytorch_fp32']:.2f}x fp32)")
+        print(f"{name:>13}: {row['documents_per_second']:6.2f} documents/s "
+              f"({row['speedup_over_pytorch_fp32']:.2f}x fp32)")
     print(f"wrote {args.output}")
 
 

@@ -2,7 +2,8 @@
 same real documents (IMDb test reviews laid end to end) and the same MiniLM weights.
 
     python benchmarks/bench_recurrence.py            # 2,048 / 8,192 / 32,768 / 65,536 tokens, fp32 and bf16
-    python benchmarks/bench_recurrence.py --quick    # 2,048 and 4,096 tokens, bf16, 1 timed forward: checks that it runs
+    python benchmarks/bench_recurrence.py --quick    # 2,048 and 4,096 tokens, bf16, 1 timed forward:
+                                                     # checks that it runs
     python benchmarks/bench_recurrence.py --streaming --output benchmarks/results/recurrence-1m.json
                                                      # 1,048,576 tokens through recurrence and rmt, bf16, one forward:
                                                      # the streaming peak (target: under 2 GB for the whole process)
@@ -31,7 +32,8 @@ import gzip
 import json
 from pathlib import Path
 
-from isolated import error_text, find as find_result, measure_forwards, run_each, table_printer, write_results
+from isolated import error_text, measure_forwards, run_each, table_printer, write_results
+from isolated import find as find_result
 
 LENGTHS = [2048, 8192, 32768, 65536]
 QUICK_LENGTHS = [2048, 4096]
@@ -71,7 +73,8 @@ def build_strategy(system: str, backbone, special, token_pooling: str = "cls"):
     from longbert.strategies.recurrence import RecurrenceConfig
     from longbert.strategies.rmt import RmtConfig
 
-    config = {"recurrence": RecurrenceConfig(token_pooling=token_pooling), "rmt": RmtConfig(token_pooling=token_pooling),
+    config = {"recurrence": RecurrenceConfig(token_pooling=token_pooling),
+              "rmt": RmtConfig(token_pooling=token_pooling),
               "chunk": ChunkConfig(window=510, token_pooling=token_pooling)}[system]
     strategy = build(config, backbone.config.hidden_size, special, PassBudget())
     strategy.adapt_backbone(backbone)
@@ -177,7 +180,8 @@ def main() -> None:
                   token_pooling=args.token_pooling)
              for tokens in lengths for precision in precisions for system in systems]
     results = run_each(__file__, specs, args.timeout, ["system", "precision", "tokens"],
-                       lambda r: f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB (forward {r['forward_memory_mb']} MB)")
+                       lambda r: f"{r['seconds']:.3f}s, peak {r['peak_memory_mb']} MB "
+                                 f"(forward {r['forward_memory_mb']} MB)")
     report = {
         "benchmark": "recurrence / rmt / chunk inference, one real document per forward",
         "machine": describe_machine(),

@@ -46,8 +46,8 @@ def run_one(spec: dict) -> dict:
     """One strategy on one document, in this process; returns the measurements (or the error)."""
     import torch
     import transformers
-
     from bench_recurrence import imdb_document
+
     from longbert.modeling.backbone import load_backbone
     from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, get_entry
 
@@ -102,8 +102,8 @@ def summarise(results: list[dict]) -> dict:
 
 print_table = table_printer(
     [("strategy", "strategy", "<11"), ("tokens", "tokens", ">8"), ("read", "read_tokens", ">8"),
-     ("seconds", "seconds", ">9.3f"), ("us/read tok", "us_per_read_token", ">11.1f"), ("peak MB", "peak_memory_mb", ">8.0f"),
-     ("fwd MB", "forward_memory_mb", ">7.0f")], keys=2)
+     ("seconds", "seconds", ">9.3f"), ("us/read tok", "us_per_read_token", ">11.1f"),
+     ("peak MB", "peak_memory_mb", ">8.0f"), ("fwd MB", "forward_memory_mb", ">7.0f")], keys=2)
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -139,7 +139,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="512 and 2,048 tokens, one forward each")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, help="which strategies (default: all)")
     parser.add_argument("--lengths", type=int, nargs="+", help="document lengths in content tokens")
-    parser.add_argument("--repeats", type=int, default=2, help=f"timed forwards after the first, up to {TIMED_UP_TO} tokens")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help=f"timed forwards after the first, up to {TIMED_UP_TO} tokens")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's default for this machine)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds allowed to one configuration")
     parser.add_argument("--output", type=Path, default=RESULTS, help="the JSON; the plot goes beside it (.png)")

@@ -58,7 +58,8 @@ BEST = LEVERS[-1][1]
 PROBES = [("bf16 weights", dict(BEST, bf16_weights=True)), ("compile", dict(BEST, compile=True))]
 BATCH_SIZES = [4, 8, 16, 32]
 SLIDING = [
-    ("sliding, batch 16", dict(attention_dropout=0.0, hidden_dropout=None, fused=True, grouped=False, strategy="sliding")),
+    ("sliding, batch 16", dict(attention_dropout=0.0, hidden_dropout=None, fused=True, grouped=False,
+                               strategy="sliding")),
     ("sliding, batch 8 (x2 accumulation)", dict(attention_dropout=0.0, hidden_dropout=None, fused=True, grouped=False,
                                                 strategy="sliding", split=2)),
     ("sliding, batch 16, checkpointing", dict(attention_dropout=0.0, hidden_dropout=None, fused=True, grouped=False,
@@ -82,7 +83,8 @@ def set_mmap_threshold(size: int) -> None:
 
 
 def pool_documents(tokenizer, count: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """`count` seeded IMDb training reviews, tokenized as longbert.data.documents does (no special tokens), and their labels."""
+    """`count` seeded IMDb training reviews, tokenized as longbert.data.documents does (no special tokens), and their
+    labels."""
     import gzip
     import random
 
@@ -104,10 +106,10 @@ def run_one(spec: dict) -> dict:
 
     from longbert.config import recipe_from_dict
     from longbert.data.documents import length_grouped_order
-    from longbert.utils.hardware import _rss_bytes, measure, trim_heap
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.strategies.base import unit_spans
-    from longbert.training.finetune import _param_groups
+    from longbert.training.optim import param_groups as _param_groups
+    from longbert.utils.hardware import _rss_bytes, measure, trim_heap
 
     if spec.get("mmap_threshold"):
         set_mmap_threshold(spec["mmap_threshold"])
@@ -117,7 +119,8 @@ def run_one(spec: dict) -> dict:
     recipe = recipe_from_dict({
         "name": "bench", "strategy": {"name": strategy},
         "backbone": {"name": "minilm", "attention_dropout": spec["attention_dropout"],
-                     "hidden_dropout": spec["hidden_dropout"], "gradient_checkpointing": spec.get("checkpointing", False)},
+                     "hidden_dropout": spec["hidden_dropout"],
+                     "gradient_checkpointing": spec.get("checkpointing", False)},
         "train": {"batch_size": batch}})
     model = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"])
     model.train()
@@ -185,11 +188,13 @@ def run_one(spec: dict) -> dict:
 def configurations(quick: bool) -> list[tuple[str, str, dict]]:
     """(group, label, settings) for every configuration to run."""
     if quick:
-        return [("levers", "as shipped", dict(LEVERS[0][1], batch_size=4)), ("levers", "hidden 0", dict(BEST, batch_size=4))]
+        return [("levers", "as shipped", dict(LEVERS[0][1], batch_size=4)),
+                ("levers", "hidden 0", dict(BEST, batch_size=4))]
     runs = [("levers", label, dict(settings, batch_size=16)) for label, settings in LEVERS]
     runs += [("probes", label, dict(settings, batch_size=16)) for label, settings in PROBES]
     runs += [("batch size", f"batch {b}", dict(BEST, batch_size=b)) for b in BATCH_SIZES if b != 16]
-    runs += [("sliding memory", label, dict(settings, batch_size=16, steps=SLIDING_STEPS)) for label, settings in SLIDING]
+    runs += [("sliding memory", label, dict(settings, batch_size=16, steps=SLIDING_STEPS))
+             for label, settings in SLIDING]
     return runs
 
 

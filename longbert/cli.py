@@ -12,7 +12,8 @@ import typer
 from longbert.errors import LongbertError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Classify long documents with BERT: train, evaluate, predict and compare strategies; pretrain a backbone further.")
+                  help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
+                       "pretrain a backbone further.")
 
 
 def _run(action: Callable[[], object]) -> object:
@@ -23,13 +24,13 @@ def _run(action: Callable[[], object]) -> object:
         return action()
     except TrainingInterrupted as error:
         typer.echo(f"stopped: {error}", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except LongbertError as error:
         typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
 
 
 def _command_line() -> str:
@@ -56,10 +57,12 @@ def main(
 
 @app.command()
 def train(
-    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe file, or the name of a packaged recipe (e.g. imdb_sliding); "
-                                                         "leave it out to take every setting from --set"),
+    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe file, or the name of a packaged recipe "
+                                                         "(e.g. imdb_sliding); leave it out to take every setting "
+                                                         "from --set"),
     set_: List[str] = typer.Option([], "--set", help="override a recipe field: key.path=value (repeatable)"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its last checkpoint"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its "
+                                                        "last checkpoint"),
 ):
     """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
     from longbert.config import load_recipe
@@ -82,9 +85,11 @@ def train(
 
 @app.command()
 def pretrain(
-    recipe: Path = typer.Argument(..., help="YAML pretraining recipe, or the name of a packaged one (e.g. pretrain_imdb_cpu)"),
+    recipe: Path = typer.Argument(..., help="YAML pretraining recipe, or the name of a packaged one "
+                                            "(e.g. pretrain_imdb_cpu)"),
     set_: List[str] = typer.Option([], "--set", help="override a recipe field: key.path=value (repeatable)"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its last checkpoint"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in the recipe's output_dir from its "
+                                                        "last checkpoint"),
 ):
     """Continue masked-language-model training of a backbone on unlabelled long text, read through a strategy;
     writes <run folder>/backbone, usable as a training recipe's backbone.name."""
@@ -129,9 +134,11 @@ def predict(
     id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
                                                                       "(default: the row number, from 0)"),
     keep: List[str] = typer.Option([], "--keep", help="copy this input column into every output row (repeatable)"),
-    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, or auto (bf16 where the device runs it fast)"),
+    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, or auto (bf16 where the device runs "
+                                                              "it fast)"),
     split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several "
-                                                              "(a hub dataset, a saved DatasetDict, a folder of split files)"),
+                                                              "(a hub dataset, a saved DatasetDict, a folder of "
+                                                              "split files)"),
     explain: Optional[Path] = typer.Option(None, "--explain", metavar="HTML_OR_DIR",
                                            help="also say how much each chunk/window weighed: 'units' and 'decisive' "
                                                 "fields in every line, and an HTML page highlighting the decisive "
@@ -152,8 +159,8 @@ def predict(
 
 @app.command()
 def export(
-    model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder whose strategy reads independent windows "
-                                           "(`longbert strategies` marks them)"),
+    model_dir: Path = typer.Argument(..., help="a run folder or a saved model folder whose strategy reads "
+                                               "independent windows (`longbert strategies` marks them)"),
     format: str = typer.Option("onnx", "--format", help="onnx: a per-window encoder graph and a pooling+head graph"),
     quantize: Optional[str] = typer.Option(None, "--quantize", help="int8: also an int8 encoder (onnxruntime dynamic "
                                                                      "quantization), used by default when present"),
@@ -162,7 +169,8 @@ def export(
     parity_texts: Optional[str] = typer.Option(None, "--parity-texts", help="texts to check the export on: what "
                                                                               "predict reads (a 'text' column); "
                                                                               "default: test texts of the run's data"),
-    parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to check on"),
+    parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to "
+                                                                        "check on"),
 ):
     """Export a model to ONNX for onnxruntime (documents of any length); writes parity.json against PyTorch fp32."""
     from longbert.inference.export import export_model, parity_line
@@ -182,10 +190,12 @@ def export(
 
 @app.command()
 def serve(
-    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, or an exported folder (onnxruntime)"),
+    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, or an exported folder "
+                                               "(onnxruntime)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0: every interface)"),
     port: int = typer.Option(8000, "--port", help="port to listen on"),
-    max_batch: int = typer.Option(16, "--max-batch", help="at most this many texts of concurrent requests run together"),
+    max_batch: int = typer.Option(16, "--max-batch", help="at most this many texts of concurrent requests run "
+                                                          "together"),
     max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="how long a batch waits for more requests"),
 ):
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
@@ -210,16 +220,24 @@ def strategies():
 
 @app.command()
 def compare(
-    strategies: str = typer.Option(..., "--strategies", help="comma-separated strategy names, e.g. truncate,chunk,sliding (see `longbert strategies`)"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe file or packaged recipe name (default: recipes/compare_imdb.yaml: IMDb subset, MiniLM)"),
-    set_: List[str] = typer.Option([], "--set", help="key.path=value for every strategy; strategy.<field>=value for those with that field; <strategy>.<field>=value for one (repeatable)"),
-    name: Optional[str] = typer.Option(None, "--name", help="report name: reports/<name>/ and runs/compare/<name>/ (default: the recipe's name)"),
-    runs_dir: Path = typer.Option(Path("runs/compare"), "--runs-dir", help="where the run folders go (<runs-dir>/<name>/<strategy>/)"),
-    reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes (<reports-dir>/<name>/)"),
+    strategies: str = typer.Option(..., "--strategies", help="comma-separated strategy names, e.g. "
+                                                             "truncate,chunk,sliding (see `longbert strategies`)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe file or packaged recipe name "
+                                                                 "(default: recipes/compare_imdb.yaml: IMDb subset, "
+                                                                 "MiniLM)"),
+    set_: List[str] = typer.Option([], "--set", help="key.path=value for every strategy; strategy.<field>=value for "
+                                                     "those with that field; <strategy>.<field>=value for one "
+                                                     "(repeatable)"),
+    name: Optional[str] = typer.Option(None, "--name", help="report name: reports/<name>/ and runs/compare/<name>/ "
+                                                            "(default: the recipe's name)"),
+    runs_dir: Path = typer.Option(Path("runs/compare"), "--runs-dir", help="where the run folders go "
+                                                                           "(<runs-dir>/<name>/<strategy>/)"),
+    reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes "
+                                                                           "(<reports-dir>/<name>/)"),
 ):
     """Train and evaluate several strategies on the same data and budget; write one report comparing them."""
-    from longbert.comparison.run import compare as run_compare
     from longbert.comparison.render import print_summary
+    from longbert.comparison.run import compare as run_compare
 
     def action():
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,

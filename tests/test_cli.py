@@ -115,8 +115,8 @@ def test_missing_recipe_file(tmp_path):
     (None, ["data.path=/no/such/data.jsonl"], ["data.path '/no/such/data.jsonl' does not exist"]),
     ([{"body": "x", "label": "neg"}], [], ["data.text_column 'text' not found", "columns: body, label"]),
     ([{"text": "x", "label": "neutral"}], [], ["label 'neutral' is not one of label_names ['neg', 'pos']"]),
-    ([{"text": "   ", "label": "neg"}], [], ["document 0 of split 'train' is empty or whitespace-only"]),
-    ([{"text": 7, "label": "neg"}], [], ["row 0 of split 'train': text is a number (int), not a string"]),
+    ([{"text": "   ", "label": "neg"}], [], ["train.jsonl:1: the document is empty or whitespace-only"]),
+    ([{"text": 7, "label": "neg"}], [], ["train.jsonl:1: text is a number (int), not a string"]),
     ([{"text": "a fine film", "label": "neg"}], [], ["all 8 documents of split 'train' have label 'neg'"]),
     ("{\"text\": \"ok\", \"label\": \"neg\"}\n{oops\n", [], ["train.jsonl:2 is not valid JSON"]),
     ("", [], ["train.jsonl is empty"]),
@@ -207,7 +207,8 @@ def test_predict_counts_lines_and_reports_the_cut(model_dir, tmp_path):
     ("e.jsonl", b'{"text": "caf\xe9"}\n', [], ["e.jsonl:1 is not UTF-8 text (byte 13 is 0xe9)"]),
     ("e.jsonl", b'{"body": "ok", "stars": 3}\n', ["--text-column", "review"],
      ["--text-column review:", "e.jsonl has no column 'review'; its columns: 'body', 'stars'"]),
-    ("e.jsonl", b'{"text": "ok"}\n', ["--id-column", "doc"], ["--id-column doc:", "has no column 'doc'; its columns: 'text'"]),
+    ("e.jsonl", b'{"text": "ok"}\n', ["--id-column", "doc"],
+     ["--id-column doc:", "has no column 'doc'; its columns: 'text'"]),
     ("e.csv", b"body,stars\nA review.,3\n", [], ["e.csv has no column 'text'; its columns: 'body', 'stars'"]),
     ("e.csv", b"A review, once read as a line.\nAnother one.\n", [],
      ["e.csv has no column 'text'", "a .csv file is a table whose first line names the columns; for one text per "
@@ -235,7 +236,8 @@ def test_predict_a_table_with_ids_kept_columns_and_a_precision(model_dir, tmp_pa
 
 @pytest.mark.parametrize("text, fragments", [
     ("", ["r.yaml is empty"]),
-    ("train:\n  epochs: 1\n  epochs: 2\n", ["line 3, column 3: key 'epochs' appears twice in one mapping (first at line 2)"]),
+    ("train:\n  epochs: 1\n  epochs: 2\n",
+     ["line 3, column 3: key 'epochs' appears twice in one mapping (first at line 2)"]),
     ("name: ../escape\n", ["name '../escape' must be a plain folder name"]),
 ], ids=["empty", "duplicate-key", "path-as-name"])
 def test_bad_recipe_files_start_nothing(tmp_path, monkeypatch, text, fragments):
@@ -252,13 +254,13 @@ def test_an_override_that_is_not_yaml(tmp_path):
 
 
 def test_a_bare_recipe_name_is_looked_up_in_the_package(tmp_path, monkeypatch):
-    import longbert.config
+    import longbert.config.lookup
 
     monkeypatch.chdir(tmp_path)
     packaged = tmp_path / "packaged"
     packaged.mkdir()
     (packaged / "quick.yaml").write_text("train:\n  epochs: 0\n")
-    monkeypatch.setattr(longbert.config, "PACKAGED_RECIPES", packaged)
+    monkeypatch.setattr(longbert.config.lookup, "PACKAGED_RECIPES", packaged)
     assert_user_error(run("train", "quick"), f"{packaged / 'quick.yaml'}: train.epochs must be >= 1, got 0")
     assert_user_error(run("train", "quik"), "recipe file not found: quik; packaged recipes (usable by name): quick")
 

@@ -25,8 +25,8 @@ def is_hub_id(name: str) -> bool:
     return True
 
 
-def download(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None, token: str | bool | None = None,
-             local_files_only: bool = False, force_download: bool = False) -> Path:
+def download(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None,
+             token: str | bool | None = None, local_files_only: bool = False, force_download: bool = False) -> Path:
     """The local folder of hub model `repo_id` at `revision` (a branch, tag or commit; main by default), downloaded
     into huggingface_hub's cache unless it is there already. Offline (HF_HUB_OFFLINE=1) only the cache is read. One
     LongbertError line when the hub cannot provide it."""
@@ -58,7 +58,8 @@ def push_to_hub(model, repo_id: str, private: bool | None = None, token: str | b
         model.save_pretrained(folder)
         try:
             api.create_repo(repo_id, private=private, exist_ok=True)
+            message = commit_message or f"Upload longbert {model.settings.strategy.name} model"
             return api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision, create_pr=create_pr,
-                                     commit_message=commit_message or f"Upload longbert {model.settings.strategy.name} model")
+                                     commit_message=message)
         except (OSError, ValueError) as error:  # no token, refused, unreachable, offline
             raise LongbertError(f"could not push to hub repository {repo_id!r}: {first_line(error)}") from None

@@ -5,11 +5,11 @@
     pipeline("text-classification", model=folder)                 # whole documents, label names
 
 load it from a folder or a hub id, with no remote code. It wraps a LongDocumentClassifier (the core, in
-`longbert.modeling.classifier`): `forward` takes what a tokenizer returns for whole documents (never truncated: the saved tokenizer
-allows any length), strips [CLS], [SEP] and padding, cuts each document at the model's max_document_tokens as
-`predict` does, and runs the strategy over the rest. Importing this module registers the class with
-AutoModelForSequenceClassification (`longbert.hf.hook` imports it when transformers loads its Auto models). There is
-no AutoModel (headless) registration: a longbert model is a classifier, not an encoder of token states.
+`longbert.modeling.classifier`): `forward` takes what a tokenizer returns for whole documents (never truncated: the
+saved tokenizer allows any length), strips [CLS], [SEP] and padding, cuts each document at the model's
+max_document_tokens as `predict` does, and runs the strategy over the rest. Importing this module registers the class
+with AutoModelForSequenceClassification (`longbert.hf.hook` imports it when transformers loads its Auto models). There
+is no AutoModel (headless) registration: a longbert model is a classifier, not an encoder of token states.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class LongbertForSequenceClassification(PreTrainedModel):
 
     def __init__(self, config: LongbertConfig, classifier=None):
         if classifier is None:
-            raise LongbertError("a longbert model cannot be built from a config alone: train one with `longbert train`, "
-                                "or load a saved one with from_pretrained")
+            raise LongbertError("a longbert model cannot be built from a config alone: train one with "
+                                "`longbert train`, or load a saved one with from_pretrained")
         super().__init__(config)
         self.classifier = classifier
         self.post_init()
@@ -56,8 +56,8 @@ class LongbertForSequenceClassification(PreTrainedModel):
         return cls(LongbertConfig.from_settings(classifier.settings), classifier)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *model_args, config: LongbertConfig | None = None,
-                        **kwargs) -> "LongbertForSequenceClassification":
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *model_args,
+                        config: LongbertConfig | None = None, **kwargs) -> "LongbertForSequenceClassification":
         """Load a folder written by longbert's save_pretrained (or a run folder), or a hub id, as
         LongDocumentClassifier.from_pretrained does. Understood options: the hub's (revision, cache_dir, token,
         local_files_only, force_download), dtype (a torch dtype, or "auto": as saved), and device_map
@@ -74,9 +74,10 @@ class LongbertForSequenceClassification(PreTrainedModel):
                                 f"{', '.join(unknown) or 'positional model arguments'}")
         classifier = LongDocumentClassifier.from_pretrained(pretrained_model_name_or_path, **hub)
         if config is not None and config.label_names() != classifier.label_names:
-            raise LongbertError(f"{pretrained_model_name_or_path}: config.json names the labels {config.label_names()} "
-                                f"but longbert_config.json {classifier.label_names}; longbert_config.json is the source "
-                                f"of truth: save the model again to rewrite config.json")
+            raise LongbertError(f"{pretrained_model_name_or_path}: config.json names the labels "
+                                f"{config.label_names()} but longbert_config.json {classifier.label_names}; "
+                                f"longbert_config.json is the source of truth: save the model again to rewrite "
+                                f"config.json")
         model = cls.from_classifier(classifier)
         if isinstance(dtype, str) and dtype != "auto":
             dtype = getattr(torch, dtype, dtype)

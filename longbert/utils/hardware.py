@@ -170,8 +170,9 @@ def _reset_rss_peak() -> bool:
 def measure(device: torch.device | str):
     """Time a block and its peak memory. Yields a dict filled on exit with seconds, peak_memory_mb and
     added_memory_mb (the peak less what was in use when the block started: what the block itself needed):
-    CUDA -> torch's peak allocation; CPU (Linux) -> the process's peak resident set size during the block, measured
-    after freed memory was handed back (`release_freed_memory`), so that what earlier work left behind does not count."""
+    CUDA -> torch's peak allocation; CPU (Linux) -> the process's peak resident set size during the block,
+    measured after freed memory was handed back (`release_freed_memory`), so that what earlier work left behind does
+    not count."""
     device = torch.device(device)
     result: dict = {}
     if device.type == "cuda":

@@ -40,7 +40,8 @@ def saved(tiny_backbone_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
     predictions = {}
     for finetune in ("full", "lora", "frozen"):
-        model = perturbed(build_model(tiny_backbone_dir, "chunk", [f"model.finetune={finetune}", "strategy.pooling=attention"]))
+        overrides = [f"model.finetune={finetune}", "strategy.pooling=attention"]
+        model = perturbed(build_model(tiny_backbone_dir, "chunk", overrides))
         predictions[finetune] = model.predict([LONG_TEXT, SHORT_TEXT])
         model.save_pretrained(root / finetune)
     return root, predictions
@@ -80,7 +81,8 @@ print(config_class.__name__, AutoModelForSequenceClassification._model_mapping[c
 
 def test_import_longbert_loads_nothing_heavy_and_registers_when_transformers_loads():
     out = run_python("import sys, longbert\n"
-                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', 'longbert.hf.config') if m in sys.modules))\n"
+                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', 'longbert.hf.config') "
+                     "if m in sys.modules))\n"
                      + CHECK_REGISTERED)
     assert out.splitlines() == ["[]", "LongbertConfig LongbertForSequenceClassification"]
 
@@ -105,8 +107,8 @@ def test_a_registration_that_fails_is_a_warning_not_a_broken_import():
 def test_auto_classes_and_pipeline_classify_whole_documents_as_predict_does(finetune, saved):
     from transformers import AutoConfig, AutoModelForSequenceClassification, pipeline
 
-    from longbert.hf.model import LongbertForSequenceClassification
     from longbert.hf.config import LongbertConfig
+    from longbert.hf.model import LongbertForSequenceClassification
 
     root, before_saving = saved
     folder = root / finetune
@@ -159,7 +161,8 @@ def test_forward_drops_special_tokens_and_padding_on_either_side_and_gives_the_l
 def test_multi_label_models_give_sigmoid_scores_in_the_pipeline(tiny_backbone_dir, tmp_path):
     from transformers import AutoConfig, pipeline
 
-    model = perturbed(build_model(tiny_backbone_dir, "sliding", ["model.problem_type=multi_label"], labels=("x", "y", "z")))
+    model = perturbed(build_model(tiny_backbone_dir, "sliding", ["model.problem_type=multi_label"],
+                                  labels=("x", "y", "z")))
     expected = model.predict([LONG_TEXT])[0]["probabilities"]
     model.save_pretrained(tmp_path / "m")
     assert AutoConfig.from_pretrained(tmp_path / "m").problem_type == "multi_label_classification"
@@ -186,7 +189,8 @@ def test_transformers_side_errors_are_one_line(saved, tmp_path):
         AutoModelForSequenceClassification.from_pretrained(folder, device_map={"classifier": "cpu"})
     model = AutoModelForSequenceClassification.from_pretrained(folder, dtype="float32", device_map="cpu")
     with pytest.raises(LongbertError, match=r"document 1 has no tokens besides \[CLS\]/\[SEP\]"):
-        model(input_ids=torch.tensor([[101, 2000, 102], [101, 102, 0]]), attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]))
+        model(input_ids=torch.tensor([[101, 2000, 102], [101, 102, 0]]),
+              attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]))
 
     edited = shutil.copytree(folder, tmp_path / "edited")
     config = json.loads((edited / "config.json").read_text())
@@ -200,11 +204,13 @@ def test_transformers_side_errors_are_one_line(saved, tmp_path):
 # -- the model card -------------------------------------------------------------------------------------------------
 
 def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_recipe, tiny_backbone_dir, tmp_path):
-    import longbert
     from transformers import AutoModelForSequenceClassification
 
+    import longbert
+
     command = f"longbert train {tmp_path}/tiny.yaml --set backbone.name={tiny_backbone_dir} --set train.max_steps=4"
-    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["name=tiny", "train.max_steps=4"]), command=command)
+    recipe = longbert.load_recipe(None, tiny_recipe + ["name=tiny", "train.max_steps=4"])
+    result = longbert.train(recipe, command=command)
     best = result.run_dir / "best"
     card = (best / "README.md").read_text()
     test = result.metrics["test"]
@@ -214,7 +220,8 @@ def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_re
     assert card.startswith("---\nlibrary_name: longbert\npipeline_tag: text-classification\n")
     assert "# tiny\n" in card
     assert "| strategy | `chunk`: window 62, pooling mean, token_pooling cls, unit_weights new_tokens |" in card
-    assert "| backbone | a local model folder, saved in this folder's `backbone/` (bert, 2 layers, hidden size 32" in card
+    assert ("| backbone | a local model folder, saved in this folder's `backbone/` (bert, 2 layers, "
+            "hidden size 32") in card
     assert "| fine-tuning | full: every weight of the backbone was trained |" in card
     assert "| labels | `neg`, `pos` |" in card
     assert "| longest document read | 400 tokens;" in card
@@ -228,7 +235,8 @@ def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_re
     for bucket, row in test["by_length"].items():
         value = "n/a" if row["accuracy"] is None else f"{row['accuracy']:.1%}"
         assert f"| {bucket} | {row['documents']} | {value} |" in card
-    assert "```bash\nlongbert train .../tiny.yaml --set backbone.name=.../tiny-bert0 --set train.max_steps=4\n```" in card
+    assert ("```bash\nlongbert train .../tiny.yaml --set backbone.name=.../tiny-bert0 "
+            "--set train.max_steps=4\n```") in card
     assert "## Intended use and limits" in card
     assert str(tmp_path) not in card and tiny_backbone_dir not in card
 
@@ -256,7 +264,8 @@ def test_paths_are_shown_by_their_last_part():
 
     assert portable("longbert train /home/me/r.yaml --set data.path=/data/imdb/ --set x=~/m") == \
         "longbert train .../r.yaml --set data.path=.../imdb --set x=.../m"
-    assert portable("longbert train imdb_quick --set strategy.window=40") == "longbert train imdb_quick --set strategy.window=40"
+    assert portable("longbert train imdb_quick --set strategy.window=40") == \
+        "longbert train imdb_quick --set strategy.window=40"
     assert describe_data("/nowhere/corpus.jsonl") == "corpus.jsonl (a local file)"
     assert describe_data("imdb") == "imdb"
 
@@ -301,7 +310,8 @@ def test_a_folder_moved_away_from_a_deleted_backbone_predicts_the_same(finetune,
     if finetune == "lora":
         adapter = json.loads((tmp_path / "trained" / "m" / "adapter" / "adapter_config.json").read_text())
         assert adapter["base_model_name_or_path"] is None
-        assert not (tmp_path / "trained" / "m" / "adapter" / "README.md").exists(), "peft's template card names the path"
+        assert not (tmp_path / "trained" / "m" / "adapter" / "README.md").exists(), \
+            "peft's template card names the path"
 
     shutil.rmtree(tmp_path / "backbones")
     moved = shutil.move(tmp_path / "trained" / "m", tmp_path / "elsewhere")
@@ -309,7 +319,8 @@ def test_a_folder_moved_away_from_a_deleted_backbone_predicts_the_same(finetune,
     loaded = LongDocumentClassifier.from_pretrained(moved)
     assert_same_predictions(loaded.predict([LONG_TEXT, SHORT_TEXT]), expected)
     loaded.save_pretrained(tmp_path / "resaved")  # a loaded model saves its own backbone/ again
-    assert_same_predictions(LongDocumentClassifier.from_pretrained(tmp_path / "resaved").predict([LONG_TEXT]), expected[:1])
+    resaved = LongDocumentClassifier.from_pretrained(tmp_path / "resaved")
+    assert_same_predictions(resaved.predict([LONG_TEXT]), expected[:1])
 
 
 def test_what_a_folder_may_name_instead_of_saving_the_backbone(tmp_path):
@@ -379,7 +390,8 @@ from transformers import AutoModelForSequenceClassification, pipeline
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.inference.predict import predict_file
 texts = {texts!r}
-out = {{"longbert": [r["probabilities"] for r in LongDocumentClassifier.from_pretrained("someone/long-model").predict(texts)],
+out = {{"longbert": [r["probabilities"]
+                     for r in LongDocumentClassifier.from_pretrained("someone/long-model").predict(texts)],
        "auto": type(AutoModelForSequenceClassification.from_pretrained("someone/long-model")).__name__,
        "pipeline": [{{r["label"]: r["score"] for r in rows}}
                     for rows in pipeline("text-classification", model="someone/long-model", top_k=None)(texts)],
@@ -391,7 +403,8 @@ from helpers import build_model
 model = build_model("someone/tiny-bert", "chunk", ["model.finetune=lora"])  # a backbone from the hub (its cache)
 model.save_pretrained({saved_to!r})
 out["hub_backbone"] = {{"predictions": [r["probabilities"] for r in model.predict(texts)],
-                       "reloaded": [r["probabilities"] for r in LongDocumentClassifier.from_pretrained({saved_to!r}).predict(texts)]}}
+                       "reloaded": [r["probabilities"]
+                                    for r in LongDocumentClassifier.from_pretrained({saved_to!r}).predict(texts)]}}
 try:
     LongDocumentClassifier.from_pretrained("someone/missing-model")
 except longbert.LongbertError as error:
@@ -406,9 +419,9 @@ def test_a_model_loads_by_hub_id_from_the_offline_cache(saved, tiny_backbone_dir
     cache_repo(cache, "someone/tiny-bert", Path(tiny_backbone_dir))
     source = tmp_path / "texts.txt"
     source.write_text(f"{LONG_TEXT}\n{SHORT_TEXT}\n")
-    out = json.loads(run_python(HUB_LOAD.format(texts=[LONG_TEXT, SHORT_TEXT], source=str(source),
-                                                output=str(tmp_path / "predictions.jsonl"), saved_to=str(tmp_path / "m")),
-                                env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}))
+    script = HUB_LOAD.format(texts=[LONG_TEXT, SHORT_TEXT], source=str(source),
+                             output=str(tmp_path / "predictions.jsonl"), saved_to=str(tmp_path / "m"))
+    out = json.loads(run_python(script, env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}))
     expected = [row["probabilities"] for row in saved[1]["lora"]]
     assert out["auto"] == "LongbertForSequenceClassification"
     for name in ("longbert", "pipeline", "predict_file"):
@@ -420,7 +433,8 @@ def test_a_model_loads_by_hub_id_from_the_offline_cache(saved, tiny_backbone_dir
         assert got == pytest.approx(want, abs=1e-5)
     assert not (tmp_path / "m" / "backbone").exists()
     assert json.loads((tmp_path / "m" / "longbert_config.json").read_text())["backbone"] == "someone/tiny-bert"
-    assert json.loads((tmp_path / "m" / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == "someone/tiny-bert"
+    adapter = json.loads((tmp_path / "m" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "someone/tiny-bert"
     assert "base_model: someone/tiny-bert\n" in (tmp_path / "m" / "README.md").read_text()
     assert out["missing"].startswith("'someone/missing-model' is not a local model folder and the hub could not "
                                      "provide it (offline, unreachable, or no such repository")
@@ -497,6 +511,7 @@ def test_push_to_hub_errors_are_one_line(fake_hub, tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "truncate")
     with pytest.raises(LongbertError, match=r"push_to_hub: '/tmp/model' is not a hub repository id \(user/name\)"):
         model.push_to_hub("/tmp/model")
-    fake_hub.fail_with = LocalTokenNotFoundError("Token is required (`token=True`), but no token found.\nRun hf auth login.")
+    fake_hub.fail_with = LocalTokenNotFoundError("Token is required (`token=True`), but no token found.\n"
+                                                 "Run hf auth login.")
     with pytest.raises(LongbertError, match=r"^could not push to hub repository 'me/m': Token is required .*found\.$"):
         model.push_to_hub("me/m")
