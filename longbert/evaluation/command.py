@@ -18,12 +18,13 @@ EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the re
 
 
 def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
-             overrides: list[str] | tuple[str, ...] = (), data=None) -> dict:
+             overrides: list[str] | tuple[str, ...] = (), data=None, precision: str = "auto") -> dict:
     """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes, with
     `key.path=value` overrides of its data and eval sections, e.g. "data.max_eval_documents=100"); only that split
     is tokenized. Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder (and, with many
     classes, confusion-matrix-<split>.png); returns the metrics.
-    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
+    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run.
+    `precision`: auto, fp32, bf16 or int8 (`longbert.utils.hardware.INFERENCE_PRECISIONS`); the metrics record it."""
     from longbert.config import load_recipe, parse_override
     from longbert.data.documents import load_corpus
     from longbert.modeling.classifier import LongDocumentClassifier
@@ -38,6 +39,10 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         if keys[0] not in EVALUATE_SECTIONS or len(keys) < 2:
             raise LongbertError(f"override {text!r}: evaluate can change only the "
                                 f"{' and '.join(EVALUATE_SECTIONS)} sections of a finished run's recipe")
+    from longbert.utils.hardware import INFERENCE_PRECISIONS
+
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     # Not while a training writes the folder; only the main process writes, so only it holds the lock.
     with locked(run_dir) if process.is_main_process else nullcontext():
@@ -51,7 +56,8 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
         dataset = corpus.splits[split]
         metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size,
-                                      description=f"evaluating {split}", process=process)
+                                      description=f"evaluating {split}", process=process, precision=precision)
+        metrics["precision"] = precision
         if not process.is_main_process:
             return metrics
         write_json(run_dir / f"metrics-{split}.json", metrics)

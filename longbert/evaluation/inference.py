@@ -45,9 +45,13 @@ def model_inputs(batch: dict) -> dict:
 
 @torch.no_grad()
 def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
-                    cached: list[dict] | None = None) -> dict:
-    """Run `model` over a tokenized split (or its cached unit vectors, see `split_loader`). Returns probabilities
-    (D, C), labels, per-document unit weights, and the inference speed and peak memory of the pass."""
+                    cached: list[dict] | None = None, precision: str = "auto") -> dict:
+    """Run `model` over a tokenized split (or its cached unit vectors, see `split_loader`) at `precision` (see
+    `longbert.utils.hardware.INFERENCE_PRECISIONS`; training's evaluations pass an accelerator and run under its
+    autocast instead). Returns probabilities (D, C), labels, per-document unit weights, and the inference speed and
+    peak memory of the pass."""
+    if precision != "auto":
+        model = _unwrapped(model).for_precision(precision)
     loader = split_loader(dataset, batch_size, cached)
     if accelerator is not None:
         loader = accelerator.prepare(loader)
@@ -55,7 +59,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     model.eval()
     probabilities, labels, weights = [], [], []
     device = next(model.parameters()).device
-    autocast = accelerator.autocast() if accelerator is not None else autocast_for(model)
+    autocast = accelerator.autocast() if accelerator is not None else autocast_for(model, precision)
     with measure(device) as cost, autocast:
         for batch in progress(loader, description):
             out = model(**model_inputs(batch))
@@ -98,7 +102,8 @@ def _throughput(dataset, seconds: float | None) -> dict:
     }
 
 
-def predict_across_processes(model, dataset, batch_size: int, process, description: str = "evaluating") -> dict:
+def predict_across_processes(model, dataset, batch_size: int, process, description: str = "evaluating",
+                             precision: str = "auto") -> dict:
     """`predict_dataset` with the split divided between the processes of `process` (accelerate's PartialState):
     each predicts a contiguous share, and every process gets the whole result back in the split's order. The speed
     is that of the slowest process over all documents; the peak memory, the highest of any process."""
@@ -106,7 +111,8 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
 
     with process.split_between_processes(list(range(len(dataset)))) as share:
         mine = list(share)
-    part = predict_dataset(model, dataset.select(mine), batch_size, description=description) if mine else None
+    part = (predict_dataset(model, dataset.select(mine), batch_size, description=description, precision=precision)
+            if mine else None)
     parts = [p for p in gather_object([part]) if p is not None]  # in process order: the split's order
     peaks = [p["speed"]["peak_memory_mb"] for p in parts if p["speed"]["peak_memory_mb"] is not None]
     return {
@@ -125,14 +131,14 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
 
 
 def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
-                   cached: list[dict] | None = None, process=None) -> tuple[dict, dict]:
+                   cached: list[dict] | None = None, process=None, precision: str = "auto") -> tuple[dict, dict]:
     """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors).
     Multi-label predictions use the model's thresholds. Given `process` (accelerate's PartialState) of several
     processes and no `accelerator`, the split is divided between them (see `predict_across_processes`)."""
     if accelerator is None and cached is None and process is not None and process.num_processes > 1:
-        raw = predict_across_processes(model, dataset, batch_size, process, description)
+        raw = predict_across_processes(model, dataset, batch_size, process, description, precision)
     else:
-        raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached)
+        raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached, precision)
     core = _unwrapped(model)
     metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names,
                               core.multi_label, core.thresholds if core.multi_label else None)

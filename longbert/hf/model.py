@@ -14,7 +14,6 @@ is no AutoModel (headless) registration: a longbert model is a classifier, not a
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -44,6 +43,7 @@ class LongbertForSequenceClassification(PreTrainedModel):
                                 "`longbert train`, or load a saved one with from_pretrained")
         super().__init__(config)
         self.classifier = classifier
+        self.precision = "auto"  # inference precision (see from_pretrained's `precision`)
         self.post_init()
 
     def init_weights(self) -> None:
@@ -60,10 +60,17 @@ class LongbertForSequenceClassification(PreTrainedModel):
                         config: LongbertConfig | None = None, **kwargs) -> "LongbertForSequenceClassification":
         """Load a folder written by longbert's save_pretrained (or a run folder), or a hub id, as
         LongDocumentClassifier.from_pretrained does. Understood options: the hub's (revision, cache_dir, token,
-        local_files_only, force_download), dtype (a torch dtype, or "auto": as saved), and device_map
-        (one device). Anything else is refused in one LongbertError line rather than ignored."""
+        local_files_only, force_download), dtype (a torch dtype, or "auto": as saved), device_map (one device),
+        and precision: how eval-mode forwards run, as `predict --precision` (auto, fp32, bf16, or int8: the
+        backbone's Linear layers dynamically quantized, on the CPU); through a pipeline,
+        `model_kwargs={"precision": "int8"}`. Anything else is refused in one LongbertError line rather than
+        ignored."""
         from longbert.modeling.classifier import LongDocumentClassifier
+        from longbert.utils.hardware import INFERENCE_PRECISIONS
 
+        precision = kwargs.pop("precision", "auto")
+        if precision not in INFERENCE_PRECISIONS:
+            raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
         hub = {k: kwargs.pop(k) for k in HUB_OPTIONS if k in kwargs}
         dtype, torch_dtype = kwargs.pop("dtype", None), kwargs.pop("torch_dtype", None)
         dtype = dtype if dtype is not None else torch_dtype
@@ -79,6 +86,7 @@ class LongbertForSequenceClassification(PreTrainedModel):
                                 f"longbert_config.json is the source of truth: save the model again to rewrite "
                                 f"config.json")
         model = cls.from_classifier(classifier)
+        model.precision = precision
         if isinstance(dtype, str) and dtype != "auto":
             dtype = getattr(torch, dtype, dtype)
         if isinstance(dtype, torch.dtype):
@@ -114,12 +122,16 @@ class LongbertForSequenceClassification(PreTrainedModel):
                 return_dict: bool | None = None) -> SequenceClassifierOutput:
         """input_ids, attention_mask (B, T); labels (B,) class indices, or (B, C) multi-hot for multi-label ->
         logits (B, C) and, with labels, the loss. token_type_ids are ignored (one segment per document). In eval
-        mode the forward runs under the autocast `predict` uses (bf16 where the hardware runs it fast)."""
+        mode the forward runs at `self.precision` as `predict` does (auto: bf16 where the hardware runs it fast;
+        int8: the quantized copy of the classifier)."""
         from longbert.utils.hardware import autocast_for
 
         documents = self.documents(input_ids, attention_mask)
-        with nullcontext() if self.training else autocast_for(self.classifier):
+        if self.training:
             logits = self.classifier(documents).logits.float()  # (B, C)
+        else:
+            with autocast_for(self.classifier, self.precision):
+                logits = self.classifier.for_precision(self.precision)(documents).logits.float()  # (B, C)
         loss = None if labels is None else self.classifier.loss(logits, labels)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 

@@ -35,8 +35,10 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
     from longbert.strategies.base import unit_spans
     from longbert.utils.hardware import autocast_for
 
+    autocast = autocast_for(model, precision)
+    model = model.for_precision(precision)  # the weights as the prediction used them (int8: the quantized copy)
     device = next(model.parameters()).device
-    with torch.no_grad(), autocast_for(model, precision):
+    with torch.no_grad(), autocast:
         units = model.encode([torch.tensor(ids, dtype=torch.long, device=device)])  # (1, N, H)
         pooled = model.strategy.pool(units)
     weights = None if pooled.weights is None else pooled.weights[0][units.mask[0]].float().cpu().tolist()

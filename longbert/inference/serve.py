@@ -34,6 +34,7 @@ from typing import Awaitable, Callable
 from longbert.errors import LongbertError
 
 log = logging.getLogger("longbert.serve")
+SERVER_FAULT = "the server failed on this request; its log says why"
 
 
 @dataclass(frozen=True)
@@ -267,29 +268,39 @@ def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | Non
     piece.future.set_exception(error) if error is not None else piece.future.set_result(rows)
 
 
-def load_predictor(model_dir: str | Path):
-    """(the model, its backend name) for a run folder, a saved model folder or an exported folder."""
+def load_predictor(model_dir: str | Path, precision: str = "auto"):
+    """(the model, its backend name) for a run folder, a saved model folder or an exported folder (which runs as it
+    was exported). A PyTorch model's `precision` is checked, and an int8 copy made, before the first request."""
     from longbert.inference.exported import ExportedClassifier, is_export_folder
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.utils.hardware import INFERENCE_PRECISIONS, autocast_for
 
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     if is_export_folder(model_dir):
+        if precision != "auto":
+            raise LongbertError(f"{model_dir} is an exported folder: it runs at the precision it was exported with; "
+                                "--precision applies to PyTorch model folders")
         predictor = ExportedClassifier(model_dir)
         return predictor, f"onnx-{predictor.precision}"
-    return LongDocumentClassifier.from_pretrained(model_dir), "pytorch"
+    model = LongDocumentClassifier.from_pretrained(model_dir)
+    autocast_for(model, precision), model.for_precision(precision)  # refuses what the device cannot run
+    return model, "pytorch" if precision == "auto" else f"pytorch-{precision}"
 
 
 def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: str = "model", backend: str = "pytorch",
-              limits: Limits = Limits()):
-    """The FastAPI application serving `predictor` (anything with `predict(texts, batch_size)`, `tokenize(texts)`,
-    `settings` and `label_names`, as LongDocumentClassifier and ExportedClassifier have). Its batcher is
-    `app.state.batcher`."""
+              limits: Limits = Limits(), precision: str = "auto"):
+    """The FastAPI application serving `predictor` (with `predict(texts, batch_size[, precision])`, `tokenize`,
+    `settings`, `label_names`: LongDocumentClassifier, ExportedClassifier). Its batcher is `app.state.batcher`."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
     check_batching(max_batch, max_wait_ms)
     limits.check()
-    batcher = Batcher(lambda texts: predictor.predict(texts, batch_size=max_batch), max_batch, max_wait_ms / 1000)
+    options = {} if precision == "auto" else {"precision": precision}
+    batcher = Batcher(lambda texts: predictor.predict(texts, batch_size=max_batch, **options), max_batch,
+                      max_wait_ms / 1000)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -333,9 +344,6 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     return app
 
 
-SERVER_FAULT = "the server failed on this request; its log says why"
-
-
 def check_batching(max_batch: int, max_wait_ms: float) -> None:
     if max_batch < 1:
         raise LongbertError(f"--max-batch must be >= 1, got {max_batch}")
@@ -365,11 +373,12 @@ def listen(host: str, port: int) -> socket.socket:
 def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 16,
           max_wait_ms: float = 5.0, announce: Callable[[str], None] = print, *,
           max_request_bytes: int = Limits.body_bytes, max_request_texts: int = Limits.texts,
-          max_request_tokens: int = Limits.tokens) -> None:
+          max_request_tokens: int = Limits.tokens, precision: str = "auto") -> None:
     """Serve the model in `model_dir` until interrupted (see the module docstring); a request may carry at most
     `max_request_bytes` of body, `max_request_texts` texts and `max_request_tokens` tokens (`Limits`). Every user
     error (a missing extra, a folder that is not a model or holds a damaged graph, a port in use, bad batching
-    settings or limits) is one LongbertError line, raised before the server starts."""
+    settings or limits, a precision the model or device cannot run: `load_predictor`) is one LongbertError line,
+    raised before the server starts."""
     from longbert.utils.extras import require
 
     require("serve", "longbert serve")
@@ -380,8 +389,9 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_
     limits.check()
     sock = listen(host, port)
     try:
-        predictor, backend = load_predictor(model_dir)
-        app = build_app(predictor, max_batch, max_wait_ms, name=str(model_dir), backend=backend, limits=limits)
+        predictor, backend = load_predictor(model_dir, precision)
+        app = build_app(predictor, max_batch, max_wait_ms, name=str(model_dir), backend=backend, limits=limits,
+                        precision=precision)
         bound_host, bound_port = sock.getsockname()[:2]
         announce(f"serving {model_dir} ({backend}) on http://{bound_host}:{bound_port}: POST /predict, GET /health")
         uvicorn.Server(uvicorn.Config(app, log_level="info")).run(sockets=[sock])

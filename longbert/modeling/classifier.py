@@ -160,6 +160,7 @@ class LongDocumentClassifier(nn.Module):
         if batch_size < 1:
             raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
         autocast = autocast_for(self, precision)
+        model = self.for_precision(precision)
         documents, lengths = self.tokenize(texts)
         order = sorted(range(len(texts)), key=lambda i: len(documents[i]), reverse=True)
         was_training = self.training
@@ -168,11 +169,21 @@ class LongDocumentClassifier(nn.Module):
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
                 with torch.no_grad(), autocast:
-                    probabilities = self.probabilities(self([documents[i] for i in batch]).logits)  # (B, C)
+                    probabilities = model.probabilities(model([documents[i] for i in batch]).logits)  # (B, C)
                 for index, p in zip(batch, probabilities.tolist()):
                     yield index, prediction_row(self.settings, p, lengths[index])
         finally:
             self.train(was_training)
+
+    def for_precision(self, precision: str) -> LongDocumentClassifier:
+        """The model that runs at `precision`: this one, or for int8 a copy whose backbone Linear layers are
+        dynamically quantized (`quantized_copy`). The copy is made at its first use, from the weights then, and
+        kept (outside the module tree: never saved, never moved with the model)."""
+        if precision != "int8":
+            return self
+        if self.__dict__.get("_int8_copy") is None:
+            self.__dict__["_int8_copy"] = quantized_copy(self)
+        return self.__dict__["_int8_copy"]
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -226,6 +237,25 @@ class LongDocumentClassifier(nn.Module):
         model.training_facts = read_training_facts(directory)
         model.eval()
         return model
+
+
+def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
+    """A copy of `model` for int8 inference on the CPU: LoRA merged into the weights it wraps, then every Linear layer
+    of the backbone (attention projections, feed-forward) replaced by torch's dynamically quantized one (int8 weights
+    per output channel, activations quantized per batch). Everything else stays fp32: embeddings, attention scores and
+    softmax, LayerNorm, GELU, the strategy's own layers and the head."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    copied = copy.deepcopy(model).cpu().eval()
+    if copied.settings.finetune == "lora":
+        copied.backbone = copied.backbone.merge_and_unload()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch points at torchao for new code; its dynamic quantization still runs
+        copied.backbone = quantize_dynamic(copied.backbone, {nn.Linear}, dtype=torch.qint8)
+    copied.requires_grad_(False)
+    return copied
 
 
 def check_texts(texts: list) -> None:

@@ -72,7 +72,9 @@ def _malloc_trim():
 _TRIM = False  # not looked up yet
 
 
-INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")  # what `predict --precision` and `model.predict(precision=)` take
+# What `predict --precision` and `model.predict(precision=)` take. auto stays exact (bf16 where the device runs it
+# fast, else fp32); int8 is chosen by the user: the backbone's Linear layers dynamically quantized, on the CPU.
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 def process_state():
@@ -91,10 +93,14 @@ def process_state():
 
 def autocast_for(model: torch.nn.Module, precision: str = "auto"):
     """The autocast for inference on the model's device: `bf16` -> bf16 autocast; `fp32` -> a disabled autocast;
-    `auto` -> bf16 where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs), fp32 elsewhere."""
+    `auto` -> bf16 where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs), fp32 elsewhere; `int8` ->
+    a disabled autocast (what the quantized model does not run in int8 runs in fp32)."""
     if precision not in INFERENCE_PRECISIONS:
         raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     device = next(model.parameters()).device
+    if precision == "int8" and device.type != "cpu":
+        raise LongbertError(f"precision int8 runs on the CPU only (dynamically quantized Linear layers); the model is "
+                            f"on {device}: use bf16 or fp32 there")
     if precision == "bf16" or (precision == "auto" and fast_bf16(device)):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return torch.autocast(device.type, enabled=False)

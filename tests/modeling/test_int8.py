@@ -1,0 +1,100 @@
+"""int8 inference: the backbone's Linear layers dynamically quantized on a copy (LoRA merged first), everything else
+fp32; the model itself is left as it was; the copy is made once; a GPU model is refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import build_model
+from longbert.errors import LongbertError
+
+TEXTS = ["a film " * 40 + "that I loved", "the worst " * 90 + "ever made", "fine"]
+
+
+@pytest.mark.parametrize("strategy, extra", [("chunk", ()), ("truncate", ()), ("bigbird", ()),
+                                             ("recurrence", ()), ("chunk", ("model.finetune=lora",))],
+                         ids=["chunk", "truncate", "bigbird", "recurrence", "chunk-lora"])
+def test_int8_predicts_close_to_fp32_and_leaves_the_model_as_it_was(tiny_backbone_dir, strategy, extra):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    model = build_model(tiny_backbone_dir, strategy, extra)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    exact = model.predict(TEXTS, precision="fp32")
+    quick = model.predict(TEXTS, precision="int8")
+    for a, b in zip(exact, quick):
+        assert a["n_tokens"] == b["n_tokens"]
+        assert max(abs(a["probabilities"][k] - b["probabilities"][k]) for k in a["probabilities"]) < 0.05
+    copied = model.for_precision("int8")
+    assert copied is model.for_precision("int8") and model.for_precision("fp32") is model
+    quantized = [m for m in copied.backbone.modules() if isinstance(m, DynamicLinear)]
+    assert quantized and not any(isinstance(m, torch.nn.Linear) for m in copied.backbone.modules())
+    assert not any(isinstance(m, DynamicLinear) for m in model.modules())  # the model itself is untouched
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    assert "_int8_copy" not in dict(model.named_modules())
+
+
+def test_int8_is_refused_on_a_gpu_in_one_line(tiny_backbone_dir, monkeypatch):
+    from longbert.utils import hardware
+
+    model = build_model(tiny_backbone_dir, "chunk")
+    fake = torch.nn.Parameter(torch.zeros(1, device="meta"))
+    monkeypatch.setattr(type(model), "parameters", lambda self, recurse=True: iter([fake]))
+    with pytest.raises(LongbertError, match="precision int8 runs on the CPU only"):
+        hardware.autocast_for(model, "int8")
+
+
+@pytest.fixture
+def saved(tiny_backbone_dir, tmp_path):
+    folder = tmp_path / "saved"
+    build_model(tiny_backbone_dir, "chunk").save_pretrained(folder)
+    return folder
+
+
+def test_the_pipeline_serve_and_predict_take_int8_and_give_what_the_model_gives(saved):
+    from fastapi.testclient import TestClient
+    from transformers import pipeline
+
+    import longbert  # noqa: F401  registers the model type with transformers
+    from longbert.inference.serve import build_app, load_predictor
+    from longbert.modeling.classifier import LongDocumentClassifier
+
+    model = LongDocumentClassifier.from_pretrained(saved)
+    expected = model.predict(TEXTS, precision="int8")
+    # Dynamic quantization scales activations per batch, so int8 rows depend slightly on what shares their batch: the
+    # pipeline runs one text at a time, as predict with batch_size=1 does.
+    one_by_one = model.predict(TEXTS, batch_size=1, precision="int8")
+    classify = pipeline("text-classification", model=str(saved), top_k=None, model_kwargs={"precision": "int8"})
+    for row, scores in zip(one_by_one, classify(TEXTS)):
+        assert {s["label"]: pytest.approx(s["score"], abs=1e-5) for s in scores} == row["probabilities"]
+    predictor, backend = load_predictor(saved, "int8")
+    assert backend == "pytorch-int8" and predictor.__dict__.get("_int8_copy") is not None  # quantized at startup
+    with TestClient(build_app(predictor, backend=backend, precision="int8")) as client:
+        assert client.get("/health").json()["backend"] == "pytorch-int8"
+        answer = client.post("/predict", json={"texts": TEXTS}).json()["predictions"]
+    assert [a["probabilities"] for a in answer] == pytest.approx([r["probabilities"] for r in expected], abs=1e-6)
+
+
+def test_bad_precisions_are_one_line(saved):
+    from transformers import AutoModelForSequenceClassification
+
+    from longbert.inference.serve import load_predictor
+
+    with pytest.raises(LongbertError, match="precision must be one of auto, fp32, bf16, int8, got 'int4'"):
+        load_predictor(saved, "int4")
+    with pytest.raises(LongbertError, match="precision must be one of"):
+        AutoModelForSequenceClassification.from_pretrained(saved, precision="fp8")
+
+
+def test_evaluate_at_int8_records_it_and_agrees_with_fp32(tiny_recipe):
+    import longbert
+    from longbert.evaluation.command import evaluate
+
+    result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.epochs=1"]))
+    exact = evaluate(result.run_dir, "test", precision="fp32")
+    quick = evaluate(result.run_dir, "test", precision="int8")
+    assert (exact["precision"], quick["precision"]) == ("fp32", "int8")
+    assert quick["documents"] == exact["documents"] and abs(quick["accuracy"] - exact["accuracy"]) <= 0.1
+    with pytest.raises(LongbertError, match="--precision must be one of"):
+        evaluate(result.run_dir, "test", precision="half")
