@@ -10,6 +10,7 @@ from typing import Callable, List, Optional
 import typer
 
 from longbert.errors import LongbertError
+from longbert.inference.serve import Limits  # standard library only: the serve options' defaults
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
@@ -17,20 +18,32 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 def _run(action: Callable[[], object]) -> object:
-    """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback."""
-    from longbert.training.finetune import TrainingInterrupted
+    """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback. A command
+    stopped by Ctrl-C or SIGTERM exits 130; Ctrl-C is ignored from then on, so that more presses while the process
+    shuts down (its threads joined) print no traceback and do not change the exit status."""
+    from longbert.training.stopping import TrainingInterrupted
 
     try:
         return action()
     except TrainingInterrupted as error:
+        _ignore_ctrl_c()
         typer.echo(f"stopped: {error}", err=True)
         raise typer.Exit(130) from None
     except LongbertError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
+        _ignore_ctrl_c()
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None
+
+
+def _ignore_ctrl_c() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _command_line() -> str:
@@ -188,6 +201,9 @@ def export(
     _run(action)
 
 
+_LIMITS = Limits()
+
+
 @app.command()
 def serve(
     model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, or an exported folder "
@@ -197,11 +213,23 @@ def serve(
     max_batch: int = typer.Option(16, "--max-batch", help="at most this many texts of concurrent requests run "
                                                           "together"),
     max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="how long a batch waits for more requests"),
+    max_request_bytes: int = typer.Option(_LIMITS.body_bytes, "--max-request-bytes", show_default=False,
+                                          help=f"the largest request body, in bytes (default {_LIMITS.body_bytes:,}: "
+                                               "8 MiB); a larger one is answered 413"),
+    max_request_texts: int = typer.Option(_LIMITS.texts, "--max-request-texts", show_default=False,
+                                          help=f"the most texts one request may hold (default {_LIMITS.texts:,}); "
+                                               "more are answered 413"),
+    max_request_tokens: int = typer.Option(_LIMITS.tokens, "--max-request-tokens", show_default=False,
+                                           help=f"the most tokens one request's texts may come to, each counted up to "
+                                                f"the model's max_document_tokens (default {_LIMITS.tokens:,}); more "
+                                                "are answered 413"),
 ):
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
     from longbert.inference.serve import serve as run_server
 
-    _run(lambda: run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo))
+    _run(lambda: run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo,
+                            max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
+                            max_request_tokens=max_request_tokens))
 
 
 @app.command()

@@ -231,7 +231,7 @@ def test_predict_a_table_with_ids_kept_columns_and_a_precision(model_dir, tmp_pa
     written = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["id"], r["year"], r["n_tokens"] > 40) for r in written] == [("a", 1999, False), ("b", 2001, True)]
     assert_user_error(run("predict", model_dir, tmp_path / "in.jsonl", "--precision", "fp16"),
-                      "--precision must be one of auto, fp32, bf16, got 'fp16'")
+                      "--precision must be one of auto, fp32, bf16, int8, got 'fp16'")
 
 
 @pytest.mark.parametrize("text, fragments", [
@@ -295,3 +295,56 @@ def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, t
     assert_user_error(run("train"), "train needs a recipe file", "--set key.path=value")
     assert_user_error(run("train", "--set", "train.lr=1"), "unknown recipe key 'train.lr'")
     assert not seen, "nothing trained"
+
+
+@pytest.mark.parametrize("where, resume, fragments", [
+    ("/proc/x", False, ["cannot write into output_dir /proc/x: "]),
+    ("a-file", False, ["output_dir ", "a-file exists and is not a folder"]),
+    ("a-file", True, ["output_dir ", "a-file exists and is not a folder"]),
+    ("a-file/below", False, ["cannot write into output_dir ", "a-file/below: "]),
+], ids=["proc", "a-file", "a-file-resumed", "below-a-file"])
+def test_an_output_dir_that_cannot_be_a_folder_is_one_line_before_any_work(tiny_recipe, tmp_path, monkeypatch, where,
+                                                                          resume, fragments):
+    import longbert.training.finetune
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(longbert.training.finetune, "_train", no_work)
+    (tmp_path / "a-file").write_text("not a folder\n")
+    output_dir = where if where.startswith("/") else str(tmp_path / where)
+    overrides = [o for o in tiny_recipe if not o.startswith("output_dir=")] + [f"output_dir={output_dir}"]
+    assert_user_error(run("train", *sets(overrides), *(["--resume"] if resume else [])), *fragments)
+    assert (tmp_path / "a-file").read_text() == "not a folder\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_serve_takes_the_request_limits_from_the_command_line(monkeypatch, tmp_path):
+    import longbert.inference.serve
+    from longbert.inference.serve import Limits
+
+    seen = []
+    monkeypatch.setattr(longbert.inference.serve, "serve", lambda *args, **kwargs: seen.append((args, kwargs)))
+    result = run("serve", tmp_path, "--port", "0", "--max-request-bytes", "1000", "--max-request-texts", "3",
+                 "--max-request-tokens", "500")
+    assert result.exit_code == 0, result.output
+    (args, kwargs), = seen
+    assert args[:3] == (tmp_path, "127.0.0.1", 0)
+    assert (kwargs["max_request_bytes"], kwargs["max_request_texts"], kwargs["max_request_tokens"]) == (1000, 3, 500)
+
+    seen.clear()
+    assert run("serve", tmp_path).exit_code == 0
+    (_, kwargs), = seen
+    defaults = Limits()
+    assert (kwargs["max_request_bytes"], kwargs["max_request_texts"], kwargs["max_request_tokens"]) == (
+        defaults.body_bytes, defaults.texts, defaults.tokens)
+    assert "--max-request-tokens" in run("serve", "--help").output
+
+
+@pytest.mark.parametrize("option", ["--max-request-bytes", "--max-request-texts", "--max-request-tokens"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_request_limit_below_one_is_one_line_before_the_server_starts(tmp_path, option, value):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    # tmp_path is no model folder: the limits are checked first, so that is not what the error says
+    assert_user_error(run("serve", tmp_path, "--port", "0", option, value), f"{option} must be >= 1, got {value}")

@@ -124,7 +124,7 @@ def plan_runs(recipes: dict) -> dict[str, str]:
             plan[strategy] = "train"
         elif not saved.is_file():
             problems.append(f"{run_dir} is not empty and holds no recipe.yaml; move it away or choose another --name")
-        elif saved.read_text() != recipe_to_yaml(recipe):
+        elif _read(saved) != recipe_to_yaml(recipe):
             differing = _differences(saved, recipe)
             problems.append(f"{run_dir} holds a run with a different recipe ({differing}); choose another --name, "
                             "or delete that folder to train it again")
@@ -139,9 +139,20 @@ def plan_runs(recipes: dict) -> dict[str, str]:
     return plan
 
 
+def _read(saved: Path) -> str | None:
+    """A saved recipe.yaml's text; None when it cannot be read as text (`_differences` says why)."""
+    try:
+        return saved.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _differences(saved: Path, recipe) -> str:
-    """'train.learning_rate: 0.001 -> 0.002': the first few settings a saved recipe.yaml and `recipe` differ in."""
+    """'train.learning_rate: 0.001 -> 0.002': the first few settings a saved recipe.yaml and `recipe` differ in, or
+    why the saved one cannot be compared (not readable, not YAML within the loader's bounds, not a mapping)."""
     import yaml
+
+    from longbert.config import read_yaml, yaml_problem
 
     def flat(d, prefix=""):
         out = {}
@@ -152,7 +163,17 @@ def _differences(saved: Path, recipe) -> str:
                 out[f"{prefix}{k}"] = v
         return out
 
-    old, new = flat(yaml.safe_load(saved.read_text()) or {}), flat(recipe.to_dict())
+    try:
+        saved_raw = read_yaml(saved.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        return f"its recipe.yaml is not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x})"
+    except OSError as error:
+        return f"its recipe.yaml cannot be read: {error.strerror or error}"
+    except yaml.YAMLError as error:
+        return f"its recipe.yaml is not a readable recipe: {yaml_problem(error)}"
+    if saved_raw is not None and not isinstance(saved_raw, dict):
+        return "its recipe.yaml does not hold a recipe (a mapping of settings)"
+    old, new = flat(saved_raw or {}), flat(recipe.to_dict())
     keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
     return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "") if keys else "formatting differs"

@@ -18,6 +18,7 @@ from typing import Iterator
 
 from longbert.errors import LongbertError
 from longbert.training.stopping import StopRequest, stop_on_signals
+from longbert.utils.atomic import writable_folder
 
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
@@ -29,19 +30,26 @@ RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predic
 
 
 @contextmanager
-def locked(run_dir: Path) -> Iterator[None]:
+def locked(run_dir: Path, what: str = "run folder") -> Iterator[None]:
     """Hold an exclusive lock on the run folder while the block runs. The lock is an flock on the folder itself, so
     it leaves no file behind and goes with the process however it ends. Another process (or another `train` in this
-    one) that asks for it meanwhile gets a LongbertError naming the folder. A folder made here and still empty at
-    the end (a run that failed before writing anything) is removed. Where the platform has no flock (Windows), the
-    folder is not locked."""
+    one) that asks for it meanwhile gets a LongbertError naming the folder. The folder is made, and once locked
+    checked writable (`writable_folder`, whose probe file no other holder can meet): a path that cannot be a folder
+    (a file, a place that cannot be written) is one LongbertError line naming it as `what`. A folder made here and
+    still empty at the end (a run that failed before writing anything) is removed. Where the platform has no flock
+    (Windows), the folder is not locked."""
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        writable_folder(run_dir, what)  # says why in one line
+        raise
     try:
         import fcntl
     except ImportError:
+        writable_folder(run_dir, what)
         yield
         return
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
     busy = LongbertError(f"run folder {run_dir} is in use by another longbert process; wait for it to end, or set "
                          "another output_dir (--set output_dir=...)")
     try:
@@ -58,6 +66,7 @@ def locked(run_dir: Path) -> Iterator[None]:
             pass
         if not held:
             raise busy
+        writable_folder(run_dir, what)
         yield
     finally:
         if held and created and not any(run_dir.iterdir()):
@@ -74,10 +83,11 @@ def open_run(run_dir: Path, recipe, resume: bool, stop: StopRequest) -> Iterator
 
     from longbert.utils.hardware import process_state
 
-    if resume and not run_dir.is_dir():
+    if resume and not run_dir.exists():
         raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (the folder does not exist)")
     process = process_state()  # which process this is (`accelerate launch` starts one per device)
-    with locked(run_dir) if process.is_main_process else nullcontext(), stop_on_signals(stop):
+    # The main process makes and checks the folder first: an output_dir that cannot be one is one line, before any work.
+    with locked(run_dir, "output_dir") if process.is_main_process else nullcontext(), stop_on_signals(stop):
         decision = [prepare(run_dir, recipe, resume, process.num_processes) if process.is_main_process else None]
         if process.num_processes > 1:
             broadcast_object_list(decision)

@@ -26,10 +26,13 @@ class StopRequest(Protocol):
 @contextmanager
 def stop_on_signals(stop: StopRequest) -> Iterator[None]:
     """While the block runs, the first Ctrl-C / SIGTERM sets `stop` (the loop stops after the current optimiser step
-    and writes a checkpoint); a second Ctrl-C interrupts at once."""
+    and writes a checkpoint); a second Ctrl-C interrupts at once (KeyboardInterrupt), and from then on Ctrl-C is
+    ignored until the block has unwound, so that impatient presses do not interrupt the cleanup. The caller's
+    handlers are put back when the block ends."""
 
     def request(signum, frame):
         if stop.is_set():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             raise KeyboardInterrupt
         stop.set()
 

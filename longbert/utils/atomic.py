@@ -135,31 +135,55 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError behind `error`: itself, or the one a safetensors SafetensorError wraps (it reports a failed write
+    as 'Error while serializing: I/O error: No space left on device (os error 28)'); None for anything else."""
+    if isinstance(error, OSError):
+        return error
+    if type(error).__name__ == "SafetensorError":
+        found = re.search(r"\(os error (\d+)\)|\bOs \{ code: (\d+)", str(error))  # safetensors >= 0.5 | older
+        if found:
+            code = int(found[1] or found[2])
+            return OSError(code, os.strerror(code))
+    return None
+
+
 @contextmanager
 def atomic_folder(target: str | Path) -> Iterator[Path]:
     """Yield a staging folder beside `target`. When the block finishes, the staging folder replaces `target` whole
     (an older folder of that name is swapped out, then removed); when it fails, the staging folder is removed and
-    `target` is left as it was."""
+    `target` is left as it was. A write that fails (a full disk, a read-only place: an OSError, or a SafetensorError
+    wrapping one, from the block or the swap) is one LongbertError line naming `target` (`disk_error`); any other
+    error, Ctrl-C included, passes through unchanged."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sweep(target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-{os.getpid()}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sweep(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-{os.getpid()}-", dir=target.parent))
+    except OSError as error:
+        raise disk_error(error, target) from None
+    old = None
     try:
         yield staging
         for path in (staging, *staging.rglob("*")):  # mkdtemp and safetensors make files private
             if not path.is_symlink():
                 public_mode(path)
         # The swap: two renames. A kill between them leaves only the old folder, which `recover` puts back.
-        old = None
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)
         os.replace(staging, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
+        if old is not None and not target.exists():  # the second rename failed: the older folder goes back
+            with suppress(OSError):
+                os.replace(old, target)
+        failed = _os_error(error)
+        if failed is None:
+            raise
+        raise disk_error(failed, target) from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_bytes_atomically(path: str | Path, data: bytes) -> None:

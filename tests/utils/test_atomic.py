@@ -4,6 +4,7 @@ and files readable by others as the umask says."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from safetensors import SafetensorError
 
 from longbert.errors import LongbertError
 from longbert.utils.atomic import (
@@ -131,3 +133,68 @@ def test_signal_handler_is_restored_after_a_stream(tmp_path):
     with atomic_stream(tmp_path / "x") as stream:
         stream.write("x")
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _folder_with(tmp_path, text: str) -> Path:
+    target = tmp_path / "model"
+    with atomic_folder(target) as staging:
+        (staging / "weights.txt").write_text(text)
+    return target
+
+
+def _assert_left_as_it_was(target: Path) -> None:
+    assert (target / "weights.txt").read_text() == "older", "the older folder is intact"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["model"], "no staging folder is left"
+
+
+@pytest.mark.parametrize("failure", [
+    OSError(errno.ENOSPC, "No space left on device"),
+    # what safetensors (0.8) raises on a full disk, and the form older versions gave
+    SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+    SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on '
+                    'device" })'),
+], ids=["oserror", "safetensors", "safetensors-old"])
+def test_a_full_disk_while_a_folder_is_written_is_one_line_and_leaves_the_older_folder(tmp_path, monkeypatch,
+                                                                                       failure):
+    import safetensors.torch
+    import torch
+
+    target = _folder_with(tmp_path, "older")
+
+    def full(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(LongbertError) as caught:
+        with atomic_folder(target) as staging:
+            (staging / "config.json").write_text("{}")
+            safetensors.torch.save_file({"w": torch.zeros(2)}, str(staging / "model.safetensors"))
+    assert str(caught.value) == f"could not write {target}: the disk is full"
+    _assert_left_as_it_was(target)
+
+
+def test_a_failed_swap_is_one_line_and_puts_the_older_folder_back(tmp_path, monkeypatch):
+    target = _folder_with(tmp_path, "older")
+    replace = os.replace
+
+    def read_only_after_the_first_rename(source, destination):
+        if Path(source).name.startswith(".model.staging-"):
+            raise OSError(errno.EROFS, "Read-only file system")
+        replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", read_only_after_the_first_rename)
+    with pytest.raises(LongbertError, match=f"^could not write {target}: Read-only file system$"):
+        with atomic_folder(target) as staging:
+            (staging / "weights.txt").write_text("newer")
+    _assert_left_as_it_was(target)
+
+
+@pytest.mark.parametrize("failure", [ValueError("a bug"), KeyboardInterrupt(), SafetensorError("not a tensor")])
+def test_other_errors_in_a_folder_write_pass_through_unchanged(tmp_path, failure):
+    target = _folder_with(tmp_path, "older")
+    with pytest.raises(type(failure)) as caught:
+        with atomic_folder(target) as staging:
+            (staging / "weights.txt").write_text("newer")
+            raise failure
+    assert caught.value is failure
+    _assert_left_as_it_was(target)

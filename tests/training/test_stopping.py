@@ -1,0 +1,66 @@
+"""Stopping a training: the first Ctrl-C asks for a clean stop, the second interrupts at once, and Ctrl-C after that
+(while the process unwinds and shuts down) is ignored, so that `longbert train` ends with 130 and no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from longbert.training.stopping import stop_on_signals
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_second_ctrl_c_interrupts_and_later_ones_are_ignored_until_the_block_ends():
+    before = signal.getsignal(signal.SIGINT)
+    stop = threading.Event()
+    with pytest.raises(KeyboardInterrupt):
+        with stop_on_signals(stop):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs in the main thread between bytecodes
+            assert stop.is_set(), "the first Ctrl-C asks for a clean stop"
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                pytest.fail("the second Ctrl-C did not interrupt")
+            except KeyboardInterrupt:
+                assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+                os.kill(os.getpid(), signal.SIGINT)  # a third one while unwinding: ignored
+                time.sleep(0.05)
+                raise
+    assert signal.getsignal(signal.SIGINT) is before, "the caller's handler is back after the block"
+
+
+@pytest.mark.heavy
+def test_three_quick_ctrl_c_end_train_with_130_and_no_traceback(tiny_recipe, tmp_path):
+    overrides = [o for o in tiny_recipe if not o.startswith("train.epochs")]
+    overrides += ["train.epochs=1000", "train.max_steps=1000000", "train.batch_size=2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "LONGBERT_PROGRESS": "0"}
+    command = [sys.executable, "-m", "longbert.cli", "train", *[x for o in overrides for x in ("--set", o)]]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "run"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None and not (run_dir / "recipe.yaml").exists():
+            time.sleep(0.05)  # recipe.yaml is written just before the first step
+        time.sleep(1.0)
+        assert process.poll() is None, "train ended before it could be interrupted"
+        for _ in range(3):
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert "interrupted" in stderr or "stopped:" in stderr, stderr
