@@ -12,6 +12,10 @@ import typer
 from longbert.errors import LongbertError
 from longbert.inference.serve import Limits  # standard library only: the serve options' defaults
 
+# The inference precisions (longbert.utils.hardware.INFERENCE_PRECISIONS, not imported here: it loads torch).
+PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, bf16, or int8 (the backbone's Linear "
+                  "layers dynamically quantized: CPU only, measured by `longbert quantize`)")
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
                        "pretrain a backbone further.")
@@ -124,13 +128,14 @@ def evaluate(
     batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
     set_: List[str] = typer.Option([], "--set", help="override the run's data or eval settings: key.path=value, e.g. "
                                                      "data.max_eval_documents=100 (repeatable)"),
+    precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
     from longbert.evaluation.command import evaluate as run_evaluation
     from longbert.evaluation.metrics import headline
 
     def action():
-        metrics = run_evaluation(run_dir, split, batch_size, set_)
+        metrics = run_evaluation(run_dir, split, batch_size, set_, precision=precision)
         typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{split}.md")
 
     _run(action)
@@ -147,8 +152,7 @@ def predict(
     id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
                                                                       "(default: the row number, from 0)"),
     keep: List[str] = typer.Option([], "--keep", help="copy this input column into every output row (repeatable)"),
-    precision: str = typer.Option("auto", "--precision", help="fp32, bf16, or auto (bf16 where the device runs "
-                                                              "it fast)"),
+    precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
     split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several "
                                                               "(a hub dataset, a saved DatasetDict, a folder of "
                                                               "split files)"),
@@ -223,13 +227,33 @@ def serve(
                                            help=f"the most tokens one request's texts may come to, each counted up to "
                                                 f"the model's max_document_tokens (default {_LIMITS.tokens:,}); more "
                                                 "are answered 413"),
+    precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP + "; PyTorch models only"),
 ):
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
     from longbert.inference.serve import serve as run_server
 
     _run(lambda: run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo,
                             max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
-                            max_request_tokens=max_request_tokens))
+                            max_request_tokens=max_request_tokens, precision=precision))
+
+
+@app.command()
+def quantize(
+    run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
+):
+    """Measure int8 inference (--precision int8) against fp32 on the run's validation split, once, and record the
+    label agreement, both accuracies and both speeds in its kept model's training.json and model card."""
+    from longbert.inference.quantize import quantize as measure
+
+    def action():
+        m = measure(run_dir, batch_size)
+        typer.echo(f"int8 against fp32 on {m['documents']} validation documents: labels agree on "
+                   f"{100 * m['agreement']:.1f}%; accuracy {100 * m['accuracy_fp32']:.1f}% -> "
+                   f"{100 * m['accuracy_int8']:.1f}%; {m['seconds_fp32']:.1f} s -> {m['seconds_int8']:.1f} s; "
+                   f"recorded in {run_dir}/best (training.json, README.md)")
+
+    _run(action)
 
 
 @app.command()

@@ -169,6 +169,13 @@ class ModelConfig:
         return out
 
 
+def _same_path(path: str, run_dir: str) -> bool:
+    """Whether `path` names the run folder `run_dir` or its best/ (compared as absolute paths; nothing is read)."""
+    where = Path(path).expanduser().absolute()
+    run = Path(run_dir).expanduser().absolute()
+    return where in (run, run / "best")
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -206,9 +213,15 @@ class TrainConfig:
                              "the operating system (glibc's malloc_trim), which otherwise keeps it and grows step "
                              "after step: sliding, batches of 16, peaked at 3.0 GB instead of 3.7 GB over 30 steps, "
                              "12% slower (benchmarks/bench_training.py)")
+    init_from: str | None = option(None, "start from an earlier model: a run folder (its best/) or a saved model "
+                                   "folder with the same labels and backbone architecture; its backbone, and its "
+                                   "pooler and head where the shapes match, replace the new initialisation; null: "
+                                   "the backbone's own weights")
 
     def problems(self, path: str) -> list[str]:
         out = []
+        if self.init_from is not None and not self.init_from.strip():
+            out.append(f"{path}.init_from must name an earlier run folder or a saved model folder, or be null")
         for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs",
                      "log_every_steps"):
             if getattr(self, name) < 1:
@@ -250,6 +263,10 @@ class Recipe:
         if self.train.best_metric in (SINGLE_LABEL_METRICS if multi_label else MULTI_LABEL_METRICS):
             out.append(f"train.best_metric {self.train.best_metric} is not measured for model.problem_type "
                        f"{self.model.problem_type}")
+        # A run cannot start from the model it is about to write (the folder is checked when the run starts).
+        init_from = self.train.init_from
+        if init_from and init_from.strip() and _same_path(init_from, self.output_dir):
+            out.append(f"train.init_from must be another run's folder, not this run's own output_dir ({init_from})")
         return out
 
     def __post_init__(self):

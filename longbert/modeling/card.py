@@ -45,12 +45,22 @@ class TrainingFacts:
     best_metric: str = "accuracy"
     validation: dict | None = None
     test: dict | None = None
+    # train.init_from: the earlier model the run started from (path, strategy, merged_lora, loaded, head_loaded,
+    # kept_new; see longbert.training.init_from), or None
+    init_from: dict | None = None
+    # `longbert quantize`: int8 inference measured against fp32 on the validation split (longbert.inference.quantize)
+    int8: dict | None = None
 
     @classmethod
     def from_run(cls, recipe, stats: dict, command: str | None, best_metric: str,
-                 validation: dict | None) -> TrainingFacts:
+                 validation: dict | None, init_from: dict | None = None) -> TrainingFacts:
+        started = None
+        if init_from:  # as metrics.json has it, less the machine's paths
+            started = {k: v for k, v in init_from.items() if k != "model"}
+            started["path"] = portable(str(init_from["path"]))
         return cls(recipe=recipe.name, command=portable(command) if command else None,
-                   data=describe_data(recipe.data.path), splits=stats, best_metric=best_metric, validation=validation)
+                   data=describe_data(recipe.data.path), splits=stats, best_metric=best_metric, validation=validation,
+                   init_from=started)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -186,6 +196,8 @@ def usage() -> list[str]:
 
 def training_section(facts: TrainingFacts) -> list[str]:
     lines = ["## Training data", "", f"Recipe `{facts.recipe}`; documents from {facts.data}.", ""]
+    if facts.init_from:
+        lines += [describe_init(facts.init_from), ""]
     if facts.splits:
         lines += ["| split | documents | median tokens | over 512 tokens | cut at the token cap |",
                   "|---|---|---|---|---|"]
@@ -202,9 +214,32 @@ def training_section(facts: TrainingFacts) -> list[str]:
         lines += test_results(facts.test)
     else:
         lines += ["No test split was evaluated.", ""]
+    if facts.int8:
+        lines += [describe_int8(facts.int8), ""]
     if facts.command:
         lines += ["## Training command", "", "```bash", facts.command, "```", ""]
     return lines
+
+
+def describe_int8(int8: dict) -> str:
+    """The card's sentence on int8 inference (`TrainingFacts.int8`, measured by `longbert quantize`)."""
+    cpu = (int8.get("machine") or {}).get("cpu_capability") or "unknown"
+    return (f"With `--precision int8` (the backbone's Linear layers dynamically quantized), the predicted labels "
+            f"agreed with fp32 on {100 * int8['agreement']:.1f}% of the {int8['documents']} {int8['split']} documents; "
+            f"accuracy {100 * int8['accuracy_fp32']:.1f}% in fp32, {100 * int8['accuracy_int8']:.1f}% in int8; the "
+            f"pass took {int8['seconds_fp32']:.1f} s in fp32 and {int8['seconds_int8']:.1f} s in int8 (CPU "
+            f"capability {cpu}).")
+
+
+def describe_init(init: dict) -> str:
+    """The card's sentence on where training started (`TrainingFacts.init_from`)."""
+    parts = "its backbone and head" if init.get("head_loaded") else "its backbone; the head was newly initialised"
+    merged = " whose LoRA adapters were merged" if init.get("merged_lora") else ""
+    origin = f"a `{init.get('strategy')}` model{merged}"
+    kept = init.get("kept_new") or []
+    shown = f" ({', '.join(f'`{k}`' for k in kept[:8])}{', ...' if len(kept) > 8 else ''})" if kept else ""
+    return (f"Initialised from `{init.get('path')}` ({parts}; {origin}): {init.get('loaded')} tensors loaded, "
+            f"{len(kept)} kept as newly initialised{shown}.")
 
 
 OVERALL = ("accuracy", "exact_match", "macro_f1", "micro_f1", "hamming_loss", "loss")

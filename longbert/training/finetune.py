@@ -10,7 +10,7 @@ A run folder holds:
                                transformers' Auto classes; written when training ends, its model card (README.md)
                                refreshed with the test metrics
     metrics.json, metrics.md   training log (loss, learning rate, tokens/s), validation history, test metrics, timing,
-                               data statistics
+                               data statistics, what train.init_from loaded
     predictions-test.jsonl     per-document test predictions (for error analysis)
     predictions-validation.jsonl  the kept model's validation predictions (compare's ensembles are chosen on them)
     logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
@@ -46,6 +46,7 @@ from longbert.training.checkpoint import (
     save_checkpoint,
     trainable_weights,
 )
+from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
@@ -82,8 +83,9 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     run_dir = Path(recipe.output_dir)
     stop = threading.Event() if stop is None else stop
     check_tracker(recipe.train.report_to)
+    source = open_init_from(recipe)  # train.init_from, checked before the run folder is touched
     with open_run(run_dir, recipe, resume, stop) as resuming:
-        return _train(recipe, run_dir, resuming, command, stop, data)
+        return _train(recipe, run_dir, resuming, command, stop, data, source)
 
 
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
@@ -107,13 +109,12 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
-           data=None) -> TrainResult:
+           data=None, source=None) -> TrainResult:
     from accelerate.utils import set_seed
 
     from longbert.data.documents import load_corpus
     from longbert.modeling.backbone import load_backbone
     from longbert.modeling.card import TrainingFacts, refresh_card
-    from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.training import frozen
     from longbert.utils.atomic import write_text_atomically
 
@@ -128,12 +129,16 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
                                         recipe.backbone.hidden_dropout)
     multi_label = recipe.model.problem_type == "multi_label"
     corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
+    if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
+        check_labels(source, corpus.label_names)
     accelerator.print(corpus.summary())
     cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
     if cut:
         accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
                           + ", ".join(f"{n} in {role}" for role, n in cut.items()))
-    model = LongDocumentClassifier.from_recipe(recipe, corpus.label_names, loaded=(backbone, tokenizer))
+    # With train.init_from, the earlier model's weights replace the new ones where they fit (training/init_from.py);
+    # a resumed run loads its checkpoint over them in _fit.
+    model, started_from = build_model(recipe, corpus.label_names, (backbone, tokenizer), source)
     for note in model.notes:
         accelerator.print(note)
     class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
@@ -183,7 +188,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
             f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
     # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
     validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
-    core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation)
+    core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation,
+                                                 started_from)
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
     metrics = {
@@ -192,6 +198,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         # The strategy's settings as the model was built with them (token_pooling's auto resolved).
         "strategy_settings": dataclasses.asdict(core.settings.strategy),
         "command": command,
+        **({"init_from": started_from} if started_from else {}),
         "machine": describe_machine(),
         "mixed_precision": precision,
         "data": corpus.stats,

@@ -123,7 +123,9 @@ def describe_machine() -> dict:
         "cpu_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the kernels torch dispatches to: AVX2, AVX512
         "cpu_bf16_fast": fast_bf16("cpu"),
+        "auto_precision_cpu": "bf16" if fast_bf16("cpu") else "fp32",  # what precision auto runs on this CPU
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
