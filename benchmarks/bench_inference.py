@@ -1,6 +1,8 @@
-"""Inference throughput of one chunk model run four ways on the same IMDb test reviews longer than 512 tokens, with
-the real MiniLM backbone: PyTorch fp32, PyTorch bf16 (autocast), and the exported ONNX graphs (`longbert export`)
-in onnxruntime, fp32 and int8 (dynamic quantization of the encoder).
+"""Inference throughput of one chunk model run five ways on the same IMDb test reviews longer than 512 tokens, with
+the real MiniLM backbone: PyTorch fp32, PyTorch bf16 (autocast), PyTorch int8 (`--precision int8`: the backbone's
+Linear layers dynamically quantized), and the exported ONNX graphs (`longbert export`) in onnxruntime, fp32 and int8
+(dynamic quantization of the encoder). The machine record says which CPU (its capability: AVX2, AVX512) and what
+`auto` runs there; on a CPU without fast bf16 the bf16 row is emulated and slow.
 
     python benchmarks/bench_inference.py                          # 64 reviews, 3 timed rounds:
                                                                   # benchmarks/results/inference.json
@@ -107,13 +109,26 @@ def main():
         def onnx(runtime):
             return lambda batch: runtime.probabilities(runtime.logits(batch))
 
+        quantized = model.for_precision("int8")
+
+        def pytorch_int8(batch):
+            with torch.no_grad():
+                return quantized.probabilities(quantized(batch).logits)
+
         backends = {"pytorch_fp32": pytorch(None), "pytorch_bf16": pytorch(torch.bfloat16),
-                    "onnx_fp32": onnx(runtimes["fp32"]), "onnx_int8": onnx(runtimes["int8"])}
+                    "pytorch_int8": pytorch_int8, "onnx_fp32": onnx(runtimes["fp32"]),
+                    "onnx_int8": onnx(runtimes["int8"])}
         results = {}
         for name, forward in backends.items():
             results[name] = time_rounds(forward, documents, args.batch_size, repeats)
             print(f"{name}: {results[name]['documents_per_second']:.2f} documents/s, "
                   f"{results[name]['tokens_per_second']:.0f} tokens/s", flush=True)
+    exact = torch.cat([backends["pytorch_fp32"](documents[s : s + args.batch_size])
+                       for s in range(0, len(documents), args.batch_size)])
+    quick = torch.cat([pytorch_int8(documents[s : s + args.batch_size])
+                       for s in range(0, len(documents), args.batch_size)])
+    pytorch_int8_parity = {"label_agreement": round(float((exact.argmax(1) == quick.argmax(1)).float().mean()), 4),
+                           "max_probability_difference": round(float((exact - quick).abs().max()), 5)}
     base = results["pytorch_fp32"]["seconds"]
     for row in results.values():
         row["speedup_over_pytorch_fp32"] = round(base / row["seconds"], 2)
@@ -135,6 +150,7 @@ def main():
         "onnx_file_mb": sizes,
         "results": results,
         "parity_against_pytorch_fp32": exported.parity,
+        "pytorch_int8_against_pytorch_fp32": pytorch_int8_parity,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
