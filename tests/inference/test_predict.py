@@ -214,7 +214,7 @@ def test_precision_is_a_parameter(model):
     for a, b in zip(fp32, bf16):
         assert a["probabilities"] != b["probabilities"], "bf16 rounds differently"
         assert a["probabilities"] == pytest.approx(b["probabilities"], abs=0.05)
-    with pytest.raises(LongbertError, match="precision must be one of auto, fp32, bf16, got 'fp16'"):
+    with pytest.raises(LongbertError, match="precision must be one of auto, fp32, bf16, int8, got 'fp16'"):
         model.predict(TEXTS, precision="fp16")
 
 
@@ -295,7 +295,7 @@ def test_bad_arguments_fail_before_the_model_loads(tmp_path, monkeypatch):
         predict_file(tmp_path, str(tmp_path / "in.txt"), tmp_path / "no" / "out.jsonl")
     with pytest.raises(LongbertError, match="--batch-size must be >= 1, got 0"):
         predict_file(tmp_path, str(tmp_path / "in.txt"), batch_size=0)
-    with pytest.raises(LongbertError, match="--precision must be one of auto, fp32, bf16, got 'fp16'"):
+    with pytest.raises(LongbertError, match="--precision must be one of auto, fp32, bf16, int8, got 'fp16'"):
         predict_file(tmp_path, str(tmp_path / "in.txt"), precision="fp16")
     (tmp_path / "bad.jsonl").write_text("{oops\n")
     with pytest.raises(LongbertError, match="bad.jsonl:1 is not valid JSON"):
