@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from longbert.comparison.results import id_group
+
 PREDICTIONS = "predictions-test.jsonl"
 
 
@@ -52,11 +54,6 @@ def read_predictions(run: Path) -> list[dict]:
     return rows
 
 
-def group_of(document_id) -> str | None:
-    """depth-0600-000123 -> depth-0600; None for an id without '-' (or none at all)."""
-    return document_id.rsplit("-", 1)[0] if isinstance(document_id, str) and "-" in document_id else None
-
-
 def score(rows: list[dict]) -> dict:
     """{"all": {accuracy, documents}, "groups": {group: {accuracy, documents}}, "ungrouped": documents}."""
     tallies: dict[str, list[int]] = {}  # group -> [right, documents]
@@ -64,7 +61,7 @@ def score(rows: list[dict]) -> dict:
     for row in rows:
         correct = int(row["label"] == row["predicted"])
         right += correct
-        group = group_of(row.get("id"))
+        group = id_group(row)  # depth-0600-000123 -> depth-0600, as compare's report groups them
         if group is None:
             ungrouped += 1
             continue

@@ -67,6 +67,7 @@ def build_blocks(results: dict) -> list[tuple]:
                     + [percent(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
                     + [duration(base["train_seconds"]), "–", "–", "–"])
     blocks += [("h", 2, "Results on the test split"), ("p", _class_balance(data)), ("table", headers, rows)]
+    blocks += _group_blocks(results)
     kinds = {s[n]["speed"]["memory_kind"] for n in names}
     blocks.append(("p", (
         "Lengths are WordPiece tokens with [CLS]/[SEP]. Inference speed is the test-split pass of the kept model "
@@ -203,6 +204,24 @@ def _settings_blocks(results: dict) -> list[tuple]:
         "mixed precision: " + ", ".join(f"{n} {s[n]['mixed_precision']}" for n in names),
     ]), ("code", results["command"])]
     return blocks
+
+
+def _group_blocks(results: dict) -> list[tuple]:
+    """Accuracy per group of test documents, when their ids name groups (a probe's depth-0600-000123)."""
+    by_group = results.get("by_group")
+    if not by_group:
+        return []
+    groups = by_group["groups"]
+    labels = {n: n for n in by_group["accuracy"]}
+    if results.get("ensemble"):
+        labels[results["ensemble"]["name"]] = ensemble_label(results["ensemble"])
+    if results.get("baseline"):
+        labels[results["baseline"]["name"]] = f"{results['baseline']['name']} (baseline)"
+    headers = ["row"] + [f"{g} (n={by_group['documents'][g]})" for g in groups]
+    rows = [[labels[n]] + [percent(accuracy[g]) for g in groups] for n, accuracy in by_group["accuracy"].items()]
+    return [("h", 3, "Accuracy by document group"), ("p", (
+        "The test documents' ids name groups (the id up to its last '-'), as a probe's ids name where its evidence "
+        "lies: accuracy in each group.")), ("table", headers, rows)]
 
 
 def _class_balance(data: dict) -> str:

@@ -53,6 +53,38 @@ def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> 
     return out
 
 
+MAX_GROUPS = 20  # more id groups than this are not a design of the test set: no table
+
+
+def id_group(row: dict) -> str | None:
+    """A test document's group, from its id: the part before the last '-' ('depth-0600-000123' -> 'depth-0600'), or
+    None for an id without one (a row number, a plain name)."""
+    value = row.get("id")
+    return value.rsplit("-", 1)[0] if isinstance(value, str) and "-" in value.strip("-") else None
+
+
+def accuracy_by_group(predictions: dict[str, list[dict]]) -> dict | None:
+    """Accuracy per group of test documents, for every row of `predictions` (keyed by name, rows in the same document
+    order), when the test documents' ids name groups (`id_group`: every id has one, 2 to MAX_GROUPS groups), as a
+    probe's ids do (depth-0600-000123: the evidence at word 600); else None. The ids are read from the first rows
+    that carry them (the baseline's rows have none and are aligned by position)."""
+    with_ids = next((rows for rows in predictions.values() if rows and "id" in rows[0]), None)
+    if with_ids is None:
+        return None
+    groups = [id_group(r) for r in with_ids]
+    names = sorted(set(groups), key=lambda g: (g is None, g))
+    if None in names or not 2 <= len(names) <= MAX_GROUPS:
+        return None
+    counts = {g: groups.count(g) for g in names}
+    accuracy = {}
+    for name, rows in predictions.items():
+        right = dict.fromkeys(names, 0)
+        for group, row in zip(groups, rows):
+            right[group] += is_right(row)
+        accuracy[name] = {g: right[g] / counts[g] for g in names}
+    return {"groups": names, "documents": counts, "accuracy": accuracy}
+
+
 def baseline_fields(result: dict) -> dict:
     """What the results dict keeps of `baseline.tfidf_baseline`'s result besides the test summary."""
     return {"settings": result["settings"], "validation": result["validation"],
@@ -184,6 +216,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
             **{k: v for k, v in ensemble.items() if k != "metrics"},
             **test_summary(predictions[ensemble["name"]], ensemble["metrics"], long_tokens)},
         "comparisons": paired_comparisons(predictions, long_tokens),
+        "by_group": accuracy_by_group(predictions),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,
                            "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},
         "notes": notes,

@@ -157,6 +157,32 @@ def test_a_report_with_twenty_classes_lists_top_confusions_and_plots_the_matrice
     assert html.count("<th>share</th>") == 2
 
 
+def test_a_report_whose_test_ids_name_groups_shows_accuracy_per_group(compared, tmp_path):
+    """The tiny comparison's results with probe-like ids: the report gains a table of accuracy per group (the imdb
+    slice's ids are row numbers: no table there)."""
+    import copy
+
+    from longbert.comparison.render import write_report
+    from longbert.comparison.results import accuracy_by_group
+
+    results = copy.deepcopy(compared["results"])
+    assert results["by_group"] is None
+    runs = compared["root"] / "runs" / "tiny"
+    predictions = {}
+    for name in STRATEGIES:
+        rows = [json.loads(line) for line in (runs / name / "predictions-test.jsonl").read_text().splitlines()]
+        predictions[name] = [{**r, "id": f"depth-{'early' if r['index'] < 10 else 'late'}-{r['index']}"} for r in rows]
+    results["by_group"] = accuracy_by_group(predictions)
+    write_report(results, tmp_path / "report")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "### Accuracy by document group" in markdown
+    assert "| row | depth-early (n=10) | depth-late (n=20) |" in markdown
+    import re
+
+    for row in STRATEGIES:
+        assert re.search(rf"^\| {row} \| \d+\.\d% \| \d+\.\d% \|$", markdown, re.MULTILINE), row
+
+
 def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(compared, capsys):
     before = _finished_files(compared)
     baseline_file = compared["root"] / "runs" / "tiny" / "tfidf-baseline.json"
