@@ -19,6 +19,8 @@ from helpers import build_model
 from longbert.errors import LongbertError
 from longbert.modeling.classifier import LongDocumentClassifier
 
+pytestmark = pytest.mark.heavy  # saves, loads and pipelines models: left out of the 1-minute subset
+
 ROOT = Path(__file__).resolve().parents[1]
 LONG_TEXT = "A wonderful film with a moving story, fine acting and a score I still hum days later. " * 25
 SHORT_TEXT = "Dull and far too long."
