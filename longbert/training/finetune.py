@@ -91,7 +91,8 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
     """`model.class_weights` as a (C,) tensor for the loss, or None. balanced: n_documents / (n_classes * count) per
     class (scikit-learn's "balanced"); for multi-label, each label's negatives / positives (its pos_weight). A list
-    must hold one weight per class."""
+    must hold one weight per class. balanced with a class (a label) that no training document has is refused, as
+    scikit-learn refuses it: its weight would be made up."""
     if setting is None:
         return None
     n_classes = len(label_names)
@@ -101,11 +102,16 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
                                 f"classes ({', '.join(label_names)})")
         return torch.tensor(setting, dtype=torch.float32)
     labels = np.asarray(train_labels)
+    counts = labels.sum(0) if multi_label else np.bincount(labels, minlength=n_classes)  # (C,) positives / documents
+    absent = [name for name, count in zip(label_names, counts) if count == 0]
+    if absent:
+        kind = "label" if multi_label else "class"
+        raise LongbertError(f"model.class_weights balanced: no training document has the {kind}"
+                            f"{'s' if len(absent) > 1 else ''} {', '.join(absent)}; give the weights as a list, one "
+                            f"per {kind}, or train on documents of {'them' if len(absent) > 1 else 'it'}")
     if multi_label:
-        positives = labels.sum(0)  # (C,)
-        return torch.tensor((len(labels) - positives) / np.maximum(positives, 1), dtype=torch.float32)
-    counts = np.bincount(labels, minlength=n_classes)
-    return torch.tensor(len(labels) / (n_classes * np.maximum(counts, 1)), dtype=torch.float32)
+        return torch.tensor((len(labels) - counts) / counts, dtype=torch.float32)
+    return torch.tensor(len(labels) / (n_classes * counts), dtype=torch.float32)
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,

@@ -210,6 +210,11 @@ def test_balanced_class_weights():
     with pytest.raises(LongbertError,
                        match=r"model.class_weights has 2 weights but the data has 3 classes \(a, b, c\)"):
         class_weights_for([1, 2], labels, ["a", "b", "c"], False)
+    # A class no training document has: refused, as scikit-learn refuses it, instead of given a made-up weight.
+    with pytest.raises(LongbertError, match="model.class_weights balanced: no training document has the class c; "):
+        class_weights_for("balanced", [0, 0, 1, 1], ["a", "b", "c"], False)
+    with pytest.raises(LongbertError, match="no training document has the labels a, b; "):
+        class_weights_for("balanced", [[0, 0, 1], [0, 0, 1]], ["a", "b", "c"], True)
 
 
 def test_recipe_fields_are_validated_with_their_paths():
