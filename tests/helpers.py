@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,17 @@ def assert_same_run(a: Path, b: Path, weights=("checkpoint/model.safetensors", "
         assert metrics(a)["steps"] == metrics(b)["steps"] == steps
     test = lambda d: {k: v for k, v in metrics(d)["test"].items() if k != "speed"}
     assert test(a) == test(b)
+
+
+class StopAfterSteps(threading.Event):
+    """A stop request that sets itself at its n-th check (the loop checks once after every optimiser step)."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self.steps, self.checks = steps, 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        if self.checks == self.steps:
+            self.set()
+        return super().is_set()

@@ -7,7 +7,6 @@ Every refusal is one line before anything is written; a resumed run continues it
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 import longbert
-from helpers import TINY_STRATEGY_SETTINGS, assert_same_run, tiny_bert_config
+from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run, tiny_bert_config
 from longbert.cli import app
 from longbert.errors import LongbertError
 from longbert.training.stopping import TrainingInterrupted
@@ -193,20 +192,6 @@ def test_a_run_folder_that_was_there_is_left_as_it_was(tiny_recipe, tmp_path):
     with pytest.raises(LongbertError, match="does not exist"):
         longbert.train(recipe)
     assert [p.name for p in run.iterdir()] == ["recipe.yaml"]
-
-
-class StopAfterSteps(threading.Event):
-    """A stop request that sets itself at its n-th check (the loop checks once after every optimiser step)."""
-
-    def __init__(self, steps: int):
-        super().__init__()
-        self.steps, self.checks = steps, 0
-
-    def is_set(self) -> bool:
-        self.checks += 1
-        if self.checks == self.steps:
-            self.set()
-        return super().is_set()
 
 
 @pytest.fixture

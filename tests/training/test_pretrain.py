@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 import longbert
+from helpers import StopAfterSteps
 from longbert.cli import app
 from longbert.config import MaskingConfig, load_pretrain_recipe
 from longbert.errors import LongbertError
@@ -73,20 +73,6 @@ def tiny_pretraining(backbone_dir, corpus, out, strategy="chunk", *extra):
             "train.steps=12", "train.head_steps=2", "train.batch_size=4", "train.learning_rate=3e-3",
             "train.head_learning_rate=3e-3", "train.warmup_ratio=0", "train.mixed_precision=no",
             "train.log_every_steps=4", "eval.batch_size=8", f"output_dir={out}", *extra]
-
-
-class StopAfterSteps(threading.Event):
-    """A stop request that sets itself at its n-th check (the loop checks once after every optimiser step)."""
-
-    def __init__(self, steps: int):
-        super().__init__()
-        self.steps, self.checks = steps, 0
-
-    def is_set(self) -> bool:
-        self.checks += 1
-        if self.checks == self.steps:
-            self.set()
-        return super().is_set()
 
 
 # -- masking ---------------------------------------------------------------------------------------------------

@@ -8,14 +8,13 @@ import json
 import os
 import platform
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 import longbert
-from helpers import TINY_STRATEGY_SETTINGS, assert_same_run
+from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import strategy_names
@@ -65,20 +64,6 @@ def test_an_existing_run_folder_is_not_overwritten(tiny_recipe):
     changed = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"])
     with pytest.raises(LongbertError, match="--resume: the recipe differs"):
         longbert.train(changed, resume=True)
-
-
-class StopAfterSteps(threading.Event):
-    """A stop request that sets itself at its n-th check (the loop checks once after every optimiser step)."""
-
-    def __init__(self, steps: int):
-        super().__init__()
-        self.steps, self.checks = steps, 0
-
-    def is_set(self) -> bool:
-        self.checks += 1
-        if self.checks == self.steps:
-            self.set()
-        return super().is_set()
 
 
 def with_strategy(tiny_recipe: list[str], name: str) -> list[str]:
