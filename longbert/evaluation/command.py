@@ -39,10 +39,9 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         if keys[0] not in EVALUATE_SECTIONS or len(keys) < 2:
             raise LongbertError(f"override {text!r}: evaluate can change only the "
                                 f"{' and '.join(EVALUATE_SECTIONS)} sections of a finished run's recipe")
-    from longbert.utils.hardware import INFERENCE_PRECISIONS
+    from longbert.utils.hardware import check_precision
 
-    if precision not in INFERENCE_PRECISIONS:
-        raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    check_precision(precision, "--precision")
     process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     # Not while a training writes the folder; only the main process writes, so only it holds the lock.
     with locked(run_dir) if process.is_main_process else nullcontext():

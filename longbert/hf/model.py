@@ -66,11 +66,10 @@ class LongbertForSequenceClassification(PreTrainedModel):
         `model_kwargs={"precision": "int8"}`. Anything else is refused in one LongbertError line rather than
         ignored."""
         from longbert.modeling.classifier import LongDocumentClassifier
-        from longbert.utils.hardware import INFERENCE_PRECISIONS
+        from longbert.utils.hardware import check_precision
 
         precision = kwargs.pop("precision", "auto")
-        if precision not in INFERENCE_PRECISIONS:
-            raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+        check_precision(precision)
         hub = {k: kwargs.pop(k) for k in HUB_OPTIONS if k in kwargs}
         dtype, torch_dtype = kwargs.pop("dtype", None), kwargs.pop("torch_dtype", None)
         dtype = dtype if dtype is not None else torch_dtype

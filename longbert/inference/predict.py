@@ -28,7 +28,7 @@ from typing import Iterator, TextIO
 from longbert.data.documents import count_cut
 from longbert.data.files import is_data_file, load_table, text_lines
 from longbert.errors import LongbertError
-from longbert.utils.hardware import INFERENCE_PRECISIONS, process_state
+from longbert.utils.hardware import check_precision, process_state
 
 BATCHES_PER_BLOCK = 64  # documents sorted by length together: this many batches per process
 PREDICTION_FIELDS = ("label", "labels", "probabilities", "n_tokens")  # what the model writes into each row
@@ -160,8 +160,7 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
 
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
-    if precision not in INFERENCE_PRECISIONS:
-        raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    check_precision(precision, "--precision")
     check_output(output)
     page = None
     if explain is not None:

@@ -273,10 +273,9 @@ def load_predictor(model_dir: str | Path, precision: str = "auto"):
     was exported). A PyTorch model's `precision` is checked, and an int8 copy made, before the first request."""
     from longbert.inference.exported import ExportedClassifier, is_export_folder
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.hardware import INFERENCE_PRECISIONS, autocast_for
+    from longbert.utils.hardware import autocast_for, check_precision
 
-    if precision not in INFERENCE_PRECISIONS:
-        raise LongbertError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    check_precision(precision, "--precision")
     if is_export_folder(model_dir):
         if precision != "auto":
             raise LongbertError(f"{model_dir} is an exported folder: it runs at the precision it was exported with; "
@@ -284,7 +283,8 @@ def load_predictor(model_dir: str | Path, precision: str = "auto"):
         predictor = ExportedClassifier(model_dir)
         return predictor, f"onnx-{predictor.precision}"
     model = LongDocumentClassifier.from_pretrained(model_dir)
-    autocast_for(model, precision), model.for_precision(precision)  # refuses what the device cannot run
+    autocast_for(model, precision)  # refuses what the device cannot run
+    model.for_precision(precision)  # the int8 copy, before the first request
     return model, "pytorch" if precision == "auto" else f"pytorch-{precision}"
 
 

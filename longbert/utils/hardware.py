@@ -91,12 +91,17 @@ def process_state():
     return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or cpu_group)
 
 
+def check_precision(precision: str, name: str = "precision") -> None:
+    """A LongbertError naming `name` (the option or argument) when `precision` is not an inference precision."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise LongbertError(f"{name} must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+
+
 def autocast_for(model: torch.nn.Module, precision: str = "auto"):
     """The autocast for inference on the model's device: `bf16` -> bf16 autocast; `fp32` -> a disabled autocast;
     `auto` -> bf16 where the device runs it fast (CPUs with AVX512-BF16/AMX, recent GPUs), fp32 elsewhere; `int8` ->
     a disabled autocast (what the quantized model does not run in int8 runs in fp32)."""
-    if precision not in INFERENCE_PRECISIONS:
-        raise LongbertError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    check_precision(precision)
     device = next(model.parameters()).device
     if precision == "int8" and device.type != "cpu":
         raise LongbertError(f"precision int8 runs on the CPU only (dynamically quantized Linear layers); the model is "
