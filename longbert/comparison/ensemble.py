@@ -9,10 +9,11 @@ is not done, and the report says so."""
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import numpy as np
+
+from longbert.comparison.results import read_rows
 
 ENSEMBLE = "ensemble"
 VALIDATION_FILE = "predictions-validation.jsonl"
@@ -24,7 +25,7 @@ def read_validation(run_dir: Path) -> list[dict] | None:
     path = Path(run_dir) / VALIDATION_FILE
     if not path.is_file():
         return None
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_rows(path)
 
 
 def score(rows: list[dict], probabilities: np.ndarray, metric: str) -> float:

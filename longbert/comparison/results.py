@@ -23,6 +23,11 @@ def read_predictions(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / PREDICTIONS_FILE
     if not path.is_file():
         raise LongbertError(f"{run_dir} has no {PREDICTIONS_FILE}; compare needs a test split (data.test_split)")
+    return read_rows(path)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The JSON rows of a predictions-<split>.jsonl file, blank lines skipped."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
