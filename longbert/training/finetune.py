@@ -35,7 +35,7 @@ import torch
 from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.evaluation.command import metrics_markdown, write_json, write_predictions
-from longbert.evaluation.inference import evaluate_split, model_inputs, predict_dataset, split_loader
+from longbert.evaluation.inference import evaluate_split, model_inputs, split_loader
 from longbert.evaluation.metrics import HISTORY_METRICS, improves, tune_thresholds
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
 from longbert.training.checkpoint import (
@@ -185,11 +185,17 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     if best is not None:
         load_trainable_weights(core, best, "the kept weights")
+    # The kept model's validation predictions, made once: multi-label thresholds are tuned on them, and compare
+    # chooses its ensembles on them (never on the test split).
+    validation_raw = None
+    if "validation" in corpus.splits:
+        _, validation_raw = evaluate_split(core, corpus.splits["validation"], recipe.eval.batch_size,
+                                           description="validation", cached=cached["validation"] if cached else None,
+                                           process=accelerator.state)
     if multi_label and isinstance(threshold, str):
         # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
-        raw = predict_dataset(core, corpus.splits["validation"], recipe.eval.batch_size,
-                              description="tuning thresholds", cached=cached["validation"] if cached else None)
-        core.settings.thresholds = tune_thresholds(raw["labels"], raw["probabilities"], threshold == "tune_per_label")
+        core.settings.thresholds = tune_thresholds(validation_raw["labels"], validation_raw["probabilities"],
+                                                   threshold == "tune_per_label")
         accelerator.print("multi-label thresholds tuned on validation: " + ", ".join(
             f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
     # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
@@ -221,13 +227,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     }
     if multi_label:
         metrics["thresholds"] = core.thresholds
-    if "validation" in corpus.splits:
-        # The kept model's validation predictions: what compare chooses its ensembles on (never the test split).
-        _, raw = evaluate_split(core, corpus.splits["validation"], recipe.eval.batch_size, description="validation",
-                                process=accelerator.state)
-        if accelerator.is_main_process:
-            write_predictions(run_dir / "predictions-validation.jsonl", corpus.splits["validation"], raw,
-                              corpus.label_names, multi_label, core.thresholds if multi_label else None)
+    if validation_raw is not None and accelerator.is_main_process:
+        write_predictions(run_dir / "predictions-validation.jsonl", corpus.splits["validation"], validation_raw,
+                          corpus.label_names, multi_label, core.thresholds if multi_label else None)
     if "test" in corpus.splits:
         test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
                                            process=accelerator.state)  # divided between the processes
