@@ -47,20 +47,16 @@ def quantize(run_dir: str | Path, batch_size: int | None = None) -> dict:
                                              precision=precision)
             seconds[precision] = time.perf_counter() - started
         labels = raw["fp32"]["labels"]
-        if model.multi_label:
-            decide = lambda p: multi_label_predictions(p, model.thresholds)  # noqa: E731
-            right = lambda predicted: (predicted == labels).all(1)  # noqa: E731
-            same = (decide(raw["fp32"]["probabilities"]) == decide(raw["int8"]["probabilities"])).all(1)
-        else:
-            decide = lambda p: p.argmax(1)  # noqa: E731
-            right = lambda predicted: predicted == labels  # noqa: E731
-            same = decide(raw["fp32"]["probabilities"]) == decide(raw["int8"]["probabilities"])
+        # Each document's predicted labels as one row (a class index, or a multi-hot row at the model's thresholds).
+        decided = {p: (multi_label_predictions(r["probabilities"], model.thresholds) if model.multi_label
+                       else r["probabilities"].argmax(1)).reshape(len(labels), -1) for p, r in raw.items()}
+        truth = labels.reshape(len(labels), -1)
         measured = {
             "split": "validation",
             "documents": int(len(labels)),
-            "agreement": float(np.mean(same)),
-            "accuracy_fp32": float(np.mean(right(decide(raw["fp32"]["probabilities"])))),
-            "accuracy_int8": float(np.mean(right(decide(raw["int8"]["probabilities"])))),
+            "agreement": float(np.mean((decided["fp32"] == decided["int8"]).all(1))),
+            "accuracy_fp32": float(np.mean((decided["fp32"] == truth).all(1))),
+            "accuracy_int8": float(np.mean((decided["int8"] == truth).all(1))),
             "seconds_fp32": round(seconds["fp32"], 3),
             "seconds_int8": round(seconds["int8"], 3),
             "batch_size": batch,
