@@ -37,6 +37,7 @@ _LAZY = {
     "strategy_names": ("longbert.strategies.base", "strategy_names"),
     "LongbertError": ("longbert.errors", "LongbertError"),
     "pretrain": ("longbert.training.pretrain", "pretrain"),
+    "make_hybrid": ("longbert.training.hybrid", "make_hybrid"),
     "load_pretrain_recipe": ("longbert.config", "load_pretrain_recipe"),
     "PretrainRecipe": ("longbert.config", "PretrainRecipe"),
     "PretrainResult": ("longbert.training.pretrain", "PretrainResult"),

@@ -257,6 +257,28 @@ def quantize(
 
 
 @app.command()
+def hybrid(
+    run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train` (single-label)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="where the hybrid goes (default: RUN/hybrid; an "
+                                          "older hybrid there is replaced)"),
+):
+    """Make a hybrid of the run's model and TF-IDF over the same token ids: fitted on the run's training documents,
+    mixed at a weight chosen on its validation split; written as a folder predict, evaluate and serve take."""
+    from longbert.training.hybrid import make_hybrid
+
+    def action():
+        s = make_hybrid(run_dir, output)
+        v = s["validation"]
+        where = output or run_dir / "hybrid"
+        typer.echo(f"hybrid written to {where}: neural weight {s['mix']:.2f}, C {s['C']} (chosen on "
+                   f"{s['validation_documents']} validation documents: neural {100 * v['neural_accuracy']:.1f}%, "
+                   f"TF-IDF {100 * v['lexical_accuracy']:.1f}%, hybrid {100 * v['hybrid_accuracy']:.1f}%)"
+                   + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if "test" in s else ""))
+
+    _run(action)
+
+
+@app.command()
 def strategies():
     """List the registered strategies and their recipe fields ([exportable]: `longbert export` takes them)."""
     from longbert.strategies.base import ReadsWindows, config_fields, get_entry, strategy_names

@@ -1,7 +1,12 @@
-"""compare's ensemble row: the test probabilities of strategies already trained in the same comparison, averaged. It
-costs no training. Which strategies it averages is chosen on the validation split (each run's
-predictions-validation.jsonl, written by its kept model), never on the test split: every group of two or more is
-scored on validation, and the best group's test rows become one more row of the report, paired against every other.
+"""compare's rows that combine strategies already trained in the same comparison, at no training cost, each chosen on
+the validation split (each run's predictions-validation.jsonl, written by its kept model), never on the test split:
+
+    ensemble   the test probabilities of two or more strategies, averaged: every group of two or more is scored on
+               validation, and the best group's test rows become one more row of the report
+    hybrid     the strategy best on validation, mixed with TF-IDF over its own token ids (`longbert hybrid`,
+               longbert.training.hybrid): a model folder of its own under that run, <run>/hybrid/
+
+Both rows are paired against every other row of the report.
 
 Single-label only: averaged multi-label probabilities would need thresholds of their own, tuned on validation; that
 is not done, and the report says so."""
@@ -91,3 +96,29 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
     summary = {"name": ENSEMBLE, "members": list(members), "chosen_by": f"validation {metric}",
                "validation": validation_score, "groups_scored": candidates, "metrics": metrics}
     return summary, rows, None
+
+
+def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
+                 splits) -> tuple[dict | None, list[dict] | None, str | None]:
+    """(the hybrid row's summary, its test rows, None) or (None, None, why there is none): `longbert hybrid` made from
+    the run whose validation predictions score best by `metric` (ties: the earlier strategy). `splits()` gives the
+    comparison's tokenized Corpus."""
+    from longbert.comparison.results import PREDICTIONS_FILE
+    from longbert.training.hybrid import HYBRID, make_hybrid
+
+    if multi_label:
+        return None, None, "no hybrid row: hybrid models are single-label only"
+    validation = {s: read_validation(d) for s, d in run_dirs.items()}
+    missing = [s for s, rows in validation.items() if rows is None]
+    if missing:
+        return None, None, (f"no hybrid row: {', '.join(missing)} kept no validation predictions ({VALIDATION_FILE}) "
+                            "to choose its base on: train them again to have one")
+    metric = metric if metric in SELECTION_METRICS else "macro_f1"
+    names = list(run_dirs)
+    base = max(names, key=lambda s: (score(validation[s], np.array([r["probabilities"] for r in validation[s]]),
+                                           metric), -names.index(s)))
+    summary = make_hybrid(run_dirs[base], corpus=splits())
+    rows = read_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
+    return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],
+             "chosen_by": summary["chosen_by"], "base_chosen_by": metric, "validation": summary["validation"],
+             "folder": str(run_dirs[base] / HYBRID), "metrics": summary["test"]}, rows, None)

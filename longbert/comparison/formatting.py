@@ -8,9 +8,17 @@ BUCKETS = ("<=512", "513-1024", ">1024")
 BUCKET_TITLES = {"<=512": "≤512", "513-1024": "513–1024", ">1024": ">1024"}
 
 
-def ensemble_label(ensemble: dict) -> str:
-    """The ensemble row's name in tables: 'ensemble (chunk + sliding)'."""
-    return f"{ensemble['name']} ({' + '.join(ensemble['members'])})"
+COMBINED = ("ensemble", "hybrid")  # rows made from trained strategies without training: their keys in results
+
+
+def combined_rows(results: dict) -> list[dict]:
+    """The report's rows that combine trained strategies (the ensemble, the hybrid), those the comparison has."""
+    return [results[key] for key in COMBINED if results.get(key)]
+
+
+def combined_label(row: dict) -> str:
+    """A combined row's name in tables: 'ensemble (chunk + sliding)', 'hybrid (chunk + tfidf)'."""
+    return f"{row['name']} ({' + '.join(row['members'])})"
 
 
 def percent(value) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from longbert.comparison.formatting import (
     BUCKET_TITLES,
     BUCKETS,
+    combined_label,
+    combined_rows,
     decisive_text,
     duration,
-    ensemble_label,
     interval,
     memory,
     number,
@@ -54,11 +55,10 @@ def build_blocks(results: dict) -> list[tuple]:
                     + [percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
                     + [duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
                        memory(r["speed"]), f"{r['trainable_parameters']:,}"])
-    ensemble = results.get("ensemble")
-    if ensemble:
-        rows.append([ensemble_label(ensemble), percent(ensemble["accuracy"]) + interval(ensemble["accuracy_ci95"]),
-                     f"{ensemble['macro_f1']:.3f}"]
-                    + [percent(ensemble["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+    for combined in combined_rows(results):
+        rows.append([combined_label(combined), percent(combined["accuracy"]) + interval(combined["accuracy_ci95"]),
+                     f"{combined['macro_f1']:.3f}"]
+                    + [percent(combined["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
                     + ["none (its members')", "–", "–", "–"])
     base = results.get("baseline")
     if base:
@@ -213,8 +213,8 @@ def _group_blocks(results: dict) -> list[tuple]:
         return []
     groups = by_group["groups"]
     labels = {n: n for n in by_group["accuracy"]}
-    if results.get("ensemble"):
-        labels[results["ensemble"]["name"]] = ensemble_label(results["ensemble"])
+    for combined in combined_rows(results):
+        labels[combined["name"]] = combined_label(combined)
     if results.get("baseline"):
         labels[results["baseline"]["name"]] = f"{results['baseline']['name']} (baseline)"
     headers = ["row"] + [f"{g} (n={by_group['documents'][g]})" for g in groups]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, ensemble_label
+from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, combined_label, combined_rows
 
 # The file each plot is written to beside report.md (report.html embeds the same bytes).
 PLOTS = {
@@ -39,10 +39,9 @@ def _accuracy_by_length(plt, results: dict, colours: dict) -> bytes:
     fig, ax = plt.subplots(figsize=(8, 4))
     groups = ["all", *BUCKETS]
     shown = {n: s[n] for n in names}
-    ensemble = results.get("ensemble")
-    if ensemble:
-        shown[ensemble_label(ensemble)] = ensemble
-        colours = {**colours, ensemble_label(ensemble): "0.3"}
+    for combined, grey in zip(combined_rows(results), ("0.3", "0.45")):
+        shown[combined_label(combined)] = combined
+        colours = {**colours, combined_label(combined): grey}
     base = results.get("baseline")
     if base:
         shown[f"{base['name']} (baseline)"] = base

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from longbert.comparison.formatting import BUCKETS, duration, ensemble_label, number, percent
+from longbert.comparison.formatting import BUCKETS, combined_label, combined_rows, duration, number, percent
 from longbert.comparison.page import build_blocks
 from longbert.comparison.plots import PLOTS, make_plots
 from longbert.comparison.verdict import verdict
@@ -167,10 +167,9 @@ def print_summary(results: dict, console=None) -> None:
                       *[percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
                       duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
                       number(r["speed"]["peak_memory_mb"], 0), f"{r['trainable_parameters'] / 1e6:.1f}M")
-    ensemble = results.get("ensemble")
-    if ensemble:
-        table.add_row(ensemble_label(ensemble), percent(ensemble["accuracy"]), f"{ensemble['macro_f1']:.3f}",
-                      *[percent(ensemble["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
+    for combined in combined_rows(results):
+        table.add_row(combined_label(combined), percent(combined["accuracy"]), f"{combined['macro_f1']:.3f}",
+                      *[percent(combined["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
                       "–", "–", "–", "–")
     base = results.get("baseline")
     if base:

@@ -116,15 +116,16 @@ def test_summary(rows: list[dict], test: dict, long_tokens: int) -> dict:
 
 
 def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
-                     machine, long_tokens, label_names, baseline=None, ensemble=None, ensemble_note=None) -> dict:
+                     machine, long_tokens, label_names, baseline=None, combined=(), combined_notes=()) -> dict:
     """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
     shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
 
     names: strategies in report order; recipes, runs ({status, metrics}), predictions (rows) and speed (by length
     bucket) are keyed by strategy; examples: what `analysis.build_examples` returned. baseline: what
     `baseline.tfidf_baseline` returned, or None; with it, predictions also hold its rows under `baseline.BASELINE`
-    and the paired comparisons include it. ensemble: what `ensemble.build_ensemble` returned, or None (then
-    `ensemble_note` may say why); with it, predictions hold its rows under `ensemble.ENSEMBLE`."""
+    and the paired comparisons include it. combined: the rows made from trained strategies without training
+    (`ensemble.build_ensemble`'s and `hybrid_row`'s summaries, each with 'name' and 'metrics'), whose test rows
+    predictions hold under their names; combined_notes: why one is missing, when it is."""
     from longbert import __version__
 
     strategies = {}
@@ -170,8 +171,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     machines = {json.dumps(strategies[s]["machine"], sort_keys=True) for s in names}
     if len(machines) > 1:
         notes.append("the runs were trained on different machines: training times are not comparable")
-    if ensemble_note:
-        notes.append(ensemble_note)
+    notes += [note for note in combined_notes if note]
     test_rows = predictions[names[0]]
     # Test documents per class (per label, for multi-label), all and long: the class balance the tables state.
     classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
@@ -181,6 +181,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
             classes[n] += h
             long_classes[n] += h if r["n_tokens"] > long_tokens else 0
     from longbert.comparison.baseline import BASELINE
+    from longbert.comparison.formatting import COMBINED
 
     return {
         "name": name,
@@ -217,9 +218,9 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "baseline": None if baseline is None else {
             "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
                                                                          long_tokens)},
-        "ensemble": None if ensemble is None else {
-            **{k: v for k, v in ensemble.items() if k != "metrics"},
-            **test_summary(predictions[ensemble["name"]], ensemble["metrics"], long_tokens)},
+        **{key: None for key in COMBINED},
+        **{c["name"]: {**{k: v for k, v in c.items() if k != "metrics"},
+                       **test_summary(predictions[c["name"]], c["metrics"], long_tokens)} for c in combined},
         "comparisons": paired_comparisons(predictions, long_tokens),
         "by_group": accuracy_by_group(predictions),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,

@@ -85,7 +85,7 @@ def compare(
     Returns the results dict that results.json holds (every number in the report), with `report` giving the
     written files."""
     from longbert.comparison.baseline import BASELINE, prediction_rows
-    from longbert.comparison.ensemble import ENSEMBLE, build_ensemble
+    from longbert.comparison.ensemble import build_ensemble, build_hybrid
     from longbert.comparison.render import write_report
     from longbert.comparison.results import assemble_results, read_predictions
     from longbert.comparison.speed import cached_speed, measure_speed_by_length, save_speed
@@ -132,13 +132,20 @@ def compare(
             corpus = load_splits(recipes[names[0]], data)
         return corpus
 
-    # The ensemble row: strategies' test probabilities averaged, the group chosen on validation; no training.
+    # The rows that combine trained strategies, each chosen on validation, no training: the ensemble (test
+    # probabilities averaged) and the hybrid (the best strategy mixed with TF-IDF over its token ids).
     first = recipes[names[0]]
-    ensemble, ensemble_test, ensemble_note = build_ensemble(
-        {s: Path(recipes[s].output_dir) for s in names}, predictions, first.train.best_metric,
-        first.model.problem_type == "multi_label", label_names)
+    run_dirs, multi_label = {s: Path(recipes[s].output_dir) for s in names}, first.model.problem_type == "multi_label"
+    combined, combined_notes, combined_test = [], [], {}
+    for summary, rows, note in (
+            build_ensemble(run_dirs, predictions, first.train.best_metric, multi_label, label_names),
+            build_hybrid(run_dirs, first.train.best_metric, multi_label, splits)):
+        combined_notes.append(note)
+        if summary is not None:
+            combined.append(summary)
+            combined_test[summary["name"]] = rows
     baseline = baseline_row(first, runs_dir / name, splits)
-    predictions_with_baseline = {**predictions, **({ENSEMBLE: ensemble_test} if ensemble else {}),
+    predictions_with_baseline = {**predictions, **combined_test,
                                  BASELINE: prediction_rows(baseline, [r["n_tokens"] for r in predictions[names[0]]])}
     test = tokenizer = None
     speed: dict[str, dict] = {}
@@ -164,7 +171,7 @@ def compare(
         name=name, names=names, recipes=recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,
         examples=error_examples, command=command, base_source=base_source, overrides=overrides,
         machine=describe_machine(), long_tokens=long_tokens, label_names=label_names, baseline=baseline,
-        ensemble=ensemble, ensemble_note=ensemble_note,
+        combined=combined, combined_notes=combined_notes,
     )
     folder = reports_dir / name
     results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),

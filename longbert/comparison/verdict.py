@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from longbert.comparison.formatting import duration, interval, number, percent
+from longbert.comparison.formatting import combined_label, combined_rows, duration, interval, number, percent
 
 ALPHA = 0.05  # a paired test's p-value below this counts as a real difference
 
@@ -26,7 +26,8 @@ class Verdict:
     power: dict | None = None  # the paired comparison of best_long and reference on the long documents
     fastest: str | None = None  # the cheapest at inference
     gain_is_real: bool | None = None  # best's gain over fastest passes the paired test (None: nothing to weigh)
-    # Each strategy against the baseline on all documents: "better", "same" (not distinguishable) or "worse".
+    # Each strategy (and ensemble or hybrid row) against the baseline on all documents: "better", "same" (not
+    # distinguishable) or "worse".
     against_baseline: dict[str, str] = field(default_factory=dict)
 
 
@@ -51,6 +52,11 @@ def inference_cost(results: dict, name: str) -> float:
     return results["strategies"][name]["relative_cost"]["inference"] or float("inf")
 
 
+def accuracy_of(results: dict, name: str) -> float:
+    """The test accuracy of a strategy or of a combined row (ensemble, hybrid)."""
+    return (results["strategies"][name] if name in results["strategies"] else results[name])["accuracy"]
+
+
 def decide(results: dict) -> Verdict:
     """The decisions behind the verdict (see `Verdict`)."""
     from longbert.strategies.base import strategy_with_role
@@ -59,10 +65,10 @@ def decide(results: dict) -> Verdict:
     decision = Verdict()
     base = results.get("baseline")
     if base:
-        for n in names:
+        for n in [*names, *(r["name"] for r in combined_rows(results))]:
             p = p_value(results, n, base["name"], "all")
             decision.against_baseline[n] = ("same" if p >= ALPHA else
-                                            "better" if s[n]["accuracy"] > base["accuracy"] else "worse")
+                                            "better" if accuracy_of(results, n) > base["accuracy"] else "worse")
     if len(names) < 2:
         return decision
     decision.best = max(names, key=lambda n: (s[n]["accuracy"], -inference_cost(results, n)))
@@ -108,7 +114,7 @@ def verdict(results: dict) -> list[str]:
                "cannot reliably detect any difference: evaluate on more long documents "
                "(data.test_min_tokens, data.max_test_documents)."))
     lines += _baseline_sentences(results, decision)
-    lines += _ensemble_sentences(results)
+    lines += _combined_sentences(results)
     costs = ", ".join(f"{s[n]['relative_cost']['inference']:.1f}× ({n})" for n in names
                       if n != fastest and s[n]["relative_cost"]["inference"])
     lines.append(f"Cheapest at inference: {fastest} ({number(s[fastest]['speed']['documents_per_second'])} "
@@ -135,21 +141,28 @@ def _against(results: dict, best: str, subset: str) -> str:
     return "paired McNemar test " + ", ".join(parts)
 
 
-def _ensemble_sentences(results: dict) -> list[str]:
-    """The ensemble row: which strategies it averages, how they were chosen, and how it stands against every other
-    row (each strategy and the baseline) in the paired test."""
-    ensemble = results.get("ensemble")
-    if not ensemble:
-        return []
-    others = list(results["strategy_order"]) + ([results["baseline"]["name"]] if results.get("baseline") else [])
-    parts = []
-    for other in others:
-        p = p_value(results, ensemble["name"], other, "all")
-        parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
-    return [f"Ensemble of {' + '.join(ensemble['members'])} (test probabilities averaged; the group chosen on "
-            f"{ensemble['chosen_by']} among {ensemble['groups_scored']}, no training): "
-            f"{percent(ensemble['accuracy'])}{interval(ensemble['accuracy_ci95'])}; paired McNemar test "
-            + ", ".join(parts) + "."]
+def _combined_sentences(results: dict) -> list[str]:
+    """The ensemble and hybrid rows: what each combines, how that was chosen, and how it stands against every other
+    row (each strategy, the baseline, the other combined row) in the paired test."""
+    rows = combined_rows(results)
+    lines = []
+    for row in rows:
+        others = (list(results["strategy_order"]) + ([results["baseline"]["name"]] if results.get("baseline") else [])
+                  + [r["name"] for r in rows if r is not row])
+        parts = []
+        for other in others:
+            p = p_value(results, row["name"], other, "all")
+            parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
+        if row["name"] == "ensemble":
+            what = (f"Ensemble of {' + '.join(row['members'])} (test probabilities averaged; the group chosen on "
+                    f"{row['chosen_by']} among {row['groups_scored']}, no training)")
+        else:
+            what = (f"Hybrid of {row['members'][0]} and TF-IDF over its token ids (probabilities mixed at neural "
+                    f"weight {row['mix']:.2f}, TF-IDF C = {row['C']}, both chosen on {row['chosen_by']}; "
+                    f"{row['members'][0]} itself chosen on validation {row['base_chosen_by']})")
+        lines.append(f"{what}: {percent(row['accuracy'])}{interval(row['accuracy_ci95'])}; paired McNemar test "
+                     + ", ".join(parts) + ".")
+    return lines
 
 
 def _baseline_sentences(results: dict, decision: Verdict) -> list[str]:
@@ -157,11 +170,13 @@ def _baseline_sentences(results: dict, decision: Verdict) -> list[str]:
     base = results.get("baseline")
     if not base:
         return []
-    names, s = results["strategy_order"], results["strategies"]
+    names = results["strategy_order"]
+    labels = {n: n for n in names} | {r["name"]: combined_label(r) for r in combined_rows(results)}
     groups: dict[str, list[str]] = {"better": [], "same": [], "worse": []}
-    for n in names:
-        groups[decision.against_baseline[n]].append(f"{n} {100 * (s[n]['accuracy'] - base['accuracy']):+.1f} points, "
-                                                    f"p = {p_value(results, n, base['name'], 'all'):.3g}")
+    for n, label in labels.items():
+        groups[decision.against_baseline[n]].append(
+            f"{label} {100 * (accuracy_of(results, n) - base['accuracy']):+.1f} points, "
+            f"p = {p_value(results, n, base['name'], 'all'):.3g}")
     line = (f"Classical baseline (TF-IDF words+bigrams + logistic regression, C chosen on validation, trained in "
             f"{duration(base['train_seconds'])}): {percent(base['accuracy'])}{interval(base['accuracy_ci95'])}. ")
     parts = []
@@ -172,7 +187,7 @@ def _baseline_sentences(results: dict, decision: Verdict) -> list[str]:
     if groups["worse"]:
         parts.append("significantly worse than it: " + "; ".join(groups["worse"]))
     line += ". ".join(p[0].upper() + p[1:] for p in parts) + "."
-    if len(groups["better"]) < len(names):
+    if any(decision.against_baseline[n] != "better" for n in names):
         line += (" A strategy that does not beat this baseline has not earned its cost here: the baseline trains in "
                  "seconds and needs no GPU.")
     return [line]

@@ -127,6 +127,9 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
     require("export", "longbert export")
     model = LongDocumentClassifier.from_pretrained(model_dir)
     check_exportable(model.strategy, model.settings.strategy.name)
+    if model.lexical is not None:
+        raise LongbertError(f"{model_dir} is a hybrid model: its TF-IDF half is not exported to ONNX; export the "
+                            "run it was made from, or serve the hybrid with `longbert serve`")
     if parity_texts is not None:
         texts, source = parity_texts, "the texts given"
     else:

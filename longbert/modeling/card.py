@@ -91,22 +91,25 @@ def describe_data(path: str) -> str:
     return path
 
 
-def write_card(folder: Path, settings: ModelSettings, backbone_config, facts: TrainingFacts | None) -> None:
-    """Write README.md (and training.json when `facts` are known) into a model folder, each file atomically."""
+def write_card(folder: Path, settings: ModelSettings, backbone_config, facts: TrainingFacts | None,
+               lexical=None) -> None:
+    """Write README.md (and training.json when `facts` are known) into a model folder, each file atomically.
+    `lexical`: a hybrid model's TF-IDF half (`longbert.modeling.lexical.LexicalModel`), described in the card."""
     if facts is not None:
         write_text_atomically(folder / FACTS_FILE, json.dumps(facts.to_dict(), indent=2))
-    write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts))
+    write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts, lexical))
 
 
 def refresh_card(folder: Path, model: LongDocumentClassifier) -> None:
     """Rewrite the card of `model`, saved in `folder` by its save_pretrained, after its `training_facts` changed
     (`longbert train` adds the test metrics once best/ is written)."""
-    write_card(folder, ModelSettings.from_file(folder / CONFIG_FILE), model.backbone.config, model.training_facts)
+    write_card(folder, ModelSettings.from_file(folder / CONFIG_FILE), model.backbone.config, model.training_facts,
+               model.lexical)
 
 
-def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | None) -> str:
-    """The card's text for a model with these (saved) `ModelSettings`, its backbone's transformers config, and what
-    its training run knew."""
+def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | None, lexical=None) -> str:
+    """The card's text for a model with these (saved) `ModelSettings`, its backbone's transformers config, what
+    its training run knew, and its TF-IDF half if it is a hybrid."""
     strategy = dataclasses.asdict(settings.strategy)
     name = strategy.pop("name")
     title = facts.recipe if facts else f"longbert {name} classifier"
@@ -123,6 +126,8 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
              f"| labels | {', '.join(f'`{n}`' for n in settings.label_names)} |",
              f"| longest document read | {settings.max_document_tokens:,} tokens; the rest of a longer one is cut |",
              ""]
+    if lexical is not None:
+        lines += describe_hybrid(lexical)
     lines += usage()
     if facts is not None:
         lines += training_section(facts)
@@ -219,6 +224,20 @@ def training_section(facts: TrainingFacts) -> list[str]:
     if facts.command:
         lines += ["## Training command", "", "```bash", facts.command, "```", ""]
     return lines
+
+
+def describe_hybrid(lexical) -> list[str]:
+    """The card's words for a hybrid model's TF-IDF half: what it is, its weight, and how that was chosen."""
+    facts, v = lexical.facts, lexical.facts.get("validation", {})
+    line = (f"**Hybrid.** The output mixes the classifier's probabilities (weight {lexical.mix:.2f}) with those of "
+            f"{facts.get('features', 'a TF-IDF model')} ({facts.get('n_features', len(lexical.keys)):,} features, "
+            f"C = {facts.get('C')}), which reads the same token ids; C and the weight were chosen on "
+            f"{facts.get('chosen_by', 'validation')}.")
+    if v:
+        line += (f" Validation accuracy ({facts.get('validation_documents')} documents): neural "
+                 f"{100 * v['neural_accuracy']:.1f}%, TF-IDF {100 * v['lexical_accuracy']:.1f}%, hybrid "
+                 f"{100 * v['hybrid_accuracy']:.1f}%.")
+    return [line, ""]
 
 
 def describe_int8(int8: dict) -> str:

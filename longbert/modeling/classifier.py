@@ -21,6 +21,7 @@ from longbert.modeling.folder import (
     adapter_of,
     load_folder_backbone,
     load_folder_head,
+    load_folder_lexical,
     open_model_folder,
     read_training_facts,
     save_model_folder,
@@ -53,6 +54,8 @@ class LongDocumentClassifier(nn.Module):
         self.notes: list[str] = []
         # what `longbert train` knew about this model (longbert.modeling.card.TrainingFacts), if any
         self.training_facts = None
+        # a hybrid model's TF-IDF half (longbert.modeling.lexical.LexicalModel), mixed into `forward`'s output
+        self.lexical = None
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -110,10 +113,17 @@ class LongDocumentClassifier(nn.Module):
         return self.strategy.encode(self.backbone, documents)
 
     def forward(self, documents: list[torch.Tensor] | None = None, units: Units | None = None) -> ClassifierOutput:
+        """(B, C) logits; a hybrid model's are the log of its mixed probabilities (see `longbert.modeling.lexical`),
+        so it needs `documents`, which its TF-IDF half reads."""
         if units is None:
             units = self.encode(documents)
         pooled: Pooled = self.strategy.pool(units)  # (B, H)
         logits = self.head(self.dropout(pooled.vector))  # (B, C)
+        if self.lexical is not None:
+            if documents is None:
+                raise LongbertError("a hybrid model's TF-IDF half reads the documents' token ids: pass documents, "
+                                    "not cached units")
+            logits = self.lexical.fuse(logits, documents)
         return ClassifierOutput(logits, pooled.weights, units.mask)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
@@ -234,6 +244,7 @@ class LongDocumentClassifier(nn.Module):
         backbone, tokenizer = load_folder_backbone(directory, settings)
         model = cls._assemble(backbone, tokenizer, settings, adapter_dir=adapter_of(directory, settings))
         load_folder_head(model, directory)
+        model.lexical = load_folder_lexical(directory, settings, backbone.config.vocab_size)
         model.training_facts = read_training_facts(directory)
         model.eval()
         return model

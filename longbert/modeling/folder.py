@@ -9,6 +9,7 @@ Saved in the Hugging Face style, without pickle:
                                  the one they started from when it came from a local folder
     <dir>/adapter/               LoRA: the peft adapter (adapter_model.safetensors + adapter_config.json)
     <dir>/tokenizer files        the tokenizer
+    <dir>/lexical.safetensors, lexical.json   a hybrid model's TF-IDF half (longbert.modeling.lexical), if any
     <dir>/README.md              the model card (longbert.modeling.card), and training.json, what its training run knew
 A folder is self-contained: a frozen or LoRA backbone that is not in it is the packaged MiniLM or a hub model, named
 in longbert_config.json; no path of the machine that saved it is written, so it can be moved or uploaded as it is.
@@ -66,7 +67,9 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
         save_file(model.head_state(), staging / HEAD_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps(settings.to_dict(), indent=2))
         LongbertConfig.from_settings(settings).save_pretrained(staging)
-        write_card(staging, settings, model.backbone.config, model.training_facts)
+        if model.lexical is not None:
+            model.lexical.save(staging)
+        write_card(staging, settings, model.backbone.config, model.training_facts, model.lexical)
 
 
 def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, ModelSettings]:
@@ -122,6 +125,17 @@ def load_folder_head(model: LongDocumentClassifier, directory: Path) -> None:
     except RuntimeError as error:  # torch's report of missing, unexpected or misshapen tensors
         raise LongbertError(f"{directory / HEAD_FILE} does not fit the model in {CONFIG_FILE}: "
                             f"{' '.join(str(error).split())}") from None
+
+
+def load_folder_lexical(directory: Path, settings: ModelSettings, vocab_size: int):
+    """The TF-IDF half of a hybrid model folder (`LexicalModel`), or None for a plain model."""
+    from longbert.modeling.lexical import LexicalModel
+
+    lexical = LexicalModel.load(directory, vocab_size)
+    if lexical is not None and settings.problem_type == "multi_label":
+        raise LongbertError(f"{directory} holds a TF-IDF half, but hybrid models are single-label only and "
+                            f"{CONFIG_FILE} says multi_label")
+    return lexical
 
 
 def read_training_facts(directory: Path) -> TrainingFacts | None:

@@ -110,6 +110,17 @@ def test_compare_writes_the_report_with_every_field(compared):
     assert "| ensemble (truncate + chunk) |" in (report / "report.md").read_text()
     assert "Ensemble of truncate + chunk" in (report / "report.md").read_text()
     assert "| tfidf (baseline) |" in (report / "report.md").read_text()
+    # The hybrid row: the strategy best on validation mixed with TF-IDF over its token ids, its weight chosen on
+    # validation; a model folder of its own under that run, paired against every other row, said in the verdict.
+    hybrid = saved["hybrid"]
+    base_name = hybrid["members"][0]
+    assert hybrid["members"] == [base_name, "tfidf"] and base_name in STRATEGIES and 0 <= hybrid["mix"] <= 1
+    assert hybrid["documents"] == 30 and (root / "runs" / "tiny" / base_name / "hybrid" / "best").is_dir()
+    unordered = {(frozenset(p[:2]), p[2]) for p in pairs}
+    assert {(frozenset({base_name, "hybrid"}), "all"), (frozenset({"ensemble", "hybrid"}), "all"),
+            (frozenset({"hybrid", "tfidf"}), "long")} <= unordered
+    assert f"| hybrid ({base_name} + tfidf) |" in (report / "report.md").read_text()
+    assert f"Hybrid of {base_name} and TF-IDF" in (report / "report.md").read_text()
     assert "Classical baseline (TF-IDF" in (report / "report.md").read_text()
     assert "Test documents per class: neg" in (report / "report.md").read_text()
     for example in saved["error_analysis"]["examples"]:  # long_tokens=128: the tiny models disagree on some

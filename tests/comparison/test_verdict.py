@@ -89,3 +89,25 @@ def test_a_single_strategy_gets_only_the_share_of_long_documents(count):
     lines = verdict(results)
     assert lines[0].startswith("40 of 200 test documents (20.0%) are longer than 512 tokens")
     assert (len(lines) == 1) == (count == 1)
+
+
+def test_a_hybrid_row_is_placed_against_the_baseline_and_said_with_how_it_was_chosen():
+    a, b = OTHERS
+    rows = {a: row(0.80, 0.8, 1.0), b: row(0.81, 0.6, 2.0)}
+    base = {"name": "tfidf", "accuracy": 0.85, "accuracy_ci95": [0.8, 0.9], "train_seconds": 3.0}
+    hybrid = {"name": "hybrid", "members": [b, "tfidf"], "mix": 0.45, "C": 8.0, "base_chosen_by": "accuracy",
+              "chosen_by": "validation log loss of the mixed probabilities", "accuracy": 0.88,
+              "accuracy_ci95": [0.86, 0.9]}
+    comparisons = [pair(a, "tfidf", "all", 0.001, 2, 6), pair(b, "tfidf", "all", 0.01, 2, 6),
+                   pair("hybrid", "tfidf", "all", 0.004), pair("hybrid", a, "all", 0.0001), pair(b, "hybrid", "all",
+                                                                                                  0.0002, 1, 9)]
+    results = {**synthetic_results([a, b], rows, comparisons, base), "hybrid": hybrid}
+    assert decide(results).against_baseline == {a: "worse", b: "worse", "hybrid": "better"}
+    lines = verdict(results)
+    line = next(line for line in lines if line.startswith("Classical baseline"))
+    assert f"Significantly better than it: hybrid ({b} + tfidf) +3.0 points, p = 0.004" in line
+    assert line.endswith("the baseline trains in seconds and needs no GPU.")  # the strategies alone do not beat it
+    said = next(line for line in lines if line.startswith("Hybrid of"))
+    assert said.startswith(f"Hybrid of {b} and TF-IDF over its token ids (probabilities mixed at neural weight 0.45, "
+                           "TF-IDF C = 8.0, both chosen on validation log loss")
+    assert f"vs {a} p = 0.0001, vs {b} p = 0.0002, vs tfidf p = 0.004." in said

@@ -1,0 +1,122 @@
+"""`longbert hybrid RUN`: make a hybrid model from a trained run. Its TF-IDF half (`longbert.modeling.lexical`) is
+fitted on the run's own training documents, and its C and mixing weight are chosen on the run's validation split,
+never on test; the hybrid is written as a model folder of its own (default RUN/hybrid/), which predict, evaluate,
+serve and the transformers pipeline load like any other.
+
+No neural pass is repeated: the run's kept model already predicted its validation and test splits
+(predictions-validation.jsonl, predictions-test.jsonl), and the hybrid's probabilities are those mixed with the
+TF-IDF half's. The folder is laid out as a run folder is (the model in best/, beside it the hybrid's
+predictions-validation.jsonl, predictions-test.jsonl, hybrid.json and the run's recipe.yaml), so that every command
+that takes a run folder takes it, and compare pairs its rows with everything else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from longbert.errors import LongbertError
+
+HYBRID = "hybrid"  # the folder under a run, and the row's name in comparison reports
+SUMMARY_FILE = "hybrid.json"
+
+
+def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=None) -> dict:
+    """Fit the TF-IDF half for the run in `run_dir`, choose its weight on validation, and write the hybrid model
+    folder to `output` (default <run_dir>/hybrid; an older one there is replaced whole). `corpus`: the run's splits,
+    tokenized (`data.load_corpus`), when the caller has them. Returns the summary hybrid.json holds: base run, mix,
+    C, validation accuracies (neural, TF-IDF, hybrid) and, when the run was tested, the hybrid's test metrics."""
+    from longbert.config import load_recipe
+    from longbert.data.documents import load_corpus
+    from longbert.evaluation.command import write_json, write_predictions
+    from longbert.evaluation.inference import predict_dataset
+    from longbert.evaluation.metrics import compute_metrics
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.folder import save_model_folder
+    from longbert.modeling.lexical import fit_lexical
+    from longbert.training.runs import BEST, locked
+    from longbert.utils.atomic import atomic_folder
+
+    run_dir = Path(run_dir)
+    output = Path(output) if output is not None else run_dir / HYBRID
+    recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST
+    if not recipe_file.is_file() or not folder.is_dir():
+        raise LongbertError(f"{run_dir} is not a finished longbert run folder (it needs recipe.yaml and {BEST}/)")
+    if output.exists() and not output.is_dir():
+        raise LongbertError(f"--output {output} is a file; the hybrid is written as a folder")
+    with locked(run_dir):
+        recipe = load_recipe(recipe_file)
+        model = LongDocumentClassifier.from_pretrained(folder)
+        if model.multi_label:
+            raise LongbertError(f"{run_dir} is multi-label; hybrid models are single-label only (the neural half's "
+                                "per-label thresholds were tuned on its own probabilities)")
+        if model.lexical is not None:
+            raise LongbertError(f"{folder} is a hybrid already")
+        tested = (run_dir / "predictions-test.jsonl").is_file()
+        if corpus is None:
+            roles = ["train", "validation"] + (["test"] if tested else [])
+            corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, False, roles=roles)
+        splits = corpus.splits
+        if "validation" not in splits:
+            raise LongbertError(f"{run_dir}'s recipe has no validation split to choose the hybrid's weight on")
+        documents = {s: [_ids(d) for d in splits[s]["input_ids"]] for s in splits}
+        neural = {"validation": _neural(run_dir / "predictions-validation.jsonl", len(documents["validation"]))}
+        if neural["validation"] is None:  # a run trained before validation predictions were kept
+            neural["validation"] = predict_dataset(model, splits["validation"], recipe.eval.batch_size,
+                                                   description="validation")["probabilities"]
+        n_classes = len(model.label_names)
+        model.lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
+                                    splits["validation"]["labels"], neural["validation"], n_classes,
+                                    model.backbone.config.vocab_size)
+        summary = {"base": str(run_dir), "mix": model.lexical.mix, **model.lexical.facts}
+        roles = ["validation"] + (["test"] if tested and "test" in splits else [])
+        raws = {}
+        for role in roles:
+            probabilities = neural.get(role)
+            if probabilities is None:
+                probabilities = _neural(run_dir / f"predictions-{role}.jsonl", len(documents[role]))
+            raws[role] = {"probabilities": mix_probabilities(model.lexical, probabilities, documents[role]),
+                          "labels": np.asarray(splits[role]["labels"]), "unit_weights": []}
+        if "test" in raws:
+            summary["test"] = compute_metrics(raws["test"]["labels"], raws["test"]["probabilities"],
+                                              list(splits["test"]["n_tokens"]), model.label_names, False)
+        if model.training_facts is not None:  # the card's results are the hybrid's, not the run's neural model's
+            model.training_facts.test = summary.get("test")
+        with atomic_folder(output) as staging:
+            save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
+            for role, raw in raws.items():
+                write_predictions(staging / f"predictions-{role}.jsonl", splits[role], raw, model.label_names, False)
+            write_json(staging / SUMMARY_FILE, summary)
+            # The recipe its neural half was trained with: `longbert evaluate OUTPUT` reads the same data from it.
+            (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
+    return summary
+
+
+def mix_probabilities(lexical, neural: np.ndarray, documents: list) -> np.ndarray:
+    """(D, C) neural probabilities and the D documents' token ids -> the hybrid's (D, C) probabilities, as its
+    `forward` computes them (`LexicalModel.fuse`)."""
+    import torch
+
+    logits = torch.from_numpy(np.log(np.clip(np.asarray(neural, dtype=np.float32), 1e-30, None)))
+    return lexical.fuse(logits, documents).softmax(-1).numpy()
+
+
+def _ids(row):
+    import torch
+
+    return torch.as_tensor(row, dtype=torch.long)
+
+
+def _neural(path: Path, documents: int) -> np.ndarray | None:
+    """(D, C) probabilities from a run's predictions-<split>.jsonl, in split order; None when the file is absent."""
+    import json
+
+    if not path.is_file():
+        return None
+    rows = sorted((json.loads(line) for line in path.read_text().splitlines() if line.strip()),
+                  key=lambda r: r["index"])
+    if len(rows) != documents:
+        raise LongbertError(f"{path} has {len(rows)} rows but the split has {documents} documents: the run's data "
+                            "has changed since it was trained")
+    return np.array([r["probabilities"] for r in rows], dtype=np.float64)
