@@ -194,6 +194,9 @@ class TrainConfig:
                                        "head")
     weight_decay: float = weight_decay_option()
     warmup_ratio: float = option(0.1, "share of optimiser steps with linear warmup; the rest decays linearly to 0")
+    layer_decay: float = option(1.0, "layer-wise learning-rate decay: the backbone's top layer learns at "
+                                "learning_rate, each layer below at layer_decay times the one above, the embeddings "
+                                "lowest; 1.0: every backbone layer at learning_rate")
     max_grad_norm: float = max_grad_norm_option()
     mixed_precision: str = mixed_precision_option()
     eval_every_steps: int | None = option(None, "evaluate on validation every N optimiser steps; null: after each "
@@ -231,6 +234,8 @@ class TrainConfig:
             if value is not None and value < 1:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
         out += optimiser_problems(self, path)
+        if not 0 < self.layer_decay <= 1:
+            out.append(f"{path}.layer_decay must be in (0, 1], got {self.layer_decay}")
         out += one_of(f"{path}.best_metric", self.best_metric, BEST_METRICS)
         out += one_of(f"{path}.report_to", self.report_to, TRACKERS)
         return out

@@ -3,6 +3,7 @@ schedule, and one optimiser step (clip, step, schedule, zero the gradients) take
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -26,19 +27,42 @@ def classifier_backbone(name: str) -> bool:
     return name.startswith("backbone.")
 
 
+LAYER_INDEX = re.compile(r"\.layers?\.(\d+)\.")  # a transformer layer's parameters: encoder.layer.3.attention...
+
+
+def layer_depth(name: str, layers: int) -> int:
+    """How high a backbone parameter sits: 0 for the embeddings, k + 1 for transformer layer k, `layers` + 1 for
+    anything above the layers (a pooler)."""
+    if "embeddings" in name.split("."):
+        return 0
+    found = LAYER_INDEX.search(name)
+    return int(found.group(1)) + 1 if found else layers + 1
+
+
 def param_groups(model: torch.nn.Module, cfg, is_backbone: Callable[[str], bool] = classifier_backbone) -> list[dict]:
     """AdamW groups of `model`'s trainable parameters, in this order: backbone decayed, backbone not decayed, head
     (everything else: the strategy, the head) decayed, head not decayed; empty groups left out. The backbone's
     learning rate is cfg.learning_rate, the rest's cfg.head_learning_rate; `decays` says which get cfg.weight_decay.
     `is_backbone(name)` says which parameters are the backbone's (by default a LongDocumentClassifier's). Each group
-    records whether it is the backbone's (`backbone`), for schedules that treat the two apart."""
-    groups = {(True, True): [], (True, False): [], (False, True): [], (False, False): []}
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            groups[(is_backbone(name), decays(name, parameter))].append(parameter)
-    return [{"params": params, "lr": cfg.learning_rate if backbone else cfg.head_learning_rate,
-             "weight_decay": cfg.weight_decay if decayed else 0.0, "backbone": backbone}
-            for (backbone, decayed), params in groups.items() if params]
+    records whether it is the backbone's (`backbone`), for schedules that treat the two apart.
+    With cfg.layer_decay below 1 (layer-wise learning-rate decay, as ELECTRA fine-tunes: Clark et al. 2020), the
+    backbone's groups are split by layer: the top layer (and a pooler above it) learns at cfg.learning_rate, each layer
+    below at layer_decay times the one above, the embeddings at layer_decay ** layers."""
+    decay = getattr(cfg, "layer_decay", 1.0)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    indices = [int(m.group(1)) for n, _ in named if is_backbone(n) and (m := LAYER_INDEX.search(n))]
+    layers = max(indices) + 1 if indices else 0
+    groups: dict[tuple, list] = {}
+    for name, parameter in named:
+        backbone = is_backbone(name)
+        depth = min(layer_depth(name, layers), layers) if backbone and decay != 1.0 else 0
+        groups.setdefault((not backbone, -depth, not decays(name, parameter)), []).append(parameter)
+    out = []
+    for head, minus_depth, no_decay in sorted(groups):  # backbone first, top layer first, decayed first
+        lr = cfg.head_learning_rate if head else cfg.learning_rate * decay ** (layers + minus_depth)
+        out.append({"params": groups[(head, minus_depth, no_decay)], "lr": lr, "backbone": not head,
+                    "weight_decay": 0.0 if no_decay else cfg.weight_decay})
+    return out
 
 
 def warmup_then_decay(step: int, total: int, warmup_ratio: float) -> float:

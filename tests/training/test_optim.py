@@ -70,3 +70,31 @@ def test_the_loop_gives_no_decay_to_biases_and_norms_of_the_backbone_and_the_hea
     assert not any(decay[n] for n in ("head.bias", "strategy.distance_bias", "strategy.pooler.project.bias",
                                       "backbone.embeddings.LayerNorm.weight"))
     assert decay["head.weight"] and decay["backbone.embeddings.word_embeddings.weight"]
+
+
+def test_layer_decay_gives_each_backbone_layer_its_own_learning_rate(tiny_backbone_dir):
+    """train.layer_decay 0.5 on a 2-layer backbone: top layer at learning_rate, the one below at half, the embeddings
+    at a quarter; the head keeps head_learning_rate, and 1.0 keeps the four groups there were before."""
+    model = build_model(tiny_backbone_dir, "truncate", [])
+    lr_of = {}
+    cfg = load_recipe(None, ["train.learning_rate=1.0", "train.head_learning_rate=7.0", "train.layer_decay=0.5"]).train
+    for group in param_groups(model, cfg):
+        for p in group["params"]:
+            lr_of[id(p)] = (group["lr"], group["weight_decay"] > 0)
+    named = dict(model.named_parameters())
+    layers = model.backbone.config.num_hidden_layers
+    assert layers == 2
+    assert lr_of[id(named["backbone.encoder.layer.1.attention.self.query.weight"])] == (1.0, True)
+    assert lr_of[id(named["backbone.encoder.layer.0.attention.self.query.weight"])] == (0.5, True)
+    assert lr_of[id(named["backbone.encoder.layer.0.attention.self.query.bias"])] == (0.5, False)
+    assert lr_of[id(named["backbone.embeddings.word_embeddings.weight"])] == (0.25, True)
+    assert lr_of[id(named["head.weight"])] == (7.0, True)
+    plain = param_groups(model, load_recipe(None, ["train.learning_rate=1.0", "train.head_learning_rate=7.0"]).train)
+    assert [(g["lr"], g["backbone"], g["weight_decay"] > 0) for g in plain] == [
+        (1.0, True, True), (1.0, True, False), (7.0, False, True), (7.0, False, False)]
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
+def test_layer_decay_out_of_range_is_one_line(value):
+    with pytest.raises(longbert.LongbertError, match=rf"train.layer_decay must be in \(0, 1\], got {value}"):
+        load_recipe(None, [f"train.layer_decay={value}"])
