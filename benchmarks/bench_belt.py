@@ -1,0 +1,135 @@
+"""longbert's chunk inference against belt-nlp, the plain reference implementation of BERT over chunks, side by side in
+one process: the same MiniLM weights, the same IMDb test reviews longer than 512 tokens, 510-token chunks without
+overlap pooled by their mean, texts in and probabilities out (tokenizing counted for both), documents per second.
+
+    pip install --no-deps belt-nlp==1.1.0                 # not a longbert dependency; its torch/transformers are ours
+    python benchmarks/bench_belt.py                       # this CPU as it is: benchmarks/results/belt.json
+    python benchmarks/bench_belt.py --emulate-avx2        # the same, in a child process whose ATen, oneDNN and MKL
+                                                          # kernels are limited to AVX2 (ATEN_CPU_CAPABILITY=avx2,
+                                                          # ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2):
+                                                          # benchmarks/results/belt-avx2-emulated.json
+
+Rows: belt-nlp fp32; longbert at fp32, int8 (`--precision int8`) and, where the CPU has fast bf16 and AVX-512 is not
+masked, bf16. Each is warmed up once, then timed `--repeats` times; the fastest round counts. The emulation is not an
+AVX2-only CPU: it keeps this CPU's clock, caches and memory, and masks only the instruction sets the three libraries
+choose kernels by (torch's own capability check then says AVX2); a real AVX2 machine can differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def long_reviews(count: int, tokenizer) -> list[str]:
+    """The first `count` IMDb test reviews longer than 512 tokens, in file order."""
+    from longbert.data.sources import resolve_data_path
+
+    texts = []
+    with gzip.open(Path(resolve_data_path("imdb")) / "test.jsonl.gz", "rt") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            if len(tokenizer(text)["input_ids"]) > 512:
+                texts.append(text)
+                if len(texts) == count:
+                    break
+    return texts
+
+
+def fastest(run, repeats: int) -> tuple[float, object]:
+    """(the fastest of `repeats` timed calls after one warm-up, the last call's result)."""
+    result = run()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - started)
+    return best, result
+
+
+def measure(args) -> dict:
+    import torch
+    from belt_nlp.bert import BertNN
+    from belt_nlp.bert_classifier_with_pooling import BertClassifierWithPooling
+    from transformers import AutoModel
+
+    from longbert.config import load_recipe
+    from longbert.modeling.backbone import MINILM, resolve_backbone
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.utils.hardware import describe_machine
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    recipe = load_recipe(None, ["backbone.name=minilm", "backbone.attention_dropout=0.0", "strategy.name=chunk",
+                                "strategy.window=510", "strategy.pooling=mean", "strategy.token_pooling=mean"])
+    ours = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"]).eval()
+    texts = long_reviews(args.documents, ours.tokenizer)
+    folder = resolve_backbone(MINILM)
+    # belt-nlp's network is [CLS] -> Linear(768, labels): its head is resized to MiniLM's 384 (its encoder as loaded).
+    network = BertNN(AutoModel.from_pretrained(folder), num_labels=2)
+    network.linear = torch.nn.Linear(network.model.config.hidden_size, 2)
+    belt = BertClassifierWithPooling(num_labels=2, batch_size=args.batch_size, learning_rate=5e-5, epochs=1,
+                                     chunk_size=510, stride=510, minimal_chunk_length=1, pooling_strategy="mean",
+                                     neural_network=network, pretrained_model_name_or_path=str(folder), device="cpu")
+    belt.neural_network.eval()
+    rows = {}
+    with torch.no_grad():
+        seconds, reference = fastest(lambda: belt.predict_scores(texts, args.batch_size), args.repeats)
+    rows["belt-nlp fp32"] = {"seconds": seconds}
+    precisions = ["fp32", "int8"] + (["bf16"] if describe_machine()["auto_precision_cpu"] == "bf16"
+                                     and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2" else [])
+    agreement_base = None
+    for precision in precisions:
+        seconds, out = fastest(lambda: ours.predict(texts, args.batch_size, precision), args.repeats)
+        labels = [row["label"] for row in out]
+        agreement_base = agreement_base or labels
+        rows[f"longbert {precision}"] = {"seconds": seconds, "label_agreement_with_fp32":
+                                         sum(a == b for a, b in zip(labels, agreement_base)) / len(labels)}
+    base = rows["belt-nlp fp32"]["seconds"]
+    for row in rows.values():
+        row["documents_per_second"] = len(texts) / row["seconds"]
+        row["times_belt"] = base / row["seconds"]
+    del reference
+    return {"command": " ".join(["python", "benchmarks/bench_belt.py", *sys.argv[1:]]),
+            "machine": describe_machine(), "emulated_avx2": {k: os.environ.get(k) for k in AVX2_ENV},
+            "settings": {"documents": len(texts), "batch_size": args.batch_size,
+                         "repeats": args.repeats, "threads": args.threads, "chunk_size": 510, "stride": 510,
+                         "pooling": "mean", "belt_nlp": "1.1.0", "head": "untrained (seed 0): speed only"},
+            "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--documents", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--emulate-avx2", action="store_true")
+    parser.add_argument("-o", "--output", type=Path)
+    args = parser.parse_args()
+    if args.emulate_avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":  # the libraries read it at load time
+        child = [a for a in sys.argv[1:] if a != "--emulate-avx2"]
+        output = args.output or RESULTS / "belt-avx2-emulated.json"
+        sys.exit(subprocess.call([sys.executable, __file__, *child, "--emulate-avx2", "-o", str(output)],
+                                 env={**os.environ, **AVX2_ENV}))
+    output = args.output or RESULTS / "belt.json"
+    result = measure(args)
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    for name, row in result["rows"].items():
+        extra = (f", labels agree with fp32 on {100 * row['label_agreement_with_fp32']:.1f}%"
+                 if "label_agreement_with_fp32" in row else "")
+        print(f"{name:<16} {row['documents_per_second']:6.2f} documents/s  {row['times_belt']:.2f}× belt-nlp{extra}")
+    print(f"capability {result['machine']['cpu_capability']}; written to {output}")
+
+
+if __name__ == "__main__":
+    main()
