@@ -89,7 +89,7 @@ def measure(args) -> dict:
                                      and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2" else [])
     agreement_base = None
     for precision in precisions:
-        seconds, out = fastest(lambda: ours.predict(texts, args.batch_size, precision), args.repeats)
+        seconds, out = fastest(lambda p=precision: ours.predict(texts, args.batch_size, p), args.repeats)
         labels = [row["label"] for row in out]
         agreement_base = agreement_base or labels
         rows[f"longbert {precision}"] = {"seconds": seconds, "label_agreement_with_fp32":

@@ -95,7 +95,7 @@ def serve_and_measure(model: str, precision: str, clients: list[int], requests: 
                 break
             except OSError:
                 if server.poll() is not None:
-                    raise SystemExit(f"`{' '.join(command)}` exited with {server.returncode}")
+                    raise SystemExit(f"`{' '.join(command)}` exited with {server.returncode}") from None
                 time.sleep(0.5)
         rows = []
         for n in clients:
