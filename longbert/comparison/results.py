@@ -124,8 +124,8 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     bucket) are keyed by strategy; examples: what `analysis.build_examples` returned. baseline: what
     `baseline.tfidf_baseline` returned, or None; with it, predictions also hold its rows under `baseline.BASELINE`
     and the paired comparisons include it. combined: the rows made from trained strategies without training
-    (`ensemble.build_ensemble`'s and `hybrid_row`'s summaries, each with 'name' and 'metrics'), whose test rows
-    predictions hold under their names; combined_notes: why one is missing, when it is."""
+    (`ensemble.build_ensemble`'s and `ensemble.build_hybrid`'s summaries, each with 'name' and 'metrics'), whose
+    test rows predictions hold under their names; combined_notes: why one is missing, when it is."""
     from longbert import __version__
 
     strategies = {}

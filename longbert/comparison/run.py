@@ -24,6 +24,8 @@ Run folders are ordinary run folders (usable by `longbert predict` and `longbert
                                                         delete the folder to retrain)
 Besides what `train` writes, each run folder gets speed-by-length.json: inference speed and peak memory per length
 bucket, measured once on this machine and reused while the machine description is the same.
+The run folder of the strategy best on validation also gets hybrid/: that run's model mixed with TF-IDF
+(`longbert hybrid`), remade by every compare (seconds: no neural pass is repeated).
 
 This module runs a comparison from start to end; the rest of it lives beside it:
     plan         one recipe per strategy from the base and the overrides; reuse, resume or train; early checks
