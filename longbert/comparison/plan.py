@@ -124,7 +124,7 @@ def plan_runs(recipes: dict) -> dict[str, str]:
             plan[strategy] = "train"
         elif not saved.is_file():
             problems.append(f"{run_dir} is not empty and holds no recipe.yaml; move it away or choose another --name")
-        elif _read(saved) != recipe_to_yaml(recipe):
+        elif _read(saved) != recipe_to_yaml(recipe) and not _same_once_loaded(saved, recipe):
             differing = _differences(saved, recipe)
             problems.append(f"{run_dir} holds a run with a different recipe ({differing}); choose another --name, "
                             "or delete that folder to train it again")
@@ -137,6 +137,18 @@ def plan_runs(recipes: dict) -> dict[str, str]:
     if problems:
         raise LongbertError(" | ".join(problems))
     return plan
+
+
+def _same_once_loaded(saved: Path, recipe) -> bool:
+    """Whether a saved recipe.yaml, loaded as today's longbert loads a recipe, is `recipe`: a run saved before a
+    setting existed did what that setting's default does (every new setting defaults to the old behaviour), so a
+    recipe.yaml that lacks it is the same recipe. False when the file cannot be loaded."""
+    from longbert.config import load_recipe, recipe_to_yaml
+
+    try:
+        return recipe_to_yaml(load_recipe(saved)) == recipe_to_yaml(recipe)
+    except (LongbertError, OSError, UnicodeDecodeError):
+        return False
 
 
 def _read(saved: Path) -> str | None:

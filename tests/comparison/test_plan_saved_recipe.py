@@ -34,3 +34,24 @@ def test_a_saved_recipe_that_cannot_be_read_refuses_the_folder_in_one_line(tmp_p
     assert message.startswith(f"{run_dir} holds a run with a different recipe ("), message
     for fragment in fragments:
         assert fragment in message, message
+
+
+def test_a_run_saved_before_a_setting_existed_is_reused_when_the_setting_is_at_its_default(tmp_path):
+    """A recipe.yaml written before train.layer_decay existed lacks it: loaded today it gets the default (1.0), which
+    is what the run did, so the run is reused; the same file with a different value is refused."""
+    import yaml
+
+    from longbert.config import recipe_to_yaml
+
+    recipes = resolve_recipes(["chunk"], {"strategy": {"name": "chunk"}}, "base", [], "x", tmp_path)
+    run_dir = tmp_path / "x" / "chunk"
+    run_dir.mkdir(parents=True)
+    older = yaml.safe_load(recipe_to_yaml(recipes["chunk"]))
+    del older["train"]["layer_decay"]
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(older))
+    (run_dir / "metrics.json").write_text("{}")
+    assert plan_runs(recipes) == {"chunk": "reuse"}
+    older["train"]["layer_decay"] = 0.5
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(older))
+    with pytest.raises(LongbertError, match=r"train.layer_decay: 0.5 -> 1.0"):
+        plan_runs(recipes)
