@@ -270,8 +270,7 @@ def hybrid(
         s = make_hybrid(run_dir, output)
         v = s["validation"]
         where = output or run_dir / "hybrid"
-        typer.echo(f"hybrid written to {where}: neural weight {s['mix']:.2f} at temperature {s['temperature']}, "
-                   f"C {s['C']} (chosen on "
+        typer.echo(f"hybrid written to {where}: neural weight {s['mix']:.2f}, C {s['C']} (chosen on "
                    f"{s['validation_documents']} validation documents: neural {100 * v['neural_accuracy']:.1f}%, "
                    f"TF-IDF {100 * v['lexical_accuracy']:.1f}%, hybrid {100 * v['hybrid_accuracy']:.1f}%)"
                    + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if "test" in s else ""))

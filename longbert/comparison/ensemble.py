@@ -120,6 +120,5 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
     summary = make_hybrid(run_dirs[base], corpus=splits())
     rows = read_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
     return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],
-             "temperature": summary["temperature"],
              "chosen_by": summary["chosen_by"], "base_chosen_by": metric, "validation": summary["validation"],
              "folder": str(run_dirs[base] / HYBRID), "metrics": summary["test"]}, rows, None)

@@ -158,8 +158,7 @@ def _combined_sentences(results: dict) -> list[str]:
                     f"{row['chosen_by']} among {row['groups_scored']}, no training)")
         else:
             what = (f"Hybrid of {row['members'][0]} and TF-IDF over its token ids (probabilities mixed at neural "
-                    f"weight {row['mix']:.2f}, its temperature {row.get('temperature', 1.0)}, TF-IDF C = {row['C']}, "
-                    f"all chosen on {row['chosen_by']}; "
+                    f"weight {row['mix']:.2f}, TF-IDF C = {row['C']}, both chosen on {row['chosen_by']}; "
                     f"{row['members'][0]} itself chosen on validation {row['base_chosen_by']})")
         lines.append(f"{what}: {percent(row['accuracy'])}{interval(row['accuracy_ci95'])}; paired McNemar test "
                      + ", ".join(parts) + ".")

@@ -229,10 +229,10 @@ def training_section(facts: TrainingFacts) -> list[str]:
 def describe_hybrid(lexical) -> list[str]:
     """The card's words for a hybrid model's TF-IDF half: what it is, its weight, and how that was chosen."""
     facts, v = lexical.facts, lexical.facts.get("validation", {})
-    line = (f"**Hybrid.** The output mixes the classifier's probabilities (weight {lexical.mix:.2f}, its logits "
-            f"divided by {lexical.temperature}) with those of {facts.get('features', 'a TF-IDF model')} "
-            f"({facts.get('n_features', len(lexical.keys)):,} features, C = {facts.get('C')}), which reads the same "
-            f"token ids; C, the temperature and the weight were chosen on {facts.get('chosen_by', 'validation')}.")
+    line = (f"**Hybrid.** The output mixes the classifier's probabilities (weight {lexical.mix:.2f}) with those of "
+            f"{facts.get('features', 'a TF-IDF model')} ({facts.get('n_features', len(lexical.keys)):,} features, "
+            f"C = {facts.get('C')}), which reads the same token ids; C and the weight were chosen on "
+            f"{facts.get('chosen_by', 'validation')}.")
     if v:
         line += (f" Validation accuracy ({facts.get('validation_documents')} documents): neural "
                  f"{100 * v['neural_accuracy']:.1f}%, TF-IDF {100 * v['lexical_accuracy']:.1f}%, hybrid "

@@ -1,8 +1,5 @@
 """The lexical half of a hybrid model: TF-IDF over the token ids the backbone reads (wordpiece unigrams and bigrams)
-+ logistic regression, mixed with the neural model's probabilities at a weight chosen on validation. The neural
-probabilities are first softened by a temperature chosen with the weight: a fine-tuned network is overconfident, and
-without it the log loss that picks the weight prefers the calibrated TF-IDF half even where the network is the more
-accurate (on Hyperpartisan's 64 validation articles it chose weight 0: 76.6% validation accuracy, the network 82.8%).
++ logistic regression, mixed with the neural model's probabilities at a weight chosen on validation.
 
 Why token ids rather than words: the lexical half then reads exactly what the neural half reads, from the same
 input, so every way of running a model (`predict`, `evaluate`, `serve`, the transformers pipeline, which hands the
@@ -35,7 +32,6 @@ LEXICAL_WEIGHTS = "lexical.safetensors"
 LEXICAL_CONFIG = "lexical.json"
 C_GRID = (0.5, 2.0, 8.0, 32.0)  # logistic regression's inverse regularisation strengths tried on validation
 MIX_GRID = tuple(i / 20 for i in range(21))  # weights of the neural probabilities tried on validation (0: TF-IDF)
-TEMPERATURE_GRID = (1.0, 1.5, 2.0, 3.0, 5.0, 8.0)  # neural logits divided by this before mixing (1: as they are)
 
 
 def ngram_keys(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -45,11 +41,11 @@ def ngram_keys(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 class LexicalModel(nn.Module):
-    """TF-IDF + logistic regression over token-id n-grams, and how its probabilities are mixed with the neural
-    model's: fused = mix * softmax(neural logits / temperature) + (1 - mix) * lexical."""
+    """TF-IDF + logistic regression over token-id n-grams, and the weight `mix` its probabilities are mixed at:
+    fused = mix * neural + (1 - mix) * lexical."""
 
     def __init__(self, keys: torch.Tensor, idf: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                 vocab_size: int, mix: float, facts: dict | None = None, temperature: float = 1.0):
+                 vocab_size: int, mix: float, facts: dict | None = None):
         super().__init__()
         self.register_buffer("keys", keys.long())
         self.register_buffer("idf", idf.float())
@@ -57,7 +53,6 @@ class LexicalModel(nn.Module):
         self.register_buffer("bias", bias.float())
         self.vocab_size = int(vocab_size)
         self.mix = float(mix)
-        self.temperature = float(temperature)
         self.facts = dict(facts or {})  # how it was fitted and chosen: what lexical.json and the model card say
 
     def features(self, document: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,7 +78,7 @@ class LexicalModel(nn.Module):
 
     def fuse(self, neural_logits: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
         """(B, C) neural logits -> (B, C) logits of the mixed probabilities (their log: softmax gives them back)."""
-        neural = (neural_logits.float() / self.temperature).softmax(-1)
+        neural = neural_logits.float().softmax(-1)
         mixed = self.mix * neural + (1 - self.mix) * self.probabilities(documents).to(neural.device)
         return mixed.clamp_min(torch.finfo(torch.float32).tiny).log()
 
@@ -94,7 +89,7 @@ class LexicalModel(nn.Module):
 
         tensors = {"keys": self.keys, "idf": self.idf, "weight": self.weight, "bias": self.bias}
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, folder / LEXICAL_WEIGHTS)
-        config = {"vocab_size": self.vocab_size, "mix": self.mix, "temperature": self.temperature, **self.facts}
+        config = {"vocab_size": self.vocab_size, "mix": self.mix, **self.facts}
         (folder / LEXICAL_CONFIG).write_text(json.dumps(config, indent=2))
 
     @classmethod
@@ -110,13 +105,11 @@ class LexicalModel(nn.Module):
         try:
             config = json.loads(config_path.read_text())
             mix, saved_vocab = float(config["mix"]), int(config["vocab_size"])
-            temperature = float(config.get("temperature", 1.0))
         except (ValueError, KeyError, TypeError) as error:
             raise LongbertError(f"{config_path} is damaged: {error!r}") from None
-        if not 0 <= mix <= 1 or not temperature > 0 or saved_vocab != vocab_size:
-            raise LongbertError(f"{config_path} does not fit this model: mix {mix} (must be in [0, 1]), temperature "
-                                f"{temperature} (must be > 0), vocabulary {saved_vocab} (the backbone's is "
-                                f"{vocab_size})")
+        if not 0 <= mix <= 1 or saved_vocab != vocab_size:
+            raise LongbertError(f"{config_path} does not fit this model: mix {mix} (must be in [0, 1]), vocabulary "
+                                f"{saved_vocab} (the backbone's is {vocab_size})")
         if not weights_path.is_file():
             raise LongbertError(f"{folder} is incomplete: no {LEXICAL_WEIGHTS} ({LEXICAL_CONFIG} is there)")
         try:
@@ -127,8 +120,8 @@ class LexicalModel(nn.Module):
         if not (keys.ndim == idf.ndim == 1 and weight.shape == (len(bias), len(keys)) and len(idf) == len(keys)):
             raise LongbertError(f"{weights_path} holds tensors of mismatched shapes: keys {tuple(keys.shape)}, "
                                 f"idf {tuple(idf.shape)}, weight {tuple(weight.shape)}, bias {tuple(bias.shape)}")
-        facts = {k: v for k, v in config.items() if k not in ("mix", "vocab_size", "temperature")}
-        return cls(keys, idf, weight, bias, saved_vocab, mix, facts, temperature)
+        facts = {k: v for k, v in config.items() if k not in ("mix", "vocab_size")}
+        return cls(keys, idf, weight, bias, saved_vocab, mix, facts)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -137,10 +130,10 @@ class LexicalModel(nn.Module):
 
 def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.Tensor], validation_labels,
                 neural_validation: np.ndarray, n_classes: int, vocab_size: int) -> LexicalModel:
-    """Fit TF-IDF + logistic regression on the training documents (token ids) and choose its C, the neural
-    temperature and the mix weight together on validation: the setting whose mixed validation probabilities have the
-    smallest log loss (ties: the stronger regularisation, the lower temperature, then the larger neural weight).
-    `neural_validation` (D, C): the neural model's validation probabilities. scikit-learn is used for the fit only."""
+    """Fit TF-IDF + logistic regression on the training documents (token ids) and choose its C and the mix weight
+    together on validation: the pair whose mixed validation probabilities have the smallest log loss (ties: the
+    stronger regularisation, then the larger neural weight). `neural_validation` (D, C): the neural model's
+    validation probabilities. scikit-learn is used for the fit only."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
@@ -159,25 +152,18 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
         raise LongbertError(f"the TF-IDF half needs training documents of two classes or more; only class "
                             f"{present} has any")
     neural_validation = np.asarray(neural_validation, dtype=np.float64)
-    logits = np.log(np.clip(neural_validation, 1e-30, None))
-    tempered = {}
-    for t in TEMPERATURE_GRID:
-        z = logits / t
-        z = np.exp(z - z.max(1, keepdims=True))
-        tempered[t] = z / z.sum(1, keepdims=True)
     best = None
     for c in C_GRID:
         model = LogisticRegression(C=c, max_iter=2000).fit(x_train, y_train)
         lexical = np.zeros((len(y_validation), n_classes))
         lexical[:, model.classes_] = model.predict_proba(x_validation)
-        for t, neural in tempered.items():
-            for mix in MIX_GRID:
-                mixed = mix * neural + (1 - mix) * lexical
-                loss = float(-np.log(np.clip(mixed[np.arange(len(y_validation)), y_validation], 1e-12, None)).mean())
-                candidate = (loss, c, t, -mix)
-                if best is None or candidate < best[0]:
-                    best = (candidate, model, mix, lexical)
-    (loss, c, temperature, _), model, mix, lexical = best
+        for mix in MIX_GRID:
+            mixed = mix * neural_validation + (1 - mix) * lexical
+            loss = float(-np.log(np.clip(mixed[np.arange(len(y_validation)), y_validation], 1e-12, None)).mean())
+            candidate = (loss, c, -mix)
+            if best is None or candidate < best[0]:
+                best = (candidate, model, mix, lexical)
+    (loss, c, _), model, mix, lexical = best
 
     def accuracy(p):
         return float((p.argmax(1) == y_validation).mean())
@@ -195,11 +181,11 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
         bias[model.classes_] = model.intercept_
     absent = [k for k in range(n_classes) if k not in set(model.classes_.tolist())]
     bias[absent] = -1e4  # a class no training document has: scikit-learn gives it probability 0, and so does this
-    mixed = mix * tempered[temperature] + (1 - mix) * lexical
+    mixed = mix * neural_validation + (1 - mix) * lexical
     facts = {"features": "TF-IDF over token-id unigrams and bigrams (min_df=2, sublinear tf) + logistic regression",
              "n_features": int(len(keys)), "C": c, "chosen_by": "validation log loss of the mixed probabilities",
              "training_documents": len(train), "validation_documents": len(validation),
              "validation": {"neural_accuracy": accuracy(neural_validation), "lexical_accuracy": accuracy(lexical),
                             "hybrid_accuracy": accuracy(mixed), "hybrid_log_loss": loss}}
     return LexicalModel(torch.from_numpy(keys), torch.from_numpy(vectorizer.idf_[columns]),
-                        torch.from_numpy(weight), torch.from_numpy(bias), vocab_size, mix, facts, temperature)
+                        torch.from_numpy(weight), torch.from_numpy(bias), vocab_size, mix, facts)

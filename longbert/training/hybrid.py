@@ -69,8 +69,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         model.lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
                                     splits["validation"]["labels"], neural["validation"], n_classes,
                                     model.backbone.config.vocab_size)
-        summary = {"base": str(run_dir), "mix": model.lexical.mix, "temperature": model.lexical.temperature,
-                   **model.lexical.facts}
+        summary = {"base": str(run_dir), "mix": model.lexical.mix, **model.lexical.facts}
         roles = ["validation"] + (["test"] if tested and "test" in splits else [])
         raws = {}
         for role in roles:

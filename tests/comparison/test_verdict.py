@@ -109,5 +109,5 @@ def test_a_hybrid_row_is_placed_against_the_baseline_and_said_with_how_it_was_ch
     assert line.endswith("the baseline trains in seconds and needs no GPU.")  # the strategies alone do not beat it
     said = next(line for line in lines if line.startswith("Hybrid of"))
     assert said.startswith(f"Hybrid of {b} and TF-IDF over its token ids (probabilities mixed at neural weight 0.45, "
-                           "its temperature 1.0, TF-IDF C = 8.0, all chosen on validation log loss")
+                           "TF-IDF C = 8.0, both chosen on validation log loss")
     assert f"vs {a} p = 0.0001, vs {b} p = 0.0002, vs tfidf p = 0.004." in said

@@ -103,22 +103,3 @@ def test_one_class_of_training_documents_is_refused():
     train, _ = documents(20, 0, 2)
     with pytest.raises(LongbertError, match="needs training documents of two classes or more"):
         fit_lexical(train, [1] * 20, train[:4], [1] * 4, np.full((4, 2), 0.5), 2, VOCAB)
-
-
-def test_an_overconfident_but_better_neural_half_keeps_its_weight():
-    """A network right on 80% of validation at probability 0.999 and wrong on the rest at 0.999, beside a TF-IDF half
-    that learnt nothing: the chosen mix keeps the network (weight > 0, the network's validation accuracy), and fuse
-    applies the chosen temperature to the neural logits."""
-    train, y = documents(60, 0, 2)
-    validation, y_validation = documents(50, 3, 2)
-    right = np.array([i % 5 != 0 for i in range(50)])
-    confident = np.where(right, np.array(y_validation), 1 - np.array(y_validation))
-    neural = np.eye(2)[confident] * 0.998 + 0.001
-    scrambled = [int(v) for v in np.random.default_rng(0).permutation(y)]  # a TF-IDF half that learnt nothing
-    model = fit_lexical(train, scrambled, validation, y_validation, neural, 2, VOCAB)
-    assert model.mix > 0 and model.facts["validation"]["hybrid_accuracy"] == pytest.approx(0.8)
-    for temperature in (1.0, 3.0):
-        model.temperature = temperature
-        torch.testing.assert_close(model.fuse(torch.tensor([[4.0, 0.0]]), validation[:1]).softmax(-1),
-                                   model.mix * torch.tensor([[4.0, 0.0]]).div(temperature).softmax(-1)
-                                   + (1 - model.mix) * model.probabilities(validation[:1]))
