@@ -6,7 +6,8 @@ test reviews laid end to end, as bench_recurrence.py builds it) and the real Min
     python benchmarks/bench_scaling.py --strategies chunk rmt --lengths 512 8192
 
 Every strategy runs with its defaults (`longbert strategies`), its unit vectors from the token mean (what MiniLM
-was trained for). One document per forward, eval mode, no_grad, bf16 autocast. Every (strategy, length) runs in a
+was trained for). One document per forward, eval mode, no_grad, at the precision `auto` runs on this CPU (bf16 autocast
+where it is fast, fp32 elsewhere; the JSON records which, with the CPU's capability). Every (strategy, length) runs in a
 fresh subprocess, so each peak is its own: peak_memory_mb is the process's peak resident set size during the first
 forward, forward_memory_mb that less what the process held just before it (weights, runtime, the token ids).
 Time: the median of `repeats` forwards after the first for documents up to 32,768 tokens, the first forward alone
@@ -24,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from isolated import error_text, measure_forwards, run_each, table_printer, write_results
+from isolated import auto_precision, error_text, measure_forwards, run_each, table_printer, write_results
 
 STRATEGIES = ["truncate", "chunk", "sliding", "bigbird", "recurrence", "rmt"]
 LENGTHS = [512, 2048, 8192, 32768, 131072, 1_048_576]
@@ -70,7 +71,7 @@ def run_one(spec: dict) -> dict:
         return units
 
     try:
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=auto_precision() == "bf16"):
             measured, units = measure_forwards(forward, spec["repeats"], spec["tokens"])
     except Exception as error:  # recorded, not raised: a failing configuration is a result
         out["error"] = error_text(error)
@@ -167,7 +168,8 @@ def main() -> None:
         "benchmark": "inference time and memory against document length, every strategy with its defaults",
         "command": " ".join(["python benchmarks/bench_scaling.py", *sys.argv[1:]]),
         "machine": describe_machine(),
-        "settings": {"lengths": lengths, "strategies": strategies, "threads": threads, "precision": "bf16 autocast",
+        "settings": {"lengths": lengths, "strategies": strategies, "threads": threads,
+                     "precision": f"{auto_precision()} (what mixed_precision auto runs on this CPU)",
                      "backbone": "minilm (all-MiniLM-L6-v2)", "document": "IMDb test reviews end to end",
                      "token_pooling": "mean", "repeats_up_to_32768": args.repeats, "quick": args.quick},
         "results": results,

@@ -4,7 +4,8 @@ is worth, tokens/s against batch size, and where imdb_sliding's memory goes.
     python benchmarks/bench_training.py            # every configuration: benchmarks/results/training.json + .png
     python benchmarks/bench_training.py --quick    # two configurations, two steps each: checks that it runs
 
-A training step here is the loop's own (longbert.training.finetune): bf16 autocast as accelerate sets it on this CPU,
+A training step here is the loop's own (longbert.training.finetune): at the precision `auto` runs on this CPU (bf16
+autocast where it is fast, fp32 elsewhere; the JSON records which),
 forward through the strategy, the loss, backward, gradient clipping, AdamW step over the recipe's parameter groups.
 Every configuration runs in a fresh subprocess (its peak memory is its own) on the same pool of 50 batches of
 seeded IMDb training reviews: with `grouped`, in the order `train.group_by_length` gives (longbert.data.documents.
@@ -42,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from isolated import error_text, run_each, table_printer, write_results
+from isolated import auto_precision, error_text, run_each, table_printer, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "training.json"
 POOL_BATCHES = 50  # the pool: 50 batches of the largest batch size, the group length_grouped_order sorts
@@ -135,7 +136,8 @@ def run_one(spec: dict) -> dict:
         model.backbone = torch.compile(model.backbone, dynamic=True)
     optimizer = torch.optim.AdamW(_param_groups(model, recipe.train), lr=1e-5, fused=spec["fused"],
                                   foreach=False if not spec["fused"] else None)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=not spec.get("bf16_weights"))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16,
+                              enabled=not spec.get("bf16_weights") and auto_precision() == "bf16")
     split = spec.get("split", 1)
 
     def step(members: list[int]) -> None:
@@ -281,7 +283,8 @@ def main() -> None:
         "benchmark": "training steps: speed levers, batch size, sliding memory (MiniLM, IMDb training reviews)",
         "command": " ".join(["python benchmarks/bench_training.py", *sys.argv[1:]]),
         "machine": describe_machine(),
-        "settings": {"threads": threads, "precision": "bf16 autocast unless bf16 weights",
+        "settings": {"threads": threads, "precision": f"{auto_precision()} (what mixed_precision auto runs on this "
+                     "CPU) unless bf16 weights",
                      "backbone": "minilm (all-MiniLM-L6-v2)", "strategy": "truncate head_tail 510 unless sliding",
                      "pool": f"{POOL_BATCHES} batches of {pool_batch_size} seeded IMDb training reviews",
                      "quick": args.quick},

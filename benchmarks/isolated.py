@@ -52,6 +52,13 @@ def measure_forwards(forward: Callable[[], object], repeats: int, tokens: int) -
     }, result
 
 
+def auto_precision() -> str:
+    """What `mixed_precision: auto` runs on this CPU: bf16 where it is fast, else fp32."""
+    from longbert.utils.hardware import describe_machine
+
+    return describe_machine()["auto_precision_cpu"]
+
+
 def error_text(error: Exception) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
 
