@@ -40,6 +40,22 @@ def _run(action: Callable[[], object]) -> object:
         _ignore_ctrl_c()
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None
+    finally:
+        _end_process_group()
+
+
+def _end_process_group() -> None:
+    """Tear down the process group a command under torchrun or `accelerate launch` joined. Left to the interpreter's
+    exit, gloo's threads can abort a process as it ends ("terminate called without an active exception": a torchrun
+    of two predicting processes failed so, once, after both had finished their work)."""
+    import sys
+
+    if "torch" not in sys.modules:  # a command that never imported torch joined no group
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _ignore_ctrl_c() -> None:
