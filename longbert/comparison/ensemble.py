@@ -33,6 +33,19 @@ def read_validation(run_dir: Path) -> list[dict] | None:
     return read_rows(path)
 
 
+def validation_of(run_dirs: dict[str, Path], metric: str, row: str) -> tuple[dict | None, str, str | None]:
+    """(each run's validation rows, the metric a combined row is chosen by, None), or (None, metric, why `row` cannot
+    be chosen) when a run kept no validation predictions. `metric`: the recipe's best_metric; loss, which a hard
+    prediction has not, falls back to macro_f1."""
+    metric = metric if metric in SELECTION_METRICS else "macro_f1"
+    validation = {s: read_validation(d) for s, d in run_dirs.items()}
+    missing = [s for s, rows in validation.items() if rows is None]
+    if missing:
+        return None, metric, (f"no {row} row: {', '.join(missing)} kept no validation predictions "
+                              f"({VALIDATION_FILE}; runs trained before they were kept): train them again to have one")
+    return validation, metric, None
+
+
 def score(rows: list[dict], probabilities: np.ndarray, metric: str) -> float:
     """Accuracy or macro-F1 of argmax(probabilities) against the rows' labels."""
     from sklearn.metrics import f1_score
@@ -82,12 +95,9 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
         return None, None, "no ensemble row: averaged multi-label probabilities would need thresholds of their own"
     if len(run_dirs) < 2:
         return None, None, None
-    validation = {s: read_validation(d) for s, d in run_dirs.items()}
-    missing = [s for s, rows in validation.items() if rows is None]
-    if missing:
-        return None, None, (f"no ensemble row: {', '.join(missing)} kept no validation predictions "
-                            f"({VALIDATION_FILE}; runs trained before they were kept): train them again to have one")
-    metric = metric if metric in SELECTION_METRICS else "macro_f1"
+    validation, metric, why = validation_of(run_dirs, metric, ENSEMBLE)
+    if validation is None:
+        return None, None, why
     members, validation_score, candidates = choose_members(validation, metric)
     rows = ensemble_rows(test, members)
     labels = np.array([r["label"] for r in rows])
@@ -108,15 +118,11 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
 
     if multi_label:
         return None, None, "no hybrid row: hybrid models are single-label only"
-    validation = {s: read_validation(d) for s, d in run_dirs.items()}
-    missing = [s for s, rows in validation.items() if rows is None]
-    if missing:
-        return None, None, (f"no hybrid row: {', '.join(missing)} kept no validation predictions ({VALIDATION_FILE}) "
-                            "to choose its base on: train them again to have one")
-    metric = metric if metric in SELECTION_METRICS else "macro_f1"
+    validation, metric, why = validation_of(run_dirs, metric, HYBRID)
+    if validation is None:
+        return None, None, why
     names = list(run_dirs)
-    base = max(names, key=lambda s: (score(validation[s], np.array([r["probabilities"] for r in validation[s]]),
-                                           metric), -names.index(s)))
+    base = max(names, key=lambda s: (score(validation[s], averaged(validation, (s,)), metric), -names.index(s)))
     summary = make_hybrid(run_dirs[base], corpus=splits())
     rows = read_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
     return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],

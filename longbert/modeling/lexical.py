@@ -168,9 +168,10 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
     def accuracy(p):
         return float((p.argmax(1) == y_validation).mean())
 
-    order = np.argsort(np.array(list(vectorizer.vocabulary_.keys())))
-    keys = np.array(list(vectorizer.vocabulary_.keys()), dtype=np.int64)[order]
-    columns = np.array(list(vectorizer.vocabulary_.values()))[order]
+    keys = np.fromiter(vectorizer.vocabulary_.keys(), dtype=np.int64)
+    columns = np.fromiter(vectorizer.vocabulary_.values(), dtype=np.int64)
+    order = np.argsort(keys)
+    keys, columns = keys[order], columns[order]
     weight = np.zeros((n_classes, len(keys)))
     bias = np.zeros(n_classes)
     if len(model.classes_) == 2:  # scikit-learn keeps one row for two classes: p(second) = sigmoid(row)
