@@ -324,6 +324,9 @@ def compare(
                                                                            "(<runs-dir>/<name>/<strategy>/)"),
     reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes "
                                                                            "(<reports-dir>/<name>/)"),
+    seeds: int = typer.Option(1, "--seeds", help="runs per strategy, at the recipe's seed and the next ones, on the "
+                                                 "same documents; above 1 the report adds each strategy's seeds "
+                                                 "averaged and their mean ± sd"),
 ):
     """Train and evaluate several strategies on the same data and budget; write one report comparing them."""
     from longbert.comparison.render import print_summary
@@ -331,7 +334,7 @@ def compare(
 
     def action():
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
-                              command=_command_line())
+                              command=_command_line(), seeds=seeds)
         print_summary(results)
 
     _run(action)

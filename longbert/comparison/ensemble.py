@@ -6,7 +6,11 @@ the validation split (each run's predictions-validation.jsonl, written by its ke
     hybrid     the strategy best on validation, mixed with TF-IDF over its own token ids (`longbert hybrid`,
                longbert.training.hybrid): a model folder of its own under that run, <run>/hybrid/
 
-Both rows are paired against every other row of the report.
+    seeds      with `compare --seeds N`, one row per strategy: its N runs (seeds s0 ... s0 + N - 1, the same documents)
+               with their test probabilities averaged, and the spread of the single runs (mean ± sd); nothing is
+               chosen, so nothing needs validation
+
+Every such row is paired against every other row of the report.
 
 Single-label only: averaged multi-label probabilities would need thresholds of their own, tuned on validation; that
 is not done, and the report says so."""
@@ -128,3 +132,55 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
     return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],
              "chosen_by": summary["chosen_by"], "base_chosen_by": metric, "validation": summary["validation"],
              "folder": str(run_dirs[base] / HYBRID), "metrics": summary["test"]}, rows, None)
+
+
+def seeds_name(strategy: str, seeds: int) -> str:
+    """A seed-ensemble row's name: 'truncate × 5 seeds'."""
+    return f"{strategy} × {seeds} seeds"
+
+
+def build_seed_ensembles(test: dict[str, dict[int, list[dict]]], multi_label: bool, label_names: list[str],
+                         long_tokens: int) -> tuple[list[dict], dict[str, list[dict]], str | None]:
+    """([one summary per strategy], {row name: its test rows}, None), or ([], {}, why there are none), from each
+    strategy's test rows by seed (`test[strategy][seed]`, every seed's rows in the same document order). A summary
+    holds the seeds, each seed's accuracy, macro-F1 and accuracy on the documents over `long_tokens`, their mean and
+    sample standard deviation, and the metrics of the averaged probabilities."""
+    from sklearn.metrics import f1_score
+
+    from longbert.evaluation.metrics import compute_metrics
+
+    if multi_label:
+        return [], {}, "no seed-ensemble rows: averaged multi-label probabilities would need thresholds of their own"
+    summaries, rows_by_name = [], {}
+    for strategy, by_seed in test.items():
+        seeds = sorted(by_seed)
+        per_seed = {}
+        for seed in seeds:
+            rows = by_seed[seed]
+            truth, predicted = [r["label"] for r in rows], [r["predicted"] for r in rows]
+            long = [r["predicted"] == r["label"] for r in rows if r["n_tokens"] > long_tokens]
+            per_seed[seed] = {
+                "accuracy": float(np.mean([p == t for p, t in zip(predicted, truth)])),
+                "macro_f1": float(f1_score(truth, predicted, labels=list(range(len(label_names))), average="macro",
+                                           zero_division=0)),
+                "long_accuracy": float(np.mean(long)) if long else None}
+        name = seeds_name(strategy, len(seeds))
+        rows = ensemble_rows({str(k): v for k, v in by_seed.items()}, tuple(str(k) for k in seeds))
+        metrics = compute_metrics(np.array([r["label"] for r in rows]), np.array([r["probabilities"] for r in rows]),
+                                  [r["n_tokens"] for r in rows], label_names, False)
+        spread = {key: spread_of([per_seed[k][key] for k in seeds]) for key in ("accuracy", "macro_f1",
+                                                                                "long_accuracy")}
+        summaries.append({"name": name, "strategy": strategy, "members": [f"seed {k}" for k in seeds],
+                          "seeds": seeds, "per_seed": {str(k): v for k, v in per_seed.items()}, "spread": spread,
+                          "metrics": metrics})
+        rows_by_name[name] = rows
+    return summaries, rows_by_name, None
+
+
+def spread_of(values: list) -> dict | None:
+    """{mean, sd (sample, ddof 1; 0 for one value), min, max} of the values, or None when any is missing."""
+    if not values or any(v is None for v in values):
+        return None
+    array = np.asarray(values, dtype=float)
+    return {"mean": float(array.mean()), "sd": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
+            "min": float(array.min()), "max": float(array.max())}

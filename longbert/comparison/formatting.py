@@ -12,13 +12,25 @@ COMBINED = ("ensemble", "hybrid")  # rows made from trained strategies without t
 
 
 def combined_rows(results: dict) -> list[dict]:
-    """The report's rows that combine trained strategies (the ensemble, the hybrid), those the comparison has."""
-    return [results[key] for key in COMBINED if results.get(key)]
+    """The report's rows that combine trained runs (the ensemble, the hybrid, each strategy's seeds averaged), those
+    the comparison has."""
+    return [results[key] for key in COMBINED if results.get(key)] + list(results.get("seed_ensembles") or [])
 
 
 def combined_label(row: dict) -> str:
-    """A combined row's name in tables: 'ensemble (chunk + sliding)', 'hybrid (chunk + tfidf)'."""
+    """A combined row's name in tables: 'ensemble (chunk + sliding)', 'hybrid (chunk + tfidf)', 'chunk × 5 seeds
+    (averaged)'."""
+    if "seeds" in row:
+        return f"{row['name']} (averaged)"
     return f"{row['name']} ({' + '.join(row['members'])})"
+
+
+def mean_sd(spread: dict | None, share: bool = True) -> str:
+    """A spread over seeds as '85.2 ± 1.3%' (a share) or '0.852 ± 0.013'; 'n/a' when there is none."""
+    if not spread:
+        return "n/a"
+    return (f"{100 * spread['mean']:.1f} ± {100 * spread['sd']:.1f}%" if share else
+            f"{spread['mean']:.3f} ± {spread['sd']:.3f}")
 
 
 def percent(value) -> str:

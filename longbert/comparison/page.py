@@ -15,6 +15,7 @@ from longbert.comparison.formatting import (
     decisive_text,
     duration,
     interval,
+    mean_sd,
     memory,
     number,
     percent,
@@ -36,8 +37,8 @@ def build_blocks(results: dict) -> list[tuple]:
     steps = sorted(set(budget["steps"].values()))
     blocks.append(("p", (
         f"{len(names)} strategies ({', '.join(names)}) trained and evaluated on the same documents ({sizes} from "
-        f"{data['path']}), the same backbone ({budget['backbone']}, {budget['finetune']} fine-tuning), seed "
-        f"{budget['seed']} and budget ({budget['epochs']} epoch(s), batch {budget['batch_size']}, "
+        f"{data['path']}), the same backbone ({budget['backbone']}, {budget['finetune']} fine-tuning), "
+        f"{_seeds_text(budget)} and budget ({budget['epochs']} epoch(s), batch {budget['batch_size']}, "
         f"{'/'.join(str(x) for x in steps)} optimisation steps each). Created {results['created']}."
     )))
     blocks += [("h", 2, "Verdict"), ("ul", verdict(results))]
@@ -67,6 +68,7 @@ def build_blocks(results: dict) -> list[tuple]:
                     + [percent(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
                     + [duration(base["train_seconds"]), "–", "–", "–"])
     blocks += [("h", 2, "Results on the test split"), ("p", _class_balance(data)), ("table", headers, rows)]
+    blocks += _seed_blocks(results)
     blocks += _group_blocks(results)
     kinds = {s[n]["speed"]["memory_kind"] for n in names}
     blocks.append(("p", (
@@ -204,6 +206,33 @@ def _settings_blocks(results: dict) -> list[tuple]:
         "mixed precision: " + ", ".join(f"{n} {s[n]['mixed_precision']}" for n in names),
     ]), ("code", results["command"])]
     return blocks
+
+
+def _seeds_text(budget: dict) -> str:
+    """'seed 42', or 'seeds 42–46 (the rows above the seed rows: seed 42)'."""
+    seeds = budget.get("seeds") or [budget["seed"]]
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"seeds {seeds[0]}–{seeds[-1]} (each strategy's own row: seed {budget['seed']})"
+
+
+def _seed_blocks(results: dict) -> list[tuple]:
+    """With several seeds: per strategy, the single runs' mean ± sd and range, beside their averaged row."""
+    rows = results.get("seed_ensembles") or []
+    if not rows:
+        return []
+    long_tokens = results["data"]["long_tokens"]
+    headers = ["strategy", "seeds", "accuracy, single runs (mean ± sd)", "range", "macro-F1 (mean ± sd)",
+               f"over {long_tokens} tokens (mean ± sd)", "seeds averaged", f"averaged, over {long_tokens} tokens"]
+    table = [[r["strategy"], ", ".join(str(k) for k in r["seeds"]), mean_sd(r["spread"]["accuracy"]),
+              f"{percent(r['spread']['accuracy']['min'])}–{percent(r['spread']['accuracy']['max'])}",
+              mean_sd(r["spread"]["macro_f1"], share=False), mean_sd(r["spread"]["long_accuracy"]),
+              percent(r["accuracy"]) + interval(r["accuracy_ci95"]), percent(r["long"]["accuracy"])] for r in rows]
+    return [("h", 3, "Across seeds"), ("p", (
+        "Each strategy trained at every seed on the same documents (only initialisation, order and dropout differ): "
+        "the spread of the single runs, and the run whose test probabilities are their average (its own row above, "
+        "paired against every other row). sd is the sample standard deviation over seeds.")),
+        ("table", headers, table)]
 
 
 def _group_blocks(results: dict) -> list[tuple]:

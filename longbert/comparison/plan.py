@@ -56,8 +56,9 @@ def _strategy_fields(strategy: str) -> set[str]:
 
 
 def resolve_recipes(names: list[str], base_raw: dict, base_source: str, overrides: list[str], name: str,
-                    runs_dir: Path) -> dict:
-    """strategy -> its validated Recipe. Every problem of every strategy is raised together, before training."""
+                    runs_dir: Path, suffix: str = "") -> dict:
+    """strategy -> its validated Recipe, run in <runs_dir>/<name>/<strategy><suffix>. Every problem of every strategy
+    is raised together, before training."""
     from longbert.config import apply_overrides, recipe_from_dict
 
     per = split_overrides(overrides, names)
@@ -70,8 +71,8 @@ def resolve_recipes(names: list[str], base_raw: dict, base_source: str, override
             raw["strategy"] = {"name": strategy}
         try:
             raw = apply_overrides(raw, per[strategy])
-            raw["name"] = f"{name}-{strategy}"
-            raw["output_dir"] = str(runs_dir / name / strategy)
+            raw["name"] = f"{name}-{strategy}{suffix}"
+            raw["output_dir"] = str(runs_dir / name / f"{strategy}{suffix}")
             recipes[strategy] = recipe_from_dict(raw, base_source)
         except LongbertError as error:
             problems.setdefault(str(error), []).append(strategy)
@@ -189,3 +190,24 @@ def _differences(saved: Path, recipe) -> str:
     keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
     return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "") if keys else "formatting differs"
+
+
+def seed_recipes(recipes: dict, seeds: int, base_raw: dict, base_source: str, overrides: list[str], name: str,
+                 runs_dir: Path) -> dict[str, dict[int, object]]:
+    """strategy -> {seed: Recipe} for `compare --seeds N`: each strategy's recipe (`recipes`, at the base seed s0)
+    and N - 1 more at seeds s0 + 1 ... s0 + N - 1, in <strategy>-seed<k>/ beside it. Only the seed differs: the
+    extra runs pin data.seed to the data seed of the base run, so every seed trains, selects and is tested on the
+    same documents, and the base-seed run is the single-seed comparison's run (reused when it exists)."""
+    if seeds < 1:
+        raise LongbertError(f"--seeds must be at least 1, got {seeds}")
+    first = next(iter(recipes.values()))
+    base_seed = first.seed
+    data_seed = first.data.seed if first.data.seed is not None else base_seed
+    out: dict[str, dict[int, object]] = {s: {base_seed: r} for s, r in recipes.items()}
+    for seed in range(base_seed + 1, base_seed + seeds):
+        extra = resolve_recipes(list(recipes), base_raw, base_source,
+                                [*overrides, f"seed={seed}", f"data.seed={data_seed}"], name, runs_dir,
+                                suffix=f"-seed{seed}")
+        for strategy, recipe in extra.items():
+            out[strategy][seed] = recipe
+    return out

@@ -5,6 +5,7 @@ strategy."""
 from __future__ import annotations
 
 import io
+import itertools
 
 from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, combined_label, combined_rows
 
@@ -39,7 +40,7 @@ def _accuracy_by_length(plt, results: dict, colours: dict) -> bytes:
     fig, ax = plt.subplots(figsize=(8, 4))
     groups = ["all", *BUCKETS]
     shown = {n: s[n] for n in names}
-    for combined, grey in zip(combined_rows(results), ("0.3", "0.45")):
+    for combined, grey in zip(combined_rows(results), itertools.cycle(("0.3", "0.45", "0.2", "0.5"))):
         shown[combined_label(combined)] = combined
         colours = {**colours, combined_label(combined): grey}
     base = results.get("baseline")

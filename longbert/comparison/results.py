@@ -124,8 +124,9 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     bucket) are keyed by strategy; examples: what `analysis.build_examples` returned. baseline: what
     `baseline.tfidf_baseline` returned, or None; with it, predictions also hold its rows under `baseline.BASELINE`
     and the paired comparisons include it. combined: the rows made from trained strategies without training
-    (`ensemble.build_ensemble`'s and `ensemble.build_hybrid`'s summaries, each with 'name' and 'metrics'), whose
-    test rows predictions hold under their names; combined_notes: why one is missing, when it is."""
+    (`ensemble.build_ensemble`'s, `ensemble.build_hybrid`'s and `ensemble.build_seed_ensembles`'s summaries, each
+    with 'name' and 'metrics'), whose test rows predictions hold under their names; the seed rows go to the list
+    'seed_ensembles'; combined_notes: why one is missing, when it is."""
     from longbert import __version__
 
     strategies = {}
@@ -183,6 +184,10 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     from longbert.comparison.baseline import BASELINE
     from longbert.comparison.formatting import COMBINED
 
+    def summarised(row: dict) -> dict:
+        return {**{k: v for k, v in row.items() if k != "metrics"},
+                **test_summary(predictions[row["name"]], row["metrics"], long_tokens)}
+
     return {
         "name": name,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -196,6 +201,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "problem_type": first.model.problem_type,
         "budget": {
             "seed": first.seed,
+            "seeds": next((c["seeds"] for c in combined if "seeds" in c), [first.seed]),
             "backbone": first.backbone.name,
             "finetune": first.model.finetune,
             "epochs": first.train.epochs,
@@ -219,8 +225,8 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
             "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
                                                                          long_tokens)},
         **{key: None for key in COMBINED},
-        **{c["name"]: {**{k: v for k, v in c.items() if k != "metrics"},
-                       **test_summary(predictions[c["name"]], c["metrics"], long_tokens)} for c in combined},
+        **{c["name"]: summarised(c) for c in combined if "seeds" not in c},
+        "seed_ensembles": [summarised(c) for c in combined if "seeds" in c],
         "comparisons": paired_comparisons(predictions, long_tokens),
         "by_group": accuracy_by_group(predictions),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,

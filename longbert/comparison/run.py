@@ -24,6 +24,9 @@ Run folders are ordinary run folders (usable by `longbert predict` and `longbert
                                                         delete the folder to retrain)
 Besides what `train` writes, each run folder gets speed-by-length.json: inference speed and peak memory per length
 bucket, measured once on this machine and reused while the machine description is the same.
+With --seeds N each strategy is also trained at seeds s0 + 1 ... s0 + N - 1 (s0: the recipe's seed), on the same
+documents, into <runs_dir>/<name>/<strategy>-seed<k>/; the report adds a row per strategy for its seeds' averaged
+probabilities, and the spread (mean ± sd) of its single runs.
 The run folder of the strategy best on validation also gets hybrid/: that run's model mixed with TF-IDF
 (`longbert hybrid`), remade by every compare (seconds: no neural pass is repeated).
 
@@ -45,7 +48,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from longbert.comparison.plan import plan_runs, preflight, resolve_recipes
+from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed_recipes
 from longbert.comparison.results import LONG_TOKENS
 from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.errors import LongbertError
@@ -73,6 +76,7 @@ def compare(
     examples: int = 6,
     long_tokens: int = LONG_TOKENS,
     data=None,
+    seeds: int = 1,
 ) -> dict:
     """Train (or reuse) one run per strategy and write the comparison report.
 
@@ -84,10 +88,13 @@ def compare(
     speed_documents: at most this many test documents per length bucket are timed for the speed plot.
     examples: at most this many long documents in the error analysis; long_tokens: what counts as long.
     data: documents in memory for every run instead of data.path (see `longbert.train`'s `data`).
+    seeds: runs per strategy, at seeds s0 ... s0 + seeds - 1 on the same documents (s0: the recipe's seed, whose runs
+        are the strategies' rows); with more than one, each strategy also gets a row of its seeds' averaged
+        probabilities, with the single runs' mean ± sd.
     Returns the results dict that results.json holds (every number in the report), with `report` giving the
     written files."""
     from longbert.comparison.baseline import BASELINE, prediction_rows
-    from longbert.comparison.ensemble import build_ensemble, build_hybrid
+    from longbert.comparison.ensemble import build_ensemble, build_hybrid, build_seed_ensembles
     from longbert.comparison.render import write_report
     from longbert.comparison.results import assemble_results, read_predictions
     from longbert.comparison.speed import cached_speed, measure_speed_by_length, save_speed
@@ -103,23 +110,34 @@ def compare(
         raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     recipes = resolve_recipes(names, base_raw, base_source, overrides, name, runs_dir)
+    by_seed = seed_recipes(recipes, seeds, base_raw, base_source, overrides, name, runs_dir)
     if data is not None:  # before planning: a run folder's saved recipe names the object, so reuse still works
         from longbert.data.objects import recipe_for_data_object
 
-        recipes = {strategy: recipe_for_data_object(r, data) for strategy, r in recipes.items()}
-    preflight(recipes, plan_runs(recipes))  # every folder's conflicts and every model's settings, before training
+        by_seed = {s: {k: recipe_for_data_object(r, data) for k, r in rs.items()} for s, rs in by_seed.items()}
+    base_seed = recipes[names[0]].seed
+    recipes = {s: by_seed[s][base_seed] for s in names}
+    labelled = {_run_label(s, k, base_seed): r for s in names for k, r in by_seed[s].items()}
+    plan = plan_runs(labelled)  # every folder's conflicts, before training
+    # A seed changes no shape: each strategy's model is built once, when any of its runs is about to train.
+    preflight(recipes, {s: "reuse" if all(plan[_run_label(s, k, base_seed)] == "reuse" for k in by_seed[s]) else
+                        "train" for s in names})
     # Both folders are written after the training: a place that cannot be written fails now, not an hour later.
     writable_folder(runs_dir, "--runs-dir")
     writable_folder(reports_dir, "--reports-dir")
     if command is None:
-        command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir)
+        command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds)
         if data is not None:
             command += "  # with documents in memory (data=...)"
 
-    # Train what is not finished yet, one strategy after another.
+    # Train what is not finished yet, one strategy after another, every strategy at one seed before the next seed.
     runs: dict[str, dict] = {}
-    for number, strategy in enumerate(names, 1):
-        runs[strategy] = run_strategy(strategy, recipes[strategy], command, f"[{number}/{len(names)}]", data)
+    order = [(s, k) for k in sorted(by_seed[names[0]]) for s in names]
+    for number, (strategy, seed) in enumerate(order, 1):
+        run = run_strategy(_run_label(strategy, seed, base_seed), by_seed[strategy][seed], command,
+                           f"[{number}/{len(order)}]", data)
+        if seed == base_seed:
+            runs[strategy] = run
         release_memory()
 
     # Measure and analyse with the kept models, then assemble every number the report shows.
@@ -146,6 +164,12 @@ def compare(
         if summary is not None:
             combined.append(summary)
             combined_test[summary["name"]] = rows
+    if seeds > 1:  # each strategy's seeds averaged: a row per strategy
+        seed_test = {s: {k: read_predictions(Path(r.output_dir)) for k, r in by_seed[s].items()} for s in names}
+        summaries, rows, note = build_seed_ensembles(seed_test, multi_label, label_names, long_tokens)
+        combined += summaries
+        combined_test.update(rows)
+        combined_notes.append(note)
     baseline = baseline_row(first, runs_dir / name, splits)
     predictions_with_baseline = {**predictions, **combined_test,
                                  BASELINE: prediction_rows(baseline, [r["n_tokens"] for r in predictions[names[0]]])}
@@ -181,6 +205,12 @@ def compare(
     write_report(results, folder)
     say(f"report written to {folder}/")
     return results
+
+
+def _run_label(strategy: str, seed: int, base_seed: int) -> str:
+    """How a run is named in compare's messages and plan: the strategy at the base seed, 'chunk-seed43' at others
+    (as its folder)."""
+    return strategy if seed == base_seed else f"{strategy}-seed{seed}"
 
 
 def parse_strategies(value: Sequence[str] | str) -> list[str]:
@@ -228,9 +258,11 @@ def _base_recipe(recipe) -> tuple[dict, str, Path | None]:
     return read_recipe_file(path), str(path), path
 
 
-def _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir) -> str:
+def _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds=1) -> str:
     """The `longbert compare` command that repeats a library call."""
     parts = ["longbert", "compare", "--strategies", ",".join(names)]
+    if seeds != 1:
+        parts += ["--seeds", str(seeds)]
     if base_path is not None and recipe is not None:
         parts += ["--recipe", str(base_path)]
     for text in overrides:

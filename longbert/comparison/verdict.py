@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from longbert.comparison.formatting import combined_label, combined_rows, duration, interval, number, percent
+from longbert.comparison.formatting import (
+    combined_label,
+    combined_rows,
+    duration,
+    interval,
+    mean_sd,
+    number,
+    percent,
+)
 
 ALPHA = 0.05  # a paired test's p-value below this counts as a real difference
 
@@ -53,8 +61,10 @@ def inference_cost(results: dict, name: str) -> float:
 
 
 def accuracy_of(results: dict, name: str) -> float:
-    """The test accuracy of a strategy or of a combined row (ensemble, hybrid)."""
-    return (results["strategies"][name] if name in results["strategies"] else results[name])["accuracy"]
+    """The test accuracy of a strategy or of a combined row (ensemble, hybrid, a strategy's seeds averaged)."""
+    if name in results["strategies"]:
+        return results["strategies"][name]["accuracy"]
+    return next(r for r in combined_rows(results) if r["name"] == name)["accuracy"]
 
 
 def decide(results: dict) -> Verdict:
@@ -94,8 +104,8 @@ def verdict(results: dict) -> list[str]:
     lines = [f"{data['long_documents']} of {data['test_documents']} test documents ({percent(share)}) are longer "
              f"than {data['long_tokens']} tokens; that share bounds what any long-document strategy can gain "
              "over truncation on data like this."]
-    if decision.best is None:
-        return lines
+    if decision.best is None:  # one strategy: nothing to choose between, but the baseline and combined rows stand
+        return lines + _baseline_sentences(results, decision) + _combined_sentences(results)
     best, best_long, fastest = decision.best, decision.best_long, decision.fastest
     lines.append(f"Most accurate overall: {best} ({percent(s[best]['accuracy'])}"
                  f"{interval(s[best]['accuracy_ci95'])}); " + _against(results, best, "all") + ".")
@@ -153,7 +163,12 @@ def _combined_sentences(results: dict) -> list[str]:
         for other in others:
             p = p_value(results, row["name"], other, "all")
             parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
-        if row["name"] == "ensemble":
+        if "seeds" in row:
+            spread = row["spread"]
+            what = (f"{row['strategy']} at {len(row['seeds'])} seeds ({', '.join(str(k) for k in row['seeds'])}; "
+                    f"single runs {mean_sd(spread['accuracy'])}, on documents over {results['data']['long_tokens']} "
+                    f"tokens {mean_sd(spread['long_accuracy'])}), test probabilities averaged")
+        elif row["name"] == "ensemble":
             what = (f"Ensemble of {' + '.join(row['members'])} (test probabilities averaged; the group chosen on "
                     f"{row['chosen_by']} among {row['groups_scored']}, no training)")
         else:

@@ -61,6 +61,8 @@ class DataConfig:
                                    "keeps all")
     max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut "
                                       "is reported")
+    seed: int | None = option(None, "seed of the data's carving and subsets; null: the recipe's seed. Pinned, runs "
+                                    "that differ only in their seed train on the same documents (compare --seeds)")
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -253,7 +255,8 @@ class EvalConfig:
 class Recipe:
     name: str = option("run", "run name; the run folder is output_dir")
     output_dir: str | None = option(None, "run folder; null means runs/<name>")
-    seed: int = option(42, "seed for splits, sampling, initialisation and shuffling")
+    seed: int = option(42, "seed for splits, sampling, initialisation and shuffling (data.seed, when set, takes the "
+                           "splits and sampling)")
     data: DataConfig = option(None, "where the documents come from", default_factory=DataConfig)
     backbone: BackboneConfig = option(None, "the BERT-family encoder", default_factory=BackboneConfig)
     strategy: Any = option(None, "how long documents reach the backbone; `name` picks one of `longbert strategies`")

@@ -180,7 +180,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     when given (an object in memory, see `data_object_splits`), else from data.path. With data.validation_split
     null, a split named 'validation' is the validation split when the data has one; otherwise validation is carved
     from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
-    documents as without `roles`)."""
+    documents as without `roles`). data.seed, when set, draws the carving and the subsets instead of `seed`."""
+    seed = seed if data.seed is None else data.seed
     wanted = [data.train_split] + [s for s in (data.validation_split, data.test_split) if s]
     optional = ["validation"] if data.validation_split is None and "validation" not in wanted else []
     raw, local = load_raw_splits(data, wanted, optional, source)

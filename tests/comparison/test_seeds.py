@@ -1,0 +1,104 @@
+"""`compare --seeds N`: each strategy trained at N seeds on the same documents (data.seed pinned), a row per strategy
+of its seeds' averaged probabilities, paired like every row, and the single runs' mean ± sd."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from longbert.cli import app
+from longbert.comparison.ensemble import build_seed_ensembles, spread_of
+from longbert.comparison.plan import resolve_recipes, seed_recipes
+from longbert.comparison.results import read_predictions
+from longbert.comparison.run import compare
+from longbert.errors import LongbertError
+
+from .test_compare import tiny_overrides
+
+
+def rows(labels, probabilities, lengths=(100, 600, 700, 200)):
+    return [{"index": i, "n_tokens": n, "label": label, "probabilities": p, "predicted": int(np.argmax(p))}
+            for i, (label, p, n) in enumerate(zip(labels, probabilities, lengths))]
+
+
+def test_seed_rows_average_the_seeds_and_give_their_spread():
+    labels = [0, 1, 0, 1]
+    test = {"chunk": {42: rows(labels, [[0.9, 0.1], [0.6, 0.4], [0.8, 0.2], [0.3, 0.7]]),  # 3 of 4 right
+                      43: rows(labels, [[0.7, 0.3], [0.1, 0.9], [0.2, 0.8], [0.45, 0.55]])}}  # 3 of 4 right
+    summaries, test_rows, note = build_seed_ensembles(test, False, ["neg", "pos"], 512)
+    assert note is None and len(summaries) == 1
+    row = summaries[0]
+    assert row["name"] == "chunk × 2 seeds" and row["seeds"] == [42, 43] and row["strategy"] == "chunk"
+    assert [r["probabilities"] for r in test_rows[row["name"]]] == [[0.8, 0.2], [0.35, 0.65], [0.5, 0.5],
+                                                                     [0.375, 0.625]]
+    assert row["metrics"]["accuracy"] == 1.0  # the tie at document 2 goes to class 0, as argmax does
+    assert row["per_seed"]["42"]["accuracy"] == 0.75 and row["per_seed"]["43"]["long_accuracy"] == 0.5
+    assert row["spread"]["accuracy"] == {"mean": 0.75, "sd": 0.0, "min": 0.75, "max": 0.75}
+    assert row["spread"]["long_accuracy"]["mean"] == 0.5  # seed 42: 1 of 2 long right, seed 43: 1 of 2
+    assert build_seed_ensembles(test, True, ["neg", "pos"], 512)[0] == []
+
+
+def test_spread_is_the_sample_standard_deviation():
+    assert spread_of([0.8, 0.9, 1.0])["sd"] == pytest.approx(0.1)
+    assert spread_of([0.8, None]) is None
+
+
+def test_extra_seeds_differ_only_in_their_seed_and_folder(tmp_path):
+    base = {"seed": 7, "strategy": {"name": "chunk"}, "data": {"max_train_documents": 10}}
+    recipes = resolve_recipes(["truncate", "chunk"], base, "base", ["train.epochs=2"], "x", tmp_path)
+    by_seed = seed_recipes(recipes, 3, base, "base", ["train.epochs=2"], "x", tmp_path)
+    assert sorted(by_seed["chunk"]) == [7, 8, 9] and by_seed["chunk"][7] is recipes["chunk"]
+    extra = by_seed["chunk"][9]
+    assert extra.seed == 9 and extra.data.seed == 7 and extra.train.epochs == 2
+    assert extra.output_dir == str(tmp_path / "x" / "chunk-seed9") and extra.name == "x-chunk-seed9"
+    as_dict, base_dict = extra.to_dict(), recipes["chunk"].to_dict()
+    for d in (as_dict, base_dict):
+        d.pop("seed"), d.pop("name"), d.pop("output_dir"), d["data"].pop("seed")
+    assert as_dict == base_dict
+    assert seed_recipes(recipes, 1, base, "base", [], "x", tmp_path) == {s: {7: r} for s, r in recipes.items()}
+    with pytest.raises(LongbertError, match="--seeds must be at least 1, got 0"):
+        seed_recipes(recipes, 0, base, "base", [], "x", tmp_path)
+
+
+@pytest.mark.heavy
+def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone_dir, imdb_slice, tmp_path, capsys):
+    overrides = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("strategy.pooling")]
+    overrides.append("data.max_train_documents=30")
+    settings = dict(strategies=["truncate"], overrides=overrides, name="tiny", runs_dir=tmp_path / "runs",
+                    reports_dir=tmp_path / "reports", speed_documents=4, long_tokens=128, seeds=2)
+    results = compare(**settings)
+    runs = tmp_path / "runs" / "tiny"
+    first, second = read_predictions(runs / "truncate"), read_predictions(runs / "truncate-seed43")
+    assert [r["id"] for r in first] == [r["id"] for r in second]  # the same test documents...
+    ids = [[json.loads(line)["index"] for line in (runs / f / "predictions-validation.jsonl").open()]
+           for f in ("truncate", "truncate-seed43")]
+    assert ids[0] == ids[1]  # ...and validation, which seed 43 alone would carve differently (data.seed is pinned)
+    assert json.loads((runs / "truncate-seed43" / "metrics.json").read_text())["data"] == json.loads(
+        (runs / "truncate" / "metrics.json").read_text())["data"]
+    assert [r["probabilities"] for r in first] != [r["probabilities"] for r in second]  # a different model
+    row = results["seed_ensembles"][0]
+    averaged = np.mean([[r["probabilities"] for r in first], [r["probabilities"] for r in second]], axis=0)
+    right = np.mean(averaged.argmax(1) == np.array([r["label"] for r in first]))
+    assert row["accuracy"] == pytest.approx(right) and row["seeds"] == [42, 43]
+    assert row["spread"]["accuracy"]["mean"] == pytest.approx(
+        (results["strategies"]["truncate"]["accuracy"] + np.mean([r["predicted"] == r["label"] for r in second])) / 2)
+    assert results["budget"]["seeds"] == [42, 43]
+    assert any({c["a"], c["b"]} == {"truncate", "truncate × 2 seeds"} for c in results["comparisons"])
+    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert "### Across seeds" in report and "truncate × 2 seeds (averaged)" in report and "--seeds 2" in report
+
+    capsys.readouterr()
+    again = compare(**settings)  # both seeds' runs are reused
+    assert capsys.readouterr().err.count("reused") == 2
+    assert again["seed_ensembles"][0]["accuracy"] == row["accuracy"]
+
+
+def test_cli_seeds_below_one_is_one_line_before_anything_is_written(tmp_path):
+    result = CliRunner().invoke(app, ["compare", "--strategies", "truncate", "--seeds", "0",
+                                      "--runs-dir", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "p")])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --seeds must be at least 1, got 0"
+    assert not (tmp_path / "r").exists() and not (tmp_path / "p").exists()
