@@ -209,7 +209,7 @@ def _settings_blocks(results: dict) -> list[tuple]:
 
 
 def _seeds_text(budget: dict) -> str:
-    """'seed 42', or 'seeds 42–46 (the rows above the seed rows: seed 42)'."""
+    """'seed 42', or 'seeds 42–46 (each strategy's own row: seed 42)'."""
     seeds = budget.get("seeds") or [budget["seed"]]
     if len(seeds) == 1:
         return f"seed {seeds[0]}"
