@@ -257,14 +257,15 @@ def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
     softmax, LayerNorm, GELU, the strategy's own layers and the head."""
     import warnings
 
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     copied = copy.deepcopy(model).cpu().eval()
     if copied.settings.finetune == "lora":
         copied.backbone = copied.backbone.merge_and_unload()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch points at torchao for new code; its dynamic quantization still runs
-        copied.backbone = quantize_dynamic(copied.backbone, {nn.Linear}, dtype=torch.qint8)
+        # Per output channel: torch's default for a bare {nn.Linear} is one scale per weight matrix (per tensor).
+        copied.backbone = quantize_dynamic(copied.backbone, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
     copied.requires_grad_(False)
     return copied
 

@@ -29,6 +29,8 @@ def test_int8_predicts_close_to_fp32_and_leaves_the_model_as_it_was(tiny_backbon
     assert copied is model.for_precision("int8") and model.for_precision("fp32") is model
     quantized = [m for m in copied.backbone.modules() if isinstance(m, DynamicLinear)]
     assert quantized and not any(isinstance(m, torch.nn.Linear) for m in copied.backbone.modules())
+    # one scale per output channel (torch's default for a bare {nn.Linear} is one per matrix)
+    assert {m.weight().qscheme() for m in quantized} == {torch.per_channel_affine}
     assert not any(isinstance(m, DynamicLinear) for m in model.modules())  # the model itself is untouched
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
