@@ -79,6 +79,16 @@ def choose_members(validation: dict[str, list[dict]], metric: str) -> tuple[tupl
     return groups[best], scored[best][0], len(groups)
 
 
+def scored_average(test: dict, members: tuple, label_names: list[str]) -> tuple[list[dict], dict]:
+    """(the members' averaged test rows, their test metrics), for a row that averages runs' probabilities."""
+    from longbert.evaluation.metrics import compute_metrics
+
+    rows = ensemble_rows(test, members)
+    metrics = compute_metrics(np.array([r["label"] for r in rows]), np.array([r["probabilities"] for r in rows]),
+                              [r["n_tokens"] for r in rows], label_names, False)
+    return rows, metrics
+
+
 def ensemble_rows(test: dict[str, list[dict]], members: tuple[str, ...]) -> list[dict]:
     """The ensemble's test prediction rows, in the form of a run's predictions-test.jsonl rows."""
     probabilities = averaged(test, members)
@@ -93,8 +103,6 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
     """(the ensemble's summary, its test rows, None) or (None, None, why there is none) for a comparison's trained
     strategies (`run_dirs` and `test` rows keyed by strategy, in report order). `metric`: the recipe's best_metric
     (loss, which a hard prediction has not, falls back to macro_f1)."""
-    from longbert.evaluation.metrics import compute_metrics
-
     if multi_label:
         return None, None, "no ensemble row: averaged multi-label probabilities would need thresholds of their own"
     if len(run_dirs) < 2:
@@ -103,10 +111,7 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
     if validation is None:
         return None, None, why
     members, validation_score, candidates = choose_members(validation, metric)
-    rows = ensemble_rows(test, members)
-    labels = np.array([r["label"] for r in rows])
-    metrics = compute_metrics(labels, np.array([r["probabilities"] for r in rows]), [r["n_tokens"] for r in rows],
-                              label_names, False)
+    rows, metrics = scored_average(test, members, label_names)
     summary = {"name": ENSEMBLE, "members": list(members), "chosen_by": f"validation {metric}",
                "validation": validation_score, "groups_scored": candidates, "metrics": metrics}
     return summary, rows, None
@@ -147,7 +152,7 @@ def build_seed_ensembles(test: dict[str, dict[int, list[dict]]], multi_label: bo
     sample standard deviation, and the metrics of the averaged probabilities."""
     from sklearn.metrics import f1_score
 
-    from longbert.evaluation.metrics import compute_metrics
+    from longbert.comparison.results import is_right
 
     if multi_label:
         return [], {}, "no seed-ensemble rows: averaged multi-label probabilities would need thresholds of their own"
@@ -157,17 +162,14 @@ def build_seed_ensembles(test: dict[str, dict[int, list[dict]]], multi_label: bo
         per_seed = {}
         for seed in seeds:
             rows = by_seed[seed]
-            truth, predicted = [r["label"] for r in rows], [r["predicted"] for r in rows]
-            long = [r["predicted"] == r["label"] for r in rows if r["n_tokens"] > long_tokens]
+            long = [is_right(r) for r in rows if r["n_tokens"] > long_tokens]
             per_seed[seed] = {
-                "accuracy": float(np.mean([p == t for p, t in zip(predicted, truth)])),
-                "macro_f1": float(f1_score(truth, predicted, labels=list(range(len(label_names))), average="macro",
-                                           zero_division=0)),
+                "accuracy": float(np.mean([is_right(r) for r in rows])),
+                "macro_f1": float(f1_score([r["label"] for r in rows], [r["predicted"] for r in rows],
+                                           labels=list(range(len(label_names))), average="macro", zero_division=0)),
                 "long_accuracy": float(np.mean(long)) if long else None}
         name = seeds_name(strategy, len(seeds))
-        rows = ensemble_rows({str(k): v for k, v in by_seed.items()}, tuple(str(k) for k in seeds))
-        metrics = compute_metrics(np.array([r["label"] for r in rows]), np.array([r["probabilities"] for r in rows]),
-                                  [r["n_tokens"] for r in rows], label_names, False)
+        rows, metrics = scored_average(by_seed, tuple(seeds), label_names)
         spread = {key: spread_of([per_seed[k][key] for k in seeds]) for key in ("accuracy", "macro_f1",
                                                                                 "long_accuracy")}
         summaries.append({"name": name, "strategy": strategy, "members": [f"seed {k}" for k in seeds],
