@@ -31,12 +31,12 @@ LAYER_INDEX = re.compile(r"\.layers?\.(\d+)\.")  # a transformer layer's paramet
 
 
 def layer_depth(name: str, layers: int) -> int:
-    """How high a backbone parameter sits: 0 for the embeddings, k + 1 for transformer layer k, `layers` + 1 for
-    anything above the layers (a pooler)."""
+    """How high a backbone parameter sits: 0 for the embeddings, k + 1 for transformer layer k, and anything above
+    the layers (a pooler) as high as the top layer, `layers`."""
     if "embeddings" in name.split("."):
         return 0
     found = LAYER_INDEX.search(name)
-    return int(found.group(1)) + 1 if found else layers + 1
+    return int(found.group(1)) + 1 if found else layers
 
 
 def param_groups(model: torch.nn.Module, cfg, is_backbone: Callable[[str], bool] = classifier_backbone) -> list[dict]:
@@ -55,7 +55,7 @@ def param_groups(model: torch.nn.Module, cfg, is_backbone: Callable[[str], bool]
     groups: dict[tuple, list] = {}
     for name, parameter in named:
         backbone = is_backbone(name)
-        depth = min(layer_depth(name, layers), layers) if backbone and decay != 1.0 else 0
+        depth = layer_depth(name, layers) if backbone and decay != 1.0 else 0
         groups.setdefault((not backbone, -depth, not decays(name, parameter)), []).append(parameter)
     out = []
     for head, minus_depth, no_decay in sorted(groups):  # backbone first, top layer first, decayed first
