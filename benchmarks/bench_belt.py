@@ -21,13 +21,13 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from isolated import AVX2_ENV, auto_precision, rerun_with_avx2
+
 RESULTS = Path(__file__).resolve().parent / "results"
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 def long_reviews(count: int, tokenizer) -> list[str]:
@@ -85,7 +85,7 @@ def measure(args) -> dict:
     with torch.no_grad():
         seconds, reference = fastest(lambda: belt.predict_scores(texts, args.batch_size), args.repeats)
     rows["belt-nlp fp32"] = {"seconds": seconds}
-    precisions = ["fp32", "int8"] + (["bf16"] if describe_machine()["auto_precision_cpu"] == "bf16"
+    precisions = ["fp32", "int8"] + (["bf16"] if auto_precision() == "bf16"
                                      and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2" else [])
     agreement_base = None
     for precision in precisions:
@@ -116,11 +116,8 @@ def main() -> None:
     parser.add_argument("--emulate-avx2", action="store_true")
     parser.add_argument("-o", "--output", type=Path)
     args = parser.parse_args()
-    if args.emulate_avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":  # the libraries read it at load time
-        child = [a for a in sys.argv[1:] if a != "--emulate-avx2"]
-        output = args.output or RESULTS / "belt-avx2-emulated.json"
-        sys.exit(subprocess.call([sys.executable, __file__, *child, "--emulate-avx2", "-o", str(output)],
-                                 env={**os.environ, **AVX2_ENV}))
+    if args.emulate_avx2:
+        rerun_with_avx2(__file__, args.output or RESULTS / "belt-avx2-emulated.json")
     output = args.output or RESULTS / "belt.json"
     result = measure(args)
     output.write_text(json.dumps(result, indent=2) + "\n")

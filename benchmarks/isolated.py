@@ -1,10 +1,12 @@
 """Helpers shared by the benchmarks that run every configuration in a fresh process, so that each configuration's
-peak resident memory is its own (bench_bigbird.py, bench_recurrence.py). Imported as `isolated` from the scripts,
-which run with this folder on sys.path."""
+peak resident memory is its own (bench_bigbird.py, bench_recurrence.py, bench_scaling.py, bench_training.py), and by
+those that can mask AVX-512 to emulate an AVX2-only CPU (bench_belt.py, profile_inference.py). Imported as
+`isolated` from the scripts, which run with this folder on sys.path."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -50,6 +52,21 @@ def measure_forwards(forward: Callable[[], object], repeats: int, tokens: int) -
         "forward_memory_mb": None if peak is None or before is None else round(peak - before, 1),
         "memory_kind": first["memory_kind"],
     }, result
+
+
+# --emulate-avx2: the variables that limit ATen's, oneDNN's and MKL's kernels to AVX2 (each library reads its own at
+# load time, so they must be set before the process starts).
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def rerun_with_avx2(script: str, output) -> None:
+    """For a script given --emulate-avx2: run `script` again, with its arguments and `-o output`, in a child process
+    with AVX2_ENV set, and exit with the child's status. In that child (AVX2_ENV already set) it returns at once."""
+    if os.environ.get("ATEN_CPU_CAPABILITY") == "avx2":
+        return
+    child = [a for a in sys.argv[1:] if a != "--emulate-avx2"]
+    sys.exit(subprocess.call([sys.executable, script, *child, "--emulate-avx2", "-o", str(output)],
+                             env={**os.environ, **AVX2_ENV}))
 
 
 def auto_precision() -> str:

@@ -12,8 +12,6 @@ shape (which tells a Linear layer's bias copy inside aten::addmm from a real cop
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
-    from bench_belt import AVX2_ENV
+    from isolated import rerun_with_avx2
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=16)
@@ -32,10 +30,8 @@ def main() -> None:
     args = parser.parse_args()
     suffix = "-avx2-emulated" if args.emulate_avx2 else ""
     output = args.output or RESULTS / f"profile-{args.precision}{suffix}.json"
-    if args.emulate_avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
-        child = [a for a in sys.argv[1:] if a != "--emulate-avx2"]
-        sys.exit(subprocess.call([sys.executable, __file__, *child, "--emulate-avx2", "-o", str(output)],
-                                 env={**os.environ, **AVX2_ENV}))
+    if args.emulate_avx2:
+        rerun_with_avx2(__file__, output)
     import json
 
     import torch
