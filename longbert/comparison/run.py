@@ -165,7 +165,8 @@ def compare(
             combined.append(summary)
             combined_test[summary["name"]] = rows
     if seeds > 1:  # each strategy's seeds averaged: a row per strategy
-        seed_test = {s: {k: read_predictions(Path(r.output_dir)) for k, r in by_seed[s].items()} for s in names}
+        seed_test = {s: {k: predictions[s] if k == base_seed else read_predictions(Path(r.output_dir))
+                         for k, r in by_seed[s].items()} for s in names}
         summaries, rows, note = build_seed_ensembles(seed_test, multi_label, label_names, long_tokens)
         combined += summaries
         combined_test.update(rows)
