@@ -116,7 +116,8 @@ def test_summary(rows: list[dict], test: dict, long_tokens: int) -> dict:
 
 
 def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
-                     machine, long_tokens, label_names, baseline=None, combined=(), combined_notes=()) -> dict:
+                     machine, long_tokens, label_names, baseline=None, combined=(), combined_notes=(),
+                     seeds=None) -> dict:
     """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
     shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
 
@@ -126,7 +127,8 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     and the paired comparisons include it. combined: the rows made from trained strategies without training
     (`ensemble.build_ensemble`'s, `ensemble.build_hybrid`'s and `ensemble.build_seed_ensembles`'s summaries, each
     with 'name' and 'metrics'), whose test rows predictions hold under their names; the seed rows go to the list
-    'seed_ensembles'; combined_notes: why one is missing, when it is."""
+    'seed_ensembles'; combined_notes: why one is missing, when it is. seeds: every seed each strategy was trained at
+    (None: the recipe's seed alone)."""
     from longbert import __version__
 
     strategies = {}
@@ -201,7 +203,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "problem_type": first.model.problem_type,
         "budget": {
             "seed": first.seed,
-            "seeds": next((c["seeds"] for c in combined if "seeds" in c), [first.seed]),
+            "seeds": list(seeds) if seeds else [first.seed],
             "backbone": first.backbone.name,
             "finetune": first.model.finetune,
             "epochs": first.train.epochs,

@@ -198,7 +198,7 @@ def compare(
         name=name, names=names, recipes=recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,
         examples=error_examples, command=command, base_source=base_source, overrides=overrides,
         machine=describe_machine(), long_tokens=long_tokens, label_names=label_names, baseline=baseline,
-        combined=combined, combined_notes=combined_notes,
+        combined=combined, combined_notes=combined_notes, seeds=sorted(by_seed[names[0]]),
     )
     folder = reports_dir / name
     results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),

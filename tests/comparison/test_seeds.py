@@ -96,6 +96,21 @@ def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone
     assert again["seed_ensembles"][0]["accuracy"] == row["accuracy"]
 
 
+@pytest.mark.heavy
+def test_seeds_without_seed_rows_still_name_every_seed(tiny_backbone_dir, imdb_slice, tmp_path, monkeypatch):
+    """Where no seed row can be made (multi-label: averaged probabilities would need thresholds of their own), the
+    budget and the page still say which seeds were trained, not the base seed alone."""
+    from longbert.comparison import ensemble
+
+    monkeypatch.setattr(ensemble, "build_seed_ensembles", lambda *a, **k: ([], {}, "no seed-ensemble rows here"))
+    overrides = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("strategy.pooling")]
+    results = compare(strategies=["truncate"], overrides=overrides + ["data.max_train_documents=30"], name="tiny",
+                      runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", speed_documents=4,
+                      long_tokens=128, seeds=2)
+    assert results["seed_ensembles"] == [] and results["budget"]["seeds"] == [42, 43]
+    assert "seeds 42–43" in (tmp_path / "reports" / "tiny" / "report.md").read_text()
+
+
 def test_cli_seeds_below_one_is_one_line_before_anything_is_written(tmp_path):
     result = CliRunner().invoke(app, ["compare", "--strategies", "truncate", "--seeds", "0",
                                       "--runs-dir", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "p")])
