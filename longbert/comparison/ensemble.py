@@ -79,14 +79,18 @@ def choose_members(validation: dict[str, list[dict]], metric: str) -> tuple[tupl
     return groups[best], scored[best][0], len(groups)
 
 
-def scored_average(test: dict, members: tuple, label_names: list[str]) -> tuple[list[dict], dict]:
-    """(the members' averaged test rows, their test metrics), for a row that averages runs' probabilities."""
+def scored(rows: list[dict], label_names: list[str]) -> dict:
+    """The test metrics (`compute_metrics`) of single-label prediction rows."""
     from longbert.evaluation.metrics import compute_metrics
 
+    return compute_metrics(np.array([r["label"] for r in rows]), np.array([r["probabilities"] for r in rows]),
+                           [r["n_tokens"] for r in rows], label_names, False)
+
+
+def scored_average(test: dict, members: tuple, label_names: list[str]) -> tuple[list[dict], dict]:
+    """(the members' averaged test rows, their test metrics), for a row that averages runs' probabilities."""
     rows = ensemble_rows(test, members)
-    metrics = compute_metrics(np.array([r["label"] for r in rows]), np.array([r["probabilities"] for r in rows]),
-                              [r["n_tokens"] for r in rows], label_names, False)
-    return rows, metrics
+    return rows, scored(rows, label_names)
 
 
 def ensemble_rows(test: dict[str, list[dict]], members: tuple[str, ...]) -> list[dict]:
@@ -150,9 +154,7 @@ def build_seed_ensembles(test: dict[str, dict[int, list[dict]]], multi_label: bo
     strategy's test rows by seed (`test[strategy][seed]`, every seed's rows in the same document order). A summary
     holds the seeds, each seed's accuracy, macro-F1 and accuracy on the documents over `long_tokens`, their mean and
     sample standard deviation, and the metrics of the averaged probabilities."""
-    from sklearn.metrics import f1_score
-
-    from longbert.comparison.results import is_right
+    from longbert.comparison.results import test_summary
 
     if multi_label:
         return [], {}, "no seed-ensemble rows: averaged multi-label probabilities would need thresholds of their own"
@@ -161,13 +163,9 @@ def build_seed_ensembles(test: dict[str, dict[int, list[dict]]], multi_label: bo
         seeds = sorted(by_seed)
         per_seed = {}
         for seed in seeds:
-            rows = by_seed[seed]
-            long = [is_right(r) for r in rows if r["n_tokens"] > long_tokens]
-            per_seed[seed] = {
-                "accuracy": float(np.mean([is_right(r) for r in rows])),
-                "macro_f1": float(f1_score([r["label"] for r in rows], [r["predicted"] for r in rows],
-                                           labels=list(range(len(label_names))), average="macro", zero_division=0)),
-                "long_accuracy": float(np.mean(long)) if long else None}
+            summary = test_summary(by_seed[seed], scored(by_seed[seed], label_names), long_tokens)
+            per_seed[seed] = {"accuracy": summary["accuracy"], "macro_f1": summary["macro_f1"],
+                              "long_accuracy": summary["long"]["accuracy"]}
         name = seeds_name(strategy, len(seeds))
         rows, metrics = scored_average(by_seed, tuple(seeds), label_names)
         spread = {key: spread_of([per_seed[k][key] for k in seeds]) for key in ("accuracy", "macro_f1",

@@ -132,7 +132,8 @@ def compare(
 
     # Train what is not finished yet, one strategy after another, every strategy at one seed before the next seed.
     runs: dict[str, dict] = {}
-    order = [(s, k) for k in sorted(by_seed[names[0]]) for s in names]
+    seed_list = sorted(by_seed[names[0]])
+    order = [(s, k) for k in seed_list for s in names]
     for number, (strategy, seed) in enumerate(order, 1):
         run = run_strategy(_run_label(strategy, seed, base_seed), by_seed[strategy][seed], command,
                            f"[{number}/{len(order)}]", data)
@@ -198,7 +199,7 @@ def compare(
         name=name, names=names, recipes=recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,
         examples=error_examples, command=command, base_source=base_source, overrides=overrides,
         machine=describe_machine(), long_tokens=long_tokens, label_names=label_names, baseline=baseline,
-        combined=combined, combined_notes=combined_notes, seeds=sorted(by_seed[names[0]]),
+        combined=combined, combined_notes=combined_notes, seeds=seed_list,
     )
     folder = reports_dir / name
     results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),
