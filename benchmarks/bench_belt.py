@@ -4,14 +4,13 @@ overlap pooled by their mean, texts in and probabilities out (tokenizing counted
 
     pip install --no-deps belt-nlp==1.1.0                 # not a longbert dependency; its torch/transformers are ours
     python benchmarks/bench_belt.py                       # this CPU as it is: benchmarks/results/belt.json
-    python benchmarks/bench_belt.py --emulate-avx2        # the same, in a child process whose ATen, oneDNN and MKL
-                                                          # kernels are limited to AVX2 (ATEN_CPU_CAPABILITY=avx2,
-                                                          # ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2):
+    python benchmarks/bench_belt.py --emulate-avx2        # the same, in a child process whose ATen, oneDNN, MKL
+                                                          # and FBGEMM kernels are limited to AVX2 (isolated.AVX2_ENV):
                                                           # benchmarks/results/belt-avx2-emulated.json
 
 Rows: belt-nlp fp32; longbert at fp32, int8 (`--precision int8`) and, where the CPU has fast bf16 and AVX-512 is not
 masked, bf16. Each is warmed up once, then timed `--repeats` times; the fastest round counts. The emulation is not an
-AVX2-only CPU: it keeps this CPU's clock, caches and memory, and masks only the instruction sets the three libraries
+AVX2-only CPU: it keeps this CPU's clock, caches and memory, and masks only the instruction sets the four libraries
 choose kernels by (torch's own capability check then says AVX2); a real AVX2 machine can differ.
 """
 
@@ -85,8 +84,7 @@ def measure(args) -> dict:
     with torch.no_grad():
         seconds, reference = fastest(lambda: belt.predict_scores(texts, args.batch_size), args.repeats)
     rows["belt-nlp fp32"] = {"seconds": seconds}
-    precisions = ["fp32", "int8"] + (["bf16"] if auto_precision() == "bf16"
-                                     and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2" else [])
+    precisions = ["fp32", "int8"] + (["bf16"] if auto_precision() == "bf16" else [])
     agreement_base = None
     for precision in precisions:
         seconds, out = fastest(lambda p=precision: ours.predict(texts, args.batch_size, p), args.repeats)

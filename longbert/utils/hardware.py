@@ -13,12 +13,15 @@ from longbert.errors import LongbertError
 
 
 def fast_bf16(device: torch.device | str) -> bool:
-    """True where bf16 autocast is the faster choice: GPUs with bf16 support, CPUs with AVX512-BF16 or AMX
-    (measured on this project's 2-core AVX512-BF16 CPU: about 2x faster than fp32 for MiniLM)."""
+    """True where bf16 autocast is the faster choice: GPUs with bf16 support, CPUs with AVX512-BF16 or AMX whose
+    AVX-512 kernels torch dispatches to (measured on this project's 2-core AVX512-BF16 CPU: about 2x faster than fp32
+    for MiniLM). With ATEN_CPU_CAPABILITY=avx2 set, such a CPU counts as the AVX2 CPU torch then runs it as."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
+        if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+            return False  # torch dispatches to AVX2 (or older) kernels here: bf16 would run emulated, slowly
         check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
         amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
         return bool((check and check()) or (amx and amx()))
