@@ -14,7 +14,8 @@ from longbert.inference.serve import Limits  # standard library only: the serve 
 
 # The inference precisions (longbert.utils.hardware.INFERENCE_PRECISIONS, not imported here: it loads torch).
 PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, bf16, or int8 (the backbone's Linear "
-                  "layers dynamically quantized: CPU only, measured by `longbert quantize`)")
+                  "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
+                  "quantize`)")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
@@ -257,15 +258,20 @@ def serve(
 def quantize(
     run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
     batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
+    agreement: float = typer.Option(0.99, min=0.0, max=1.0, help="the label agreement with fp32 the recheck gap is "
+                                    "chosen for: the smallest gap that reaches it on the validation split"),
 ):
-    """Measure int8 inference (--precision int8) against fp32 on the run's validation split, once, and record the
-    label agreement, both accuracies and both speeds in its kept model's training.json and model card."""
+    """Measure int8 inference (--precision int8) against fp32 on the run's validation split, once: choose the gap
+    under which int8's close calls are read again in fp32, and record the label agreement, both accuracies and both
+    speeds in its kept model's training.json and model card."""
     from longbert.inference.quantize import quantize as measure
 
     def action():
-        m = measure(run_dir, batch_size)
+        m = measure(run_dir, batch_size, agreement)
         typer.echo(f"int8 against fp32 on {m['documents']} validation documents: labels agree on "
-                   f"{100 * m['agreement']:.1f}%; accuracy {100 * m['accuracy_fp32']:.1f}% -> "
+                   f"{100 * m['agreement']:.1f}% ({100 * m['agreement_plain']:.1f}% with nothing read again; recheck "
+                   f"gap {m['recheck_gap']:g}, {100 * m['rechecked']:.1f}% read again in fp32); "
+                   f"accuracy {100 * m['accuracy_fp32']:.1f}% -> "
                    f"{100 * m['accuracy_int8']:.1f}%; {m['seconds_fp32']:.1f} s -> {m['seconds_int8']:.1f} s; "
                    f"recorded in {run_dir}/best (training.json, README.md)")
 

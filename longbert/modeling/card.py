@@ -243,11 +243,16 @@ def describe_hybrid(lexical) -> list[str]:
 def describe_int8(int8: dict) -> str:
     """The card's sentence on int8 inference (`TrainingFacts.int8`, measured by `longbert quantize`)."""
     cpu = (int8.get("machine") or {}).get("cpu_capability") or "unknown"
-    return (f"With `--precision int8` (the backbone's Linear layers dynamically quantized), the predicted labels "
-            f"agreed with fp32 on {100 * int8['agreement']:.1f}% of the {int8['documents']} {int8['split']} documents; "
-            f"accuracy {100 * int8['accuracy_fp32']:.1f}% in fp32, {100 * int8['accuracy_int8']:.1f}% in int8; the "
-            f"pass took {int8['seconds_fp32']:.1f} s in fp32 and {int8['seconds_int8']:.1f} s in int8 (CPU "
-            f"capability {cpu}).")
+    text = ("With `--precision int8` (the backbone's Linear layers dynamically quantized"
+            + (f"; documents whose two likeliest classes were less than {int8['recheck_gap']:g} apart read again in "
+               f"fp32: {100 * int8['rechecked']:.1f}% of them" if int8.get("recheck_gap") else "")
+            + f"), the predicted labels agreed with fp32 on {100 * int8['agreement']:.1f}% of the {int8['documents']} "
+            f"{int8['split']} documents")
+    if "agreement_plain" in int8:
+        text += f" ({100 * int8['agreement_plain']:.1f}% with nothing read again)"
+    return text + (f"; accuracy {100 * int8['accuracy_fp32']:.1f}% in fp32, {100 * int8['accuracy_int8']:.1f}% in "
+                   f"int8; the pass took {int8['seconds_fp32']:.1f} s in fp32 and {int8['seconds_int8']:.1f} s in int8 "
+                   f"(CPU capability {cpu}).")
 
 
 def describe_init(init: dict) -> str:

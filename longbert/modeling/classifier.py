@@ -124,6 +124,8 @@ class LongDocumentClassifier(nn.Module):
                 raise LongbertError("a hybrid model's TF-IDF half reads the documents' token ids: pass documents, "
                                     "not cached units")
             logits = self.lexical.fuse(logits, documents)
+        if self.__dict__.get("_exact") is not None and documents is not None:  # an int8 copy (`quantized_copy`)
+            logits = recheck_close_calls(self, logits, documents)
         return ClassifierOutput(logits, pooled.weights, units.mask)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
@@ -185,14 +187,17 @@ class LongDocumentClassifier(nn.Module):
         finally:
             self.train(was_training)
 
-    def for_precision(self, precision: str) -> LongDocumentClassifier:
+    def for_precision(self, precision: str, recheck_gap: float | None = None) -> LongDocumentClassifier:
         """The model that runs at `precision`: this one, or for int8 a copy whose backbone Linear layers are
         dynamically quantized (`quantized_copy`). The copy is made at its first use, from the weights then, and
-        kept (outside the module tree: never saved, never moved with the model)."""
+        kept (outside the module tree: never saved, never moved with the model). `recheck_gap` sets the copy's
+        (see `recheck_close_calls`; None: as it is, at first use `int8_recheck_gap(self)`)."""
         if precision != "int8":
             return self
         if self.__dict__.get("_int8_copy") is None:
             self.__dict__["_int8_copy"] = quantized_copy(self)
+        if recheck_gap is not None:
+            self.__dict__["_int8_copy"].__dict__["_recheck_gap"] = recheck_gap
         return self.__dict__["_int8_copy"]
 
     def trainable_parameters(self) -> int:
@@ -250,11 +255,54 @@ class LongDocumentClassifier(nn.Module):
         return model
 
 
-def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
+# int8's close calls (`recheck_close_calls`): where `longbert quantize` has not chosen a gap for a model on its own
+# validation split, documents whose int8 probabilities put the top two classes less than this apart are read again in
+# fp32. 0.2 is what `longbert quantize` chose for compare_imdb's chunk model (the smallest gap of RECHECK_GAPS whose
+# labels agreed with fp32 on >= 99% of its validation reviews).
+DEFAULT_RECHECK_GAP = 0.2
+RECHECK_GAPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+
+
+def int8_recheck_gap(model: LongDocumentClassifier) -> float:
+    """The gap `longbert quantize` chose for `model` on its validation split, else DEFAULT_RECHECK_GAP."""
+    measured = (model.training_facts.int8 or {}) if model.training_facts is not None else {}
+    return float(measured.get("recheck_gap", DEFAULT_RECHECK_GAP))
+
+
+def close_calls(probabilities: torch.Tensor, multi_label: bool, thresholds: list[float], gap: float) -> torch.Tensor:
+    """(B, C) probabilities -> (B,) True where the decision is close: the top two classes less than `gap` apart, or
+    for multi-label any label within gap / 2 of its threshold (the same distance for two labels at 0.5)."""
+    if multi_label:
+        return ((probabilities - probabilities.new_tensor(thresholds)).abs() < gap / 2).any(1)
+    top = probabilities.topk(2, dim=1).values  # (B, 2)
+    return top[:, 0] - top[:, 1] < gap
+
+
+def recheck_close_calls(int8: LongDocumentClassifier, logits: torch.Tensor,
+                        documents: list[torch.Tensor]) -> torch.Tensor:
+    """An int8 copy's (B, C) logits, with those of its close calls (`close_calls` at the copy's gap) replaced by the
+    exact model's on the same documents: quantization moves probabilities by a few hundredths, which flips a label
+    only where the classes were that close, so re-reading those few in fp32 keeps int8's labels fp32's."""
+    gap = int8.__dict__.get("_recheck_gap", 0.0)
+    if gap <= 0:
+        return logits
+    close = close_calls(int8.probabilities(logits), int8.multi_label, int8.thresholds, gap)  # (B,)
+    if not close.any():
+        return logits
+    exact: LongDocumentClassifier = int8.__dict__["_exact"]
+    again = exact([documents[i] for i in close.nonzero().flatten().tolist()]).logits  # (K, C)
+    logits = logits.clone()
+    logits[close] = again.to(logits.device, logits.dtype)
+    return logits
+
+
+def quantized_copy(model: LongDocumentClassifier, recheck_gap: float | None = None) -> LongDocumentClassifier:
     """A copy of `model` for int8 inference on the CPU: LoRA merged into the weights it wraps, then every Linear layer
     of the backbone (attention projections, feed-forward) replaced by torch's dynamically quantized one (int8 weights
     per output channel, activations quantized per batch). Everything else stays fp32: embeddings, attention scores and
-    softmax, LayerNorm, GELU, the strategy's own layers and the head."""
+    softmax, LayerNorm, GELU, the strategy's own layers and the head. The copy keeps `model` (outside its module tree)
+    to re-read its close calls in fp32 (`recheck_close_calls`) at `recheck_gap` (None: `int8_recheck_gap(model)`;
+    0: never)."""
     import warnings
 
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
@@ -267,6 +315,8 @@ def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
         # Per output channel: torch's default for a bare {nn.Linear} is one scale per weight matrix (per tensor).
         copied.backbone = quantize_dynamic(copied.backbone, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
     copied.requires_grad_(False)
+    copied.__dict__["_exact"] = model
+    copied.__dict__["_recheck_gap"] = int8_recheck_gap(model) if recheck_gap is None else recheck_gap
     return copied
 
 

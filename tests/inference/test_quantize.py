@@ -25,6 +25,14 @@ def test_quantize_records_agreement_in_the_folder_and_its_card(tiny_recipe):
     assert "int8 against fp32 on 15 validation documents: labels agree on" in answer.output
     measured = json.loads((result.run_dir / "best" / "training.json").read_text())["int8"]
     assert measured["documents"] == 15 and measured["split"] == "validation" and 0.5 <= measured["agreement"] <= 1
+    # The recheck gap is the smallest that reaches the target on validation; int8 then runs with it.
+    from longbert.modeling.classifier import RECHECK_GAPS
+
+    assert measured["recheck_gap"] in RECHECK_GAPS and 0 <= measured["rechecked"] <= 1
+    assert measured["agreement"] >= 0.99 or measured["recheck_gap"] == RECHECK_GAPS[-1]
+    assert measured["agreement"] >= measured["agreement_plain"]
+    reloaded = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+    assert reloaded.for_precision("int8").__dict__["_recheck_gap"] == measured["recheck_gap"]
     # The fp32 accuracy is the kept model's own on validation, as evaluate measures it.
     assert measured["accuracy_fp32"] == pytest.approx(evaluate(result.run_dir, "validation", precision="fp32")[
         "accuracy"])
@@ -40,3 +48,9 @@ def test_quantize_needs_a_finished_run(tmp_path):
     answer = runner.invoke(app, ["quantize", str(tmp_path)])
     assert answer.exit_code == 2 and answer.output.strip() == (
         f"error: {tmp_path} is not a finished longbert run folder (it needs recipe.yaml and best/)")
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1"])
+def test_an_agreement_target_outside_0_to_1_is_refused(tmp_path, value):
+    answer = runner.invoke(app, ["quantize", str(tmp_path), "--agreement", value])
+    assert answer.exit_code == 2 and "--agreement" in answer.output

@@ -100,3 +100,48 @@ def test_evaluate_at_int8_records_it_and_agrees_with_fp32(tiny_recipe):
     assert quick["documents"] == exact["documents"] and abs(quick["accuracy"] - exact["accuracy"]) <= 0.1
     with pytest.raises(LongbertError, match="--precision must be one of"):
         evaluate(result.run_dir, "test", precision="half")
+
+
+def test_close_calls_are_the_two_likeliest_classes_near_each_other_or_a_label_near_its_threshold():
+    from longbert.modeling.classifier import close_calls
+
+    single = torch.tensor([[0.55, 0.3, 0.15], [0.9, 0.05, 0.05], [0.2, 0.35, 0.45], [0.6, 0.25, 0.15]])
+    # the two likeliest apart: 0.25, 0.85, 0.10, 0.35
+    assert close_calls(single, False, [], 0.2).tolist() == [False, False, True, False]
+    assert not close_calls(single, False, [], 0.0).any()  # gap 0: nothing is read again
+    multi = torch.tensor([[0.95, 0.05], [0.58, 0.0], [0.35, 0.9]])
+    # Within gap / 2 of its own threshold: 0.58 is 0.08 from 0.5, 0.35 is 0.05 from 0.3.
+    assert close_calls(multi, True, [0.5, 0.5], 0.2).tolist() == [False, True, False]
+    assert close_calls(multi, True, [0.3, 0.5], 0.2).tolist() == [False, False, True]  # 0.58 is 0.28 from 0.3
+
+
+def test_int8_reads_its_close_calls_again_in_fp32_and_only_those(tiny_backbone_dir):
+    from helpers import random_documents
+
+    model = build_model(tiny_backbone_dir, "chunk")
+    documents = random_documents([30, 700, 5, 200, 90, 1200, 60, 400], seed=1)
+    with torch.no_grad():
+        exact = model(documents).logits
+        plain = model.for_precision("int8", recheck_gap=0.0)(documents).logits
+        every = model.for_precision("int8", recheck_gap=1.0)(documents).logits  # every document is a close call
+        assert not torch.allclose(plain, exact, atol=1e-6)  # quantization moves the logits
+        assert torch.allclose(every, exact, atol=1e-5)
+        p = plain.softmax(-1)
+        gaps = (p[:, 0] - p[:, 1]).abs()
+        middle = float(gaps.median())
+        some = model.for_precision("int8", recheck_gap=middle)(documents).logits
+    close = gaps < middle
+    assert 0 < close.sum() < len(documents)
+    assert torch.allclose(some[close], exact[close], atol=1e-5)
+    assert torch.equal(some[~close], plain[~close])
+
+
+def test_int8_takes_its_recheck_gap_from_the_quantize_measurement(saved):
+    from longbert.modeling.card import TrainingFacts
+    from longbert.modeling.classifier import DEFAULT_RECHECK_GAP, LongDocumentClassifier
+
+    model = LongDocumentClassifier.from_pretrained(saved)
+    assert model.for_precision("int8").__dict__["_recheck_gap"] == DEFAULT_RECHECK_GAP  # never measured
+    measured = LongDocumentClassifier.from_pretrained(saved)
+    measured.training_facts = TrainingFacts(recipe="tiny", int8={"recheck_gap": 0.05})
+    assert measured.for_precision("int8").__dict__["_recheck_gap"] == 0.05
