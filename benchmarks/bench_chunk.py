@@ -131,12 +131,18 @@ def main():
     parser.add_argument("--documents", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-padding", type=float, help="backbone.max_padding_per_pass (default: the recipe's)")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="call longbert.utils.hardware.keep_freed_memory first, as every longbert command does")
     parser.add_argument("--emulate-avx2", action="store_true")
     parser.add_argument("-o", "--output", type=Path)
     args = parser.parse_args()
     if args.emulate_avx2:
         rerun_with_avx2(__file__, args.output or RESULTS / "chunk-avx2-emulated.json")
     output = args.output or RESULTS / "chunk.json"
+    if args.keep_freed_memory:
+        from longbert.utils.hardware import keep_freed_memory
+
+        keep_freed_memory()
     count, repeats = (16, 1) if args.quick else (args.documents, 3)
     bf16 = auto_precision() == "bf16"
 
@@ -172,6 +178,7 @@ def main():
         "document_tokens_mean": sum(d.shape[0] for d in documents) / len(documents),
         "batch_size": args.batch_size,
         "max_padding_per_pass": recipe.backbone.max_padding_per_pass,
+        "keep_freed_memory": args.keep_freed_memory,
         "peak_matmul_flop_per_second": peak,
         "matmul_flop_per_second_by_shape": {name: m["by_shape"] for name, m in matmuls.items()},
         "chunk_inference": results,
