@@ -93,7 +93,8 @@ class BackboneConfig:
                                       "pass")
     # 0.02 rather than 0.2: on the 2-core CPU more, smaller passes cost less than padding does (96 IMDb reviews over
     # 512 tokens, 510-token chunks, batches of 16: 84 passes with 0.9% padding against 22 with 18.9%; fp32 with AVX-512
-    # masked 14.3 s -> 11.1 s, bf16 6.8 s -> 5.0 s; benchmarks/bench_chunk.py [--max-padding 0.2]).
+    # masked 6.75 -> 8.42 documents/s, 59% -> 73% of the fp32 matmul peak: benchmarks/bench_chunk.py --emulate-avx2
+    # [--max-padding 0.2]).
     max_padding_per_pass: float = option(0.02, "a shorter window starts a new pass rather than push a pass's padding "
                                          "share past this")
     gradient_checkpointing: bool = option(False, "trade compute for memory in the backbone during training")

@@ -36,11 +36,11 @@ KEPT_BLOCK_BYTES = 2**30
 def keep_freed_memory() -> bool:
     """Let glibc's malloc serve blocks of up to 1 GiB from its heap and keep what is freed, instead of mapping each
     large block fresh from the kernel and handing it back when freed. A forward pass allocates and frees activations
-    of tens of MB per layer; mapped fresh, every page of them faults on first touch. On the 2-core CPU, MiniLM over
-    16 windows of 512 tokens took 1.20 s instead of 1.34 s in fp32 and 0.77 s instead of 0.95 s in int8 (AVX-512
-    masked, benchmarks/bench_belt.py --keep-freed-memory). The cost: the process's memory stays near its peak once it
-    got there. Every `longbert` command calls this; from Python, call it once. Returns True where it took effect
-    (glibc), False elsewhere (nothing changes there)."""
+    of tens of MB per layer; mapped fresh, every page of them faults on first touch. On the 2-core CPU with AVX-512
+    masked, 64 long IMDb reviews: longbert fp32 8.96 -> 9.81 documents/s, int8 13.9 -> 14.7, belt-nlp in the same
+    process 5.83 -> 6.68 (benchmarks/bench_belt.py --emulate-avx2 [--keep-freed-memory]). The cost: the process's
+    memory stays near its peak once it got there. Every `longbert` command calls this; from Python, call it once.
+    Returns True where it took effect (glibc), False elsewhere (nothing changes there)."""
     import ctypes
     import ctypes.util
 
