@@ -174,6 +174,7 @@ def main():
         "command": " ".join(["python", "benchmarks/bench_chunk.py", *sys.argv[1:]]),
         "machine": describe_machine(),
         "auto_precision": auto_precision(),
+        "model": f"{recipe.backbone.name} (chunk, 510-token windows, untrained head: speed only)",
         "documents": len(documents),
         "document_tokens_mean": sum(d.shape[0] for d in documents) / len(documents),
         "batch_size": args.batch_size,

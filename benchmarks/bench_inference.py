@@ -2,7 +2,8 @@
 the real MiniLM backbone: PyTorch fp32, PyTorch bf16 (autocast), PyTorch int8 (`--precision int8`: the backbone's
 Linear layers dynamically quantized), and the exported ONNX graphs (`longbert export`) in onnxruntime, fp32 and int8
 (dynamic quantization of the encoder). The machine record says which CPU (its capability: AVX2, AVX512) and what
-`auto` runs there; on a CPU without fast bf16 the bf16 row is emulated and slow.
+`auto` runs there; the bf16 row runs only where `auto` picks bf16 (elsewhere bf16 is emulated, slowly, and says nothing
+about what a user gets).
 
     python benchmarks/bench_inference.py                          # 64 reviews, 3 timed rounds:
                                                                   # benchmarks/results/inference.json
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from isolated import auto_precision
 
 from longbert.config import load_recipe
 from longbert.data.documents import tokenize_documents
@@ -118,6 +120,8 @@ def main():
         backends = {"pytorch_fp32": pytorch(None), "pytorch_bf16": pytorch(torch.bfloat16),
                     "pytorch_int8": pytorch_int8, "onnx_fp32": onnx(runtimes["fp32"]),
                     "onnx_int8": onnx(runtimes["int8"])}
+        if auto_precision() != "bf16":
+            del backends["pytorch_bf16"]
         results = {}
         for name, forward in backends.items():
             results[name] = time_rounds(forward, documents, args.batch_size, repeats)
@@ -139,6 +143,7 @@ def main():
     report = {
         "command": command,
         "machine": describe_machine(),
+        "auto_precision": auto_precision(),
         "model": what,
         "documents": len(documents),
         "document_tokens_mean": round(sum(d.shape[0] for d in documents) / len(documents), 1),
