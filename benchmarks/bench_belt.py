@@ -9,7 +9,9 @@ overlap pooled by their mean, texts in and probabilities out (tokenizing counted
                                                           # benchmarks/results/belt-avx2-emulated.json
 
 Rows: belt-nlp fp32; longbert at fp32, int8 (`--precision int8`; with the untrained head no recheck gap was ever
-measured, so nothing is read again in fp32) and, where `auto` picks bf16 here, bf16. Each is warmed up once, then
+measured, so nothing is read again in fp32) and, where `auto` picks bf16 here, bf16; then the same model exported
+(`longbert export --quantize int8`) and run by onnxruntime, fp32 and int8, except under --emulate-avx2 (onnxruntime's
+kernels cannot be masked). Each is warmed up once, then
 timed `--repeats` times; the fastest round counts. The emulation is not an AVX2-only CPU: it keeps this CPU's clock,
 caches and memory, and masks only the instruction sets the four libraries choose kernels by (torch's own capability
 check then says AVX2); a real AVX2 machine can differ.
@@ -56,6 +58,30 @@ def fastest(run, repeats: int) -> tuple[float, object]:
     return best, result
 
 
+def onnx_rows(ours, texts: list[str], args, reference: list[str]) -> dict:
+    """The same model exported (`longbert export`, fp32 and int8 encoders) and run by onnxruntime over `texts`."""
+    import tempfile
+
+    import torch
+
+    from longbert.inference.export import export_model
+    from longbert.inference.exported import ExportedClassifier
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        ours.save_pretrained(Path(scratch) / "model")
+        exported = export_model(Path(scratch) / "model", Path(scratch) / "onnx", quantize="int8",
+                                parity_texts=texts[:2])
+        for precision in ("fp32", "int8"):
+            runtime = ExportedClassifier(exported.folder, precision, threads=torch.get_num_threads())
+            seconds, out = fastest(lambda r=runtime: r.predict(texts, args.batch_size), args.repeats)
+            labels = [row["label"] for row in out]
+            rows[f"longbert onnxruntime {precision}"] = {
+                "seconds": seconds, "label_agreement_with_fp32": sum(a == b for a, b in zip(labels, reference))
+                / len(labels)}
+    return rows
+
+
 def measure(args) -> dict:
     import torch
     from belt_nlp.bert import BertNN
@@ -93,6 +119,8 @@ def measure(args) -> dict:
         agreement_base = agreement_base or labels
         rows[f"longbert {precision}"] = {"seconds": seconds, "label_agreement_with_fp32":
                                          sum(a == b for a, b in zip(labels, agreement_base)) / len(labels)}
+    if os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":  # onnxruntime's kernels cannot be masked to AVX2
+        rows.update(onnx_rows(ours, texts, args, agreement_base))
     base = rows["belt-nlp fp32"]["seconds"]
     for row in rows.values():
         row["documents_per_second"] = len(texts) / row["seconds"]
