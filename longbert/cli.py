@@ -163,7 +163,8 @@ def evaluate(
 
 @app.command()
 def predict(
-    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, or a hub model id (user/repo)"),
+    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, a hub model id (user/repo), or an "
+                                               "exported folder (onnxruntime)"),
     input: str = typer.Argument("-", help="a .txt file (one text per line) or - for stdin lines; a csv, jsonl, "
                                           "jsonl.gz, json or parquet file; a save_to_disk folder; or a hub dataset id"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -39,6 +40,13 @@ EXPORT_FORMAT = 1
 
 def is_export_folder(folder: str | Path) -> bool:
     return (Path(folder) / EXPORT_FILE).is_file()
+
+
+def check_auto_precision(folder: str | Path, precision: str) -> None:
+    """An exported folder runs at the precision it was exported with: anything but `auto` is one LongbertError line."""
+    if precision != "auto":
+        raise LongbertError(f"{folder} is an exported folder: it runs at the precision it was exported with; "
+                            "--precision applies to PyTorch model folders")
 
 
 class ExportedClassifier:
@@ -118,14 +126,27 @@ class ExportedClassifier:
 
     def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
         """Texts -> the rows `LongDocumentClassifier.predict` gives: label (or labels), probabilities, n_tokens."""
-        from longbert.modeling.classifier import check_texts, prediction_rows
-
-        check_texts(texts)
-        rows = []
-        for start in range(0, len(texts), batch_size):
-            documents, lengths = self.tokenize(texts[start : start + batch_size])
-            rows += prediction_rows(self.settings, self.probabilities(self.logits(documents)), lengths)
+        rows: list = [None] * len(texts)
+        for index, row in self.predictions_as_done(texts, batch_size):
+            rows[index] = row
         return rows
+
+    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
+                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
+        """(index into `texts`, its row) batch by batch, longest texts first, as
+        `LongDocumentClassifier.predictions_as_done` gives them (what `longbert predict` reads). `precision` must be
+        auto: the folder runs at the precision it was exported with."""
+        from longbert.modeling.classifier import check_texts, longest_first, prediction_row
+
+        check_auto_precision(self.folder, precision)
+        check_texts(texts)
+        if batch_size < 1:
+            raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
+        documents, lengths = self.tokenize(texts)
+        for batch in longest_first(documents, batch_size):
+            probabilities = self.probabilities(self.logits([documents[i] for i in batch]))  # (B, C)
+            for index, p in zip(batch, probabilities.tolist()):
+                yield index, prediction_row(self.settings, p, lengths[index])
 
 
 class Graph:

@@ -147,15 +147,17 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
                  text_column: str = "text", id_column: str | None = None, keep: tuple[str, ...] = (),
                  precision: str = "auto", split: str | None = None, explain: str | Path | None = None) -> Prediction:
     """Predict a label for each document of `source` (see `read_documents`) with the model in `model_dir` (a run
-    folder or a saved model folder), on the accelerator when there is one, and write one JSON line per document to
-    `output` (None: stdout), in input order, each as soon as it and every row before it are done. A row holds `id`
-    (the `id_column` value, else the row number from 0), the `keep` columns, then the prediction (label or labels,
-    probabilities, n_tokens). `precision`: fp32, bf16 or auto (bf16 where the device runs it fast).
+    folder or a saved model folder, on the accelerator when there is one; or an exported folder, in onnxruntime), and
+    write one JSON line per document to `output` (None: stdout), in input order, each as soon as it and every row
+    before it are done. A row holds `id` (the `id_column` value, else the row number from 0), the `keep` columns, then
+    the prediction (label or labels, probabilities, n_tokens). `precision`: auto, fp32, bf16 or int8 (auto only for an
+    exported folder, which runs at the precision it was exported with).
     Inputs and the output path are checked before the model loads; the output file is written under a temporary
     name beside it and renamed when complete, so it appears whole or not at all.
     Under `accelerate launch` / torchrun the documents are split between the processes and the main process writes
     them all, in input order. `explain`: an .html file or a folder; rows also say how much each unit weighed and
     which decided, and an HTML page shows it (longbert/inference/explain.py; one process only)."""
+    from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
     from longbert.modeling.classifier import LongDocumentClassifier
 
     if batch_size < 1:
@@ -172,8 +174,15 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
         raise LongbertError("stdin reaches only one process; give the input as a file to predict with several")
     if page is not None and process.num_processes > 1:
         raise LongbertError("--explain runs in one process; predict without accelerate launch or torchrun")
+    exported = is_export_folder(model_dir)
+    if exported:
+        check_auto_precision(model_dir, precision)
+        if page is not None:
+            raise LongbertError(f"--explain needs a PyTorch model folder; {model_dir} is an exported folder")
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
-    model = LongDocumentClassifier.from_pretrained(model_dir).to(process.device)
+    # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with.
+    model = ExportedClassifier(model_dir) if exported else LongDocumentClassifier.from_pretrained(model_dir).to(
+        process.device)
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
     shown: list = []  # what the --explain page shows, written once the rows are safe
     if page is not None:

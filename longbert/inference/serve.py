@@ -271,15 +271,13 @@ def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | Non
 def load_predictor(model_dir: str | Path, precision: str = "auto"):
     """(the model, its backend name) for a run folder, a saved model folder or an exported folder (which runs as it
     was exported). A PyTorch model's `precision` is checked, and an int8 copy made, before the first request."""
-    from longbert.inference.exported import ExportedClassifier, is_export_folder
+    from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.utils.hardware import autocast_for, check_precision
 
     check_precision(precision, "--precision")
     if is_export_folder(model_dir):
-        if precision != "auto":
-            raise LongbertError(f"{model_dir} is an exported folder: it runs at the precision it was exported with; "
-                                "--precision applies to PyTorch model folders")
+        check_auto_precision(model_dir, precision)
         predictor = ExportedClassifier(model_dir)
         return predictor, f"onnx-{predictor.precision}"
     model = LongDocumentClassifier.from_pretrained(model_dir)

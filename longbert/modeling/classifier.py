@@ -174,12 +174,10 @@ class LongDocumentClassifier(nn.Module):
         autocast = autocast_for(self, precision)
         model = self.for_precision(precision)
         documents, lengths = self.tokenize(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(documents[i]), reverse=True)
         was_training = self.training
         self.eval()
         try:
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
+            for batch in longest_first(documents, batch_size):
                 with torch.no_grad(), autocast:
                     probabilities = model.probabilities(model([documents[i] for i in batch]).logits)  # (B, C)
                 for index, p in zip(batch, probabilities.tolist()):
@@ -316,6 +314,14 @@ def quantized_copy(model: LongDocumentClassifier, recheck_gap: float | None = No
     copied.__dict__["_exact"] = model
     copied.__dict__["_recheck_gap"] = int8_recheck_gap(model) if recheck_gap is None else recheck_gap
     return copied
+
+
+def longest_first(documents: list, batch_size: int) -> Iterator[list[int]]:
+    """The indices of `documents` in batches of `batch_size`, longest documents first: a batch pads little, and the
+    biggest batch comes first (`predictions_as_done` of a model and of an exported folder)."""
+    order = sorted(range(len(documents)), key=lambda i: len(documents[i]), reverse=True)
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
 
 
 def check_texts(texts: list) -> None:

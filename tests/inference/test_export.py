@@ -280,3 +280,39 @@ def test_a_staging_folder_left_by_a_killed_export_is_swept(tiny_run, tmp_path):
     export_model(tiny_run, tmp_path / "out", parity_documents=0)
     assert not left.exists() and working.exists()
     assert (tmp_path / "out" / "export.json").is_file()
+
+
+def test_predict_runs_an_exported_folder_in_onnxruntime(tiny_run, tmp_path):
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n")
+    for precision in ("fp32", "int8"):  # the folder's int8 encoder is its default; a copy with only fp32 runs fp32
+        folder = tiny_run / "onnx"
+        if precision == "fp32":
+            folder = tmp_path / "fp32-only"
+            shutil.copytree(tiny_run / "onnx", folder)
+            (folder / "encoder.int8.onnx").unlink()
+            info = json.loads((folder / "export.json").read_text())
+            del info["encoders"]["int8"]
+            (folder / "export.json").write_text(json.dumps(info))
+        result = run("predict", folder, source, "-o", tmp_path / f"{precision}.jsonl", "--batch-size", 2)
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (tmp_path / f"{precision}.jsonl").read_text().splitlines()]
+        expected = ExportedClassifier(folder).predict(TEXTS)
+        assert [r["id"] for r in rows] == [0, 1, 2]  # input order, though batches run longest first
+        for row, want in zip(rows, expected):
+            assert row["label"] == want["label"] and row["n_tokens"] == want["n_tokens"]
+            assert row["probabilities"] == pytest.approx(want["probabilities"], abs=1e-6)
+    exact = LongDocumentClassifier.from_pretrained(tiny_run).predict(TEXTS, precision="fp32")
+    fp32_rows = [json.loads(line) for line in (tmp_path / "fp32.jsonl").read_text().splitlines()]
+    for row, want in zip(fp32_rows, exact):
+        assert row["probabilities"] == pytest.approx(want["probabilities"], abs=1e-5)
+
+
+def test_predict_on_an_exported_folder_refuses_precision_and_explain_in_one_line(tiny_run, tmp_path):
+    source = tmp_path / "texts.txt"
+    source.write_text("a text\n")
+    assert_user_error(run("predict", tiny_run / "onnx", source, "--precision", "int8"),
+                      "is an exported folder: it runs at the precision it was exported with")
+    assert_user_error(run("predict", tiny_run / "onnx", source, "--explain", tmp_path / "page.html"),
+                      "--explain needs a PyTorch model folder", "is an exported folder")
+    assert not (tmp_path / "page.html").exists()
