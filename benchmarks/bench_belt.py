@@ -58,6 +58,11 @@ def fastest(run, repeats: int) -> tuple[float, object]:
     return best, result
 
 
+def agreement(labels: list[str], reference: list[str]) -> float:
+    """The share of `labels` equal to `reference`'s, position by position."""
+    return sum(a == b for a, b in zip(labels, reference)) / len(labels)
+
+
 def onnx_rows(ours, texts: list[str], args, reference: list[str]) -> dict:
     """The same model exported (`longbert export`, fp32 and int8 encoders) and run by onnxruntime over `texts`."""
     import tempfile
@@ -76,9 +81,8 @@ def onnx_rows(ours, texts: list[str], args, reference: list[str]) -> dict:
             runtime = ExportedClassifier(exported.folder, precision, threads=torch.get_num_threads())
             seconds, out = fastest(lambda r=runtime: r.predict(texts, args.batch_size), args.repeats)
             labels = [row["label"] for row in out]
-            rows[f"longbert onnxruntime {precision}"] = {
-                "seconds": seconds, "label_agreement_with_fp32": sum(a == b for a, b in zip(labels, reference))
-                / len(labels)}
+            rows[f"longbert onnxruntime {precision}"] = {"seconds": seconds,
+                                                          "label_agreement_with_fp32": agreement(labels, reference)}
     return rows
 
 
@@ -117,8 +121,8 @@ def measure(args) -> dict:
         seconds, out = fastest(lambda p=precision: ours.predict(texts, args.batch_size, p), args.repeats)
         labels = [row["label"] for row in out]
         agreement_base = agreement_base or labels
-        rows[f"longbert {precision}"] = {"seconds": seconds, "label_agreement_with_fp32":
-                                         sum(a == b for a, b in zip(labels, agreement_base)) / len(labels)}
+        rows[f"longbert {precision}"] = {"seconds": seconds,
+                                         "label_agreement_with_fp32": agreement(labels, agreement_base)}
     if os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":  # onnxruntime's kernels cannot be masked to AVX2
         rows.update(onnx_rows(ours, texts, args, agreement_base))
     base = rows["belt-nlp fp32"]["seconds"]

@@ -139,9 +139,7 @@ class ExportedClassifier:
         from longbert.modeling.classifier import check_texts, longest_first, prediction_row
 
         check_auto_precision(self.folder, precision)
-        check_texts(texts)
-        if batch_size < 1:
-            raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
+        check_texts(texts, batch_size)
         documents, lengths = self.tokenize(texts)
         for batch in longest_first(documents, batch_size):
             probabilities = self.probabilities(self.logits([documents[i] for i in batch]))  # (B, C)

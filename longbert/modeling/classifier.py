@@ -168,9 +168,7 @@ class LongDocumentClassifier(nn.Module):
         """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
         All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
         biggest batch comes first; hence rows arrive out of order."""
-        check_texts(texts)
-        if batch_size < 1:
-            raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
+        check_texts(texts, batch_size)
         autocast = autocast_for(self, precision)
         model = self.for_precision(precision)
         documents, lengths = self.tokenize(texts)
@@ -324,12 +322,14 @@ def longest_first(documents: list, batch_size: int) -> Iterator[list[int]]:
         yield order[start : start + batch_size]
 
 
-def check_texts(texts: list) -> None:
-    """What `predict` accepts: every text a string with something in it (a LongbertError naming the first that is
-    not)."""
+def check_texts(texts: list, batch_size: int = 1) -> None:
+    """What `predict` accepts: every text a string with something in it, and a batch size of at least 1 (a
+    LongbertError naming the first text that is not, or the batch size)."""
     for row, text in enumerate(texts):
         if not isinstance(text, str) or not text.strip():
             raise LongbertError(f"text {row} is empty or whitespace-only")
+    if batch_size < 1:
+        raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
 
 
 def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int) -> dict:
