@@ -222,6 +222,9 @@ class TrainConfig:
                              "the operating system (glibc's malloc_trim), which otherwise keeps it and grows step "
                              "after step: sliding, batches of 16, peaked at 3.0 GB instead of 3.7 GB over 30 steps, "
                              "12% slower (benchmarks/bench_training.py)")
+    unit_loss_weight: float = option(0.0, "unit-level supervision: add this times the mean loss of every unit (chunk, "
+                                          "window, segment, span) classified on its own as its document, to the "
+                                          "document's loss; 0 turns it off")
     init_from: str | None = option(None, "start from an earlier model: a run folder (its best/) or a saved model "
                                    "folder with the same labels and backbone architecture; its backbone, and its "
                                    "pooler and head where the shapes match, replace the new initialisation; null: "
@@ -240,6 +243,8 @@ class TrainConfig:
             if value is not None and value < 1:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
         out += optimiser_problems(self, path)
+        if self.unit_loss_weight < 0:
+            out.append(f"{path}.unit_loss_weight must be >= 0, got {self.unit_loss_weight}")
         if not 0 < self.layer_decay <= 1:
             out.append(f"{path}.layer_decay must be in (0, 1], got {self.layer_decay}")
         out += one_of(f"{path}.best_metric", self.best_metric, BEST_METRICS)

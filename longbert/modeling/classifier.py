@@ -37,6 +37,7 @@ class ClassifierOutput:
     logits: torch.Tensor  # (B, C)
     unit_weights: torch.Tensor | None = None  # (B, N): how much each chunk/window counted, when known
     unit_mask: torch.Tensor | None = None  # (B, N) bool: which units exist
+    units: Units | None = None  # what the strategy's encode gave (the unit-level loss reads it)
 
 
 class LongDocumentClassifier(nn.Module):
@@ -126,7 +127,7 @@ class LongDocumentClassifier(nn.Module):
             logits = self.lexical.fuse(logits, documents)
         if self.__dict__.get("_exact") is not None and documents is not None:  # an int8 copy (`quantized_copy`)
             logits = recheck_close_calls(self, logits, documents)
-        return ClassifierOutput(logits, pooled.weights, units.mask)
+        return ClassifierOutput(logits, pooled.weights, units.mask, units)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
              class_weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -138,6 +139,28 @@ class LongDocumentClassifier(nn.Module):
             return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float(),
                                                                   pos_weight=class_weights)
         return nn.functional.cross_entropy(logits.float(), labels, weight=class_weights)
+
+    def unit_loss(self, units: Units, labels: torch.Tensor,
+                  class_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Unit-level supervision: every unit (a chunk, a window, a segment, a span) classified by the head on its own,
+        each learning its document's label; units (B, N, H), labels (B,) or (B, C) -> one loss, the mean over
+        documents of the mean over each document's units (a document weighs the same however many units it has).
+        A unit that holds no evidence (filler) is pushed towards the prior, one that holds it towards the label, so
+        the encoder learns what a deciding unit looks like from every unit of a small dataset, and not only through
+        the pooler's mixture (multiple-instance learning's instance-level loss)."""
+        logits = self.head(self.dropout(units.vectors)).float()  # (B, N, C)
+        b, n, c = logits.shape
+        if class_weights is not None:
+            class_weights = class_weights.to(logits.device, torch.float32)
+        if self.multi_label:
+            targets = labels.float().unsqueeze(1).expand(b, n, c)  # (B, N, C)
+            per_unit = nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=class_weights,
+                                                                      reduction="none").mean(-1)  # (B, N)
+        else:
+            per_unit = nn.functional.cross_entropy(logits.reshape(b * n, c), labels.repeat_interleave(n),
+                                                   weight=class_weights, reduction="none").view(b, n)  # (B, N)
+        mask = units.mask.to(per_unit.dtype)  # (B, N)
+        return ((per_unit * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()
 
     @property
     def thresholds(self) -> list[float]:

@@ -29,6 +29,12 @@ Either way the rows past 512 must be able to learn: in full fine-tuning they are
 position table trains in full beside the adapters (`lora_modules_to_save`, through peft's modules_to_save, saved
 with the adapter); a frozen backbone keeps them as they started.
 
+Units. With `unit_tokens: 0` the document is one unit, its pooled token states (as before units existed). With
+`unit_tokens: k` the content tokens' states (each read with the whole document's block-sparse attention) are cut into
+consecutive spans of k tokens, each span's mean is one unit, and `pooling` (mean, max, attention, transformer: the
+poolers chunk and sliding use) makes the document vector. So a learned pooler can find the part of the document
+that decides the label, as it can over chunks, while every token was read in the context of the whole document.
+
 How it reaches the backbone. `adapt_backbone` installs `block_sparse_attention` as the backbone's attention
 implementation `longbert_block_sparse`, through the installer shared with `recurrence` (strategies/attention.py).
 Called with the keyword argument `block_sparse_plan` (built per pass by this strategy and passed through
@@ -47,8 +53,8 @@ from torch import nn
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS
-from longbert.strategies.windows import encode_windows, gather_units, window_token_states
+from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, build_pooler, weights_carry_content
+from longbert.strategies.windows import encode_windows, gather_units, window_spans, window_token_states
 from longbert.utils.fields import one_of, option
 
 ATTENTION_NAME = "longbert_block_sparse"
@@ -74,12 +80,19 @@ class BigBirdConfig:
     position_scheme: str = option("copy", "how positions past the backbone's learned ones start: copy (p gets p mod "
                                           "512, as Longformer) or interpolate (they walk the learned table once, "
                                           "interpolating)")
+    unit_tokens: int = option(0, "0: the document is one unit (its token states pooled by token_pooling); k: every "
+                                 "k consecutive content tokens' states, averaged, are one unit, pooled by pooling")
+    pooling: str = option("mean", "with unit_tokens > 0, how span vectors become the document vector: mean, max, "
+                                  "attention or transformer")
 
     # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
-    ABSENT_MEANS = {"position_scheme": "copy"}
+    ABSENT_MEANS = {"position_scheme": "copy", "unit_tokens": 0, "pooling": "mean"}
 
     def problems(self, path: str) -> list[str]:
         out = one_of(f"{path}.position_scheme", self.position_scheme, POSITION_SCHEMES)
+        out += one_of(f"{path}.pooling", self.pooling, UNIT_POOLINGS)
+        if self.unit_tokens < 0:
+            out.append(f"{path}.unit_tokens must be >= 0 (0: one unit per document), got {self.unit_tokens}")
         for name in ("block_size", "window_blocks", "global_blocks"):
             if getattr(self, name) < 1:
                 out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
@@ -277,6 +290,8 @@ class BigBirdStrategy(nn.Module):
         super().__init__()
         self.config, self.special, self.budget = config, special, budget
         self.generator = torch.Generator().manual_seed(config.random_seed)
+        # One unit needs no pooler: a mean (no weights) stands in, so that no weight is left untrained.
+        self.pooler = build_pooler(config.pooling if config.unit_tokens else "mean", hidden_size)
 
     def adapt_backbone(self, backbone: nn.Module) -> None:
         # Check first: a backbone that cannot take block-sparse attention is refused before anything changes.
@@ -293,6 +308,8 @@ class BigBirdStrategy(nn.Module):
         return tokens <= self.config.full_attention_up_to
 
     def encode(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        if self.config.unit_tokens:
+            return self.encode_spans(backbone, documents)
         c = self.config
         kept = [ids[: c.max_tokens - 2] for ids in documents]  # longer documents keep their head
         full = [i for i, ids in enumerate(kept) if self.uses_full_attention(ids.shape[0] + 2)]
@@ -308,6 +325,20 @@ class BigBirdStrategy(nn.Module):
             for row, i in enumerate(sparse):
                 vectors[i] = out[row]
         return gather_units(torch.stack(vectors), [1] * len(documents))  # (B, 1, H)
+
+    def encode_spans(self, backbone: nn.Module, documents: list[torch.Tensor]) -> Units:
+        """Documents -> one unit per `unit_tokens` consecutive content tokens read: the mean of their states, each
+        state computed as `encode_tokens` reads it (the whole head in one pass, block-sparse when long). Units.sizes
+        holds each span's token count, so that mean pooling weighs a short last span by what it holds."""
+        k = self.config.unit_tokens
+        vectors, sizes, counts = [], [], []
+        for states in self.encode_tokens(backbone, documents):  # (T', H)
+            # ceil(T' / k) x (<= k, H); an empty document is one zero vector (the head's bias decides it)
+            spans = states.split(k) if states.shape[0] else (states.new_zeros(1, states.shape[1]),)
+            vectors += [span.mean(0) for span in spans]
+            sizes += [float(span.shape[0]) for span in spans]
+            counts.append(len(spans))
+        return gather_units(torch.stack(vectors), counts, sizes)  # (B, N, H)
 
     def encode_sparse(self, backbone: nn.Module, documents: list[torch.Tensor]) -> torch.Tensor:
         """Documents (each at most max_tokens - 2 content ids) -> (B, H), block-sparse, in passes bounded by the
@@ -366,8 +397,15 @@ class BigBirdStrategy(nn.Module):
         return BlockSparsePlan(c.block_size, g, token_mask, blocks.to(device), valid.to(device))
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
-        """One unit: the head that is read."""
-        return [[(0, min(length, self.config.max_tokens - 2))]]
+        """The head that is read: one unit, or one per `unit_tokens` consecutive tokens of it."""
+        read = min(length, self.config.max_tokens - 2)
+        if self.config.unit_tokens:
+            return window_spans(read, self.config.unit_tokens, self.config.unit_tokens)
+        return [[(0, read)]]
+
+    def weights_carry_content(self) -> bool:
+        """One unit weighs 1; spans' weights follow their content when the pooler's do (max, attention)."""
+        return not self.config.unit_tokens or weights_carry_content(self.pooler)
 
     def checkpoint_state(self) -> dict[str, torch.Tensor]:
         """The random-block generator, so that a resumed run draws the blocks an uninterrupted one would."""
@@ -377,4 +415,6 @@ class BigBirdStrategy(nn.Module):
         self.generator.set_state(state["generator"])
 
     def pool(self, units: Units) -> Pooled:
-        return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)
+        if not self.config.unit_tokens:
+            return Pooled(units.vectors[:, 0], units.mask.to(units.vectors.dtype))  # (B, H)
+        return self.pooler(units)  # (B, H)

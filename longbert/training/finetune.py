@@ -333,8 +333,10 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
             # Forward and backward; accelerate sums the gradients of `gradient_accumulation` batches, and the
             # optimiser step (clip, step, schedule) acts once they are complete.
             with accelerator.accumulate(model):
-                logits = model(**model_inputs(batch)).logits  # (B, C)
-                loss = core.loss(logits, batch["labels"], class_weights)
+                output = model(**model_inputs(batch))
+                loss = core.loss(output.logits, batch["labels"], class_weights)  # logits (B, C)
+                if cfg.unit_loss_weight:  # each unit also learns its document's label (core.unit_loss)
+                    loss = loss + cfg.unit_loss_weight * core.unit_loss(output.units, batch["labels"], class_weights)
                 accelerator.backward(loss)
                 optimizer_step(accelerator, model, optimizer, scheduler, cfg.max_grad_norm, trim=cfg.trim_heap)
             state.batches_in_epoch += 1

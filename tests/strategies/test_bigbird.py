@@ -390,3 +390,66 @@ def test_under_lora_the_extended_positions_train_and_are_saved_with_the_adapter(
     loaded = LongDocumentClassifier.from_pretrained(tmp_path / "model")
     with torch.no_grad():
         torch.testing.assert_close(loaded(docs).logits, want, atol=1e-5, rtol=1e-4)
+
+
+# -- units: spans of the block-sparse token states --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention"])
+def test_a_pooler_over_one_unit_gives_todays_document_vector(tiny_backbone, pooling):
+    """unit_tokens 0 is today's one unit, and every unit pooler over one unit returns that unit itself."""
+    from longbert.strategies.base import Units
+    from longbert.strategies.pooling import build_pooler
+
+    s = strategy(token_pooling="mean")
+    s.adapt_backbone(tiny_backbone)
+    docs = documents([250, 37, 130])
+    with torch.no_grad():
+        units = s.encode(tiny_backbone, docs)  # (B, 1, H)
+        today = s.pool(units).vector
+        pooled = build_pooler(pooling, 32)(Units(units.vectors, units.mask)).vector
+    assert units.vectors.shape == (3, 1, 32)
+    torch.testing.assert_close(today, units.vectors[:, 0])
+    torch.testing.assert_close(pooled, today, atol=1e-6, rtol=1e-5)
+
+
+def test_span_units_are_the_means_of_the_token_states_the_strategy_reads(tiny_backbone):
+    s = strategy(unit_tokens=48, pooling="mean", random_blocks=0)
+    s.adapt_backbone(tiny_backbone)
+    docs = documents([250, 37, 130, 0])
+    with torch.no_grad():
+        units = s.encode(tiny_backbone, docs)
+        states = s.encode_tokens(tiny_backbone, docs)  # B x (T', H)
+        document = s.pool(units).vector  # (B, H)
+    assert units.mask.sum(1).tolist() == [6, 1, 3, 1]  # ceil(T / 48)
+    assert [len(s.unit_spans(len(d))) for d in docs] == [6, 1, 3, 1]
+    assert units.sizes[0, :6].tolist() == [48, 48, 48, 48, 48, 10]  # the last span holds what is left
+    for b, (doc, state) in enumerate(zip(docs, states)):
+        for n, ((start, end),) in enumerate(s.unit_spans(len(doc))):
+            if end > start:
+                torch.testing.assert_close(units.vectors[b, n], state[start:end].mean(0), atol=1e-6, rtol=1e-5)
+        if len(doc):  # mean pooling weighed by span sizes is the mean of every token state read
+            torch.testing.assert_close(document[b], state.mean(0), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(document[3], torch.zeros(32))  # an empty document: one zero unit
+
+
+def test_an_attention_pooler_over_spans_trains_with_the_backbone(tiny_backbone_dir):
+    recipe = load_recipe(None, [f"backbone.name={tiny_backbone_dir}", "strategy.name=bigbird",
+                                *(f"strategy.{k}={v}" for k, v in {**TINY, "unit_tokens": 32,
+                                                                    "pooling": "attention"}.items())])
+    torch.manual_seed(0)
+    model = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"])
+    output = model(documents([250, 90]))
+    output.logits.sum().backward()
+    assert output.unit_weights.shape == (2, 8) and output.unit_mask.sum(1).tolist() == [8, 3]
+    assert model.strategy.pooler.score.weight.grad.abs().sum() > 0
+    assert model.backbone.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert model.strategy.weights_carry_content()
+
+
+def test_unit_settings_are_checked_and_old_folders_read_as_one_unit():
+    assert BigBirdConfig(unit_tokens=-1, pooling="sum").problems("strategy") == [
+        "strategy.pooling must be one of mean, max, attention, transformer, got 'sum'",
+        "strategy.unit_tokens must be >= 0 (0: one unit per document), got -1",
+    ]
+    assert BigBirdConfig.ABSENT_MEANS["unit_tokens"] == 0 and BigBirdConfig.ABSENT_MEANS["pooling"] == "mean"
