@@ -48,14 +48,17 @@ if TYPE_CHECKING:
 def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> None:
     """Write `model`'s folder atomically: it appears complete or not at all. The backbone's weights go in it
     (backbone/) when they were fine-tuned or came from a local folder; a frozen or LoRA backbone that is the
-    packaged MiniLM or a hub model is named instead (see `backbone.portable_reference`)."""
+    packaged MiniLM or a hub model is named instead (see `backbone.portable_reference`). An existing `directory` is
+    replaced only when it is empty or an earlier model folder (it holds longbert_config.json); a folder of other
+    files is one LongbertError line, left as it was."""
     from safetensors.torch import save_file
 
     from longbert.hf.config import LongbertConfig
 
     reference = portable_reference(model.settings.backbone)
     settings = dataclasses.replace(model.settings, backbone=reference or SAVED_IN_FOLDER)
-    with atomic_folder(directory) as staging:
+    # A folder holding other files than an earlier model's is refused, not replaced with all it holds.
+    with atomic_folder(directory, CONFIG_FILE, "model folder") as staging:
         if model.settings.finetune == "full" or reference is None:
             model.plain_backbone().save_pretrained(staging / BACKBONE_DIR, safe_serialization=True)
         if model.settings.finetune == "lora":

@@ -85,7 +85,7 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
 
     from longbert.utils.atomic import atomic_folder
 
-    with atomic_folder(directory) as staging:
+    with atomic_folder(directory, STATE_FILE, "checkpoint folder") as staging:
         save_file(trainable_weights(model), staging / "model.safetensors")
         if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
             save_file(best, staging / "best.safetensors")

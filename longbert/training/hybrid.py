@@ -24,9 +24,11 @@ SUMMARY_FILE = "hybrid.json"
 
 def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=None) -> dict:
     """Fit the TF-IDF half for the run in `run_dir`, choose its weight on validation, and write the hybrid model
-    folder to `output` (default <run_dir>/hybrid; an older one there is replaced whole). `corpus`: the run's splits,
-    tokenized (`data.load_corpus`), when the caller has them. Returns the summary hybrid.json holds: base run, mix,
-    C, validation accuracies (neural, TF-IDF, hybrid) and, when the run was tested, the hybrid's test metrics."""
+    folder to `output` (default <run_dir>/hybrid; an older hybrid there is replaced whole; the run folder, a folder
+    holding it, or any other folder that is not empty is refused in one line before any work: `check_output`).
+    `corpus`: the run's splits, tokenized (`data.load_corpus`), when the caller has them. Returns the summary
+    hybrid.json holds: base run, mix, C, validation accuracies (neural, TF-IDF, hybrid) and, when the run was
+    tested, the hybrid's test metrics."""
     from longbert.config import load_recipe
     from longbert.data.documents import load_corpus
     from longbert.evaluation.command import write_json, write_predictions
@@ -45,6 +47,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         raise LongbertError(f"{run_dir} is not a finished longbert run folder (it needs recipe.yaml and {BEST}/)")
     if output.exists() and not output.is_dir():
         raise LongbertError(f"--output {output} is a file; the hybrid is written as a folder")
+    check_output(run_dir, output)
     with locked(run_dir):
         recipe = load_recipe(recipe_file)
         model = LongDocumentClassifier.from_pretrained(folder)
@@ -83,7 +86,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
                                               list(splits["test"]["n_tokens"]), model.label_names, False)
         if model.training_facts is not None:  # the card's results are the hybrid's, not the run's neural model's
             model.training_facts.test = summary.get("test")
-        with atomic_folder(output) as staging:
+        with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
             save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
             for role, raw in raws.items():
                 write_predictions(staging / f"predictions-{role}.jsonl", splits[role], raw, model.label_names, False)
@@ -91,6 +94,18 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
             # The recipe its neural half was trained with: `longbert evaluate OUTPUT` reads the same data from it.
             (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
     return summary
+
+
+def check_output(run_dir: Path, output: Path) -> None:
+    """Refuse, before any work, an --output whose replacement would delete what `hybrid` did not write: the run
+    folder itself or a folder holding it, and any folder that is neither empty nor an earlier hybrid (hybrid.json)."""
+    from longbert.utils.atomic import replaceable_folder
+
+    run, out = run_dir.resolve(), output.resolve()
+    if output.name not in ("", ".", "..") and (out == run or out in run.parents):  # those: replaceable_folder's line
+        raise LongbertError(f"--output {output} is the run folder {run_dir} or holds it; the hybrid is written to a "
+                            f"folder of its own (default {run_dir / HYBRID})")
+    replaceable_folder(output, SUMMARY_FILE, "--output")
 
 
 def mix_probabilities(lexical, neural: np.ndarray, documents: list) -> np.ndarray:

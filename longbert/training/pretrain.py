@@ -242,7 +242,8 @@ def save_backbone(model: MaskedLanguageModel, tokenizer, backbone_name: str, fol
     mlm = model.mlm
     installed = mlm.config._attn_implementation
     default = attention_implementation(type(mlm))
-    with atomic_folder(folder) as staging:
+    # config.json: what every transformers model folder holds; a folder without it is not an earlier backbone
+    with atomic_folder(folder, "config.json", "backbone folder") as staging:
         mlm.config._attn_implementation = default  # only what transformers itself knows goes into config.json
         try:
             mlm.save_pretrained(staging)

@@ -148,14 +148,44 @@ def _os_error(error: BaseException) -> OSError | None:
     return None
 
 
+def _named_folder(target: str | Path, what: str) -> Path:
+    """`target` as a Path, refused in one line when it names no folder of its own ('' and '.' are the working
+    folder, '..' its parent): such a path cannot be swapped by a rename, and replacing it would take its contents."""
+    path = Path(target).expanduser()
+    if path.name in ("", ".", ".."):
+        raise LongbertError(f"{what} {str(target)!r} names no folder of its own; name a new folder to write")
+    return path
+
+
+def replaceable_folder(target: str | Path, marker: str, what: str = "output folder") -> Path:
+    """`target` checked before any work is done: a folder that a write of this kind may replace whole. It may when it
+    does not exist, is empty, or holds `marker`, the file every folder of this kind is written with (so it is an
+    earlier output of the same command). Anything else is refused in one LongbertError line: replacing a folder
+    deletes all it holds, and a folder named by mistake (the run folder itself, a folder of other files) must not go.
+    A path that names no folder of its own ('' or '.', '..') is refused too."""
+    path = _named_folder(target, what)
+    if not path.exists() and not path.is_symlink():
+        return path
+    if not path.is_dir():
+        raise LongbertError(f"{what} {path} is a file, not a folder")
+    if (path / marker).is_file() or not any(path.iterdir()):
+        return path
+    raise LongbertError(f"{what} {path} already holds files this command did not write (it has no {marker}); "
+                        "name a new or empty folder")
+
+
 @contextmanager
-def atomic_folder(target: str | Path) -> Iterator[Path]:
+def atomic_folder(target: str | Path, marker: str | None = None, what: str = "output folder") -> Iterator[Path]:
     """Yield a staging folder beside `target`. When the block finishes, the staging folder replaces `target` whole
     (an older folder of that name is swapped out, then removed); when it fails, the staging folder is removed and
     `target` is left as it was. A write that fails (a full disk, a read-only place: an OSError, or a SafetensorError
     wrapping one, from the block or the swap) is one LongbertError line naming `target` (`disk_error`); any other
-    error, Ctrl-C included, passes through unchanged."""
-    target = Path(target)
+    error, Ctrl-C included, passes through unchanged.
+
+    `marker`: the file the block writes into every folder of its kind; an existing `target` is then replaced only
+    when `replaceable_folder` allows it (one LongbertError line naming it as `what` otherwise). Without a marker, an
+    existing `target` is replaced whatever it holds: pass one wherever the folder's path comes from a user."""
+    target = replaceable_folder(target, marker, what) if marker is not None else _named_folder(target, what)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         sweep(target)

@@ -76,15 +76,27 @@ def test_lora_target_that_does_not_exist(tiny_backbone_dir):
         build_model(tiny_backbone_dir, "chunk", ["model.finetune=lora", "model.lora.target_modules=[q_proj]"])
 
 
-def test_save_replaces_an_existing_folder_whole(tiny_backbone_dir, tmp_path):
+def test_save_replaces_an_earlier_model_folder_whole(tiny_backbone_dir, tmp_path):
     model = build_model(tiny_backbone_dir, "chunk")
     target = tmp_path / "m"
-    target.mkdir()
+    model.save_pretrained(target)
     (target / "stale.txt").write_text("old")
     model.save_pretrained(target)
     assert not (target / "stale.txt").exists()
     assert json.loads((target / "longbert_config.json").read_text())["label_names"] == ["neg", "pos"]
     assert [p.name for p in tmp_path.iterdir()] == ["m"], "no staging folders left behind"
+
+
+def test_save_refuses_a_folder_of_other_files_and_keeps_them(tiny_backbone_dir, tmp_path):
+    model = build_model(tiny_backbone_dir, "chunk")
+    target = tmp_path / "m"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(LongbertError, match=f"^model folder {re.escape(str(target))} already holds files this command "
+                                            r"did not write \(it has no longbert_config.json\); name a new or empty "
+                                            "folder$"):
+        model.save_pretrained(target)
+    assert [p.name for p in target.iterdir()] == ["notes.txt"] and [p.name for p in tmp_path.iterdir()] == ["m"]
 
 
 # -- saved settings: typed, and validated on load like a recipe ----------------------------------------------------

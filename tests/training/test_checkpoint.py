@@ -50,6 +50,20 @@ def test_atomic_folder_leaves_nothing_but_the_target(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and (tmp_path / "out" / "file").read_text() == "second"
 
 
+def test_a_checkpoint_never_replaces_a_folder_of_other_files(tmp_path):
+    from longbert.training.checkpoint import save_checkpoint
+
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    # refused before anything is read from the model or optimiser
+    with pytest.raises(LongbertError, match="^checkpoint folder .* already holds files this command did not write "
+                                            r"\(it has no state.json\); name a new or empty folder$"):
+        save_checkpoint(folder, None, None, None, None, "fingerprint", None)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint"]
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
 # -- killing a training at each phase of a checkpoint write -------------------------------------------------------
 
 # Runs a training; the Nth call of `function` whose path arguments contain `match` kills the process (SIGKILL) before

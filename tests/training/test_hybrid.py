@@ -71,6 +71,56 @@ def test_the_hybrid_folder_runs_as_its_recorded_predictions_say(tiny_recipe, tmp
     assert answer.exit_code == 2 and answer.output.strip().endswith("is a file; the hybrid is written as a folder")
 
 
+def _run_folder(tmp_path):
+    """What a finished run folder holds, as far as `hybrid` looks before any work: its refusals need no training."""
+    run = tmp_path / "run"
+    for name in ("best", "checkpoint"):
+        (run / name).mkdir(parents=True)
+        (run / name / "weights").write_text(name)
+    for name in ("recipe.yaml", "metrics.json", "metrics.md", "predictions-validation.jsonl"):
+        (run / name).write_text(name)
+    return run
+
+
+def _contents(folder):
+    return sorted((str(p.relative_to(folder)), p.read_text() if p.is_file() else None) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("where", ["run", "parent"])
+def test_hybrid_refuses_to_write_over_the_run_folder_and_deletes_nothing(tmp_path, where):
+    run = _run_folder(tmp_path)
+    before = _contents(tmp_path)
+    output = run if where == "run" else tmp_path
+    answer = runner.invoke(app, ["hybrid", str(run), "--output", str(output)])
+    assert answer.exit_code == 2 and answer.output == (
+        f"error: --output {output} is the run folder {run} or holds it; the hybrid is written to a folder of its own "
+        f"(default {run / 'hybrid'})\n")
+    assert _contents(tmp_path) == before
+
+
+def test_hybrid_refuses_a_folder_of_other_files_and_deletes_nothing(tmp_path):
+    run = _run_folder(tmp_path)
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "thesis.tex").write_text("years of work")
+    before = _contents(tmp_path)
+    answer = runner.invoke(app, ["hybrid", str(run), "--output", str(other)])
+    assert answer.exit_code == 2 and answer.output == (
+        f"error: --output {other} already holds files this command did not write (it has no hybrid.json); name a new "
+        "or empty folder\n")
+    assert _contents(tmp_path) == before
+
+
+def test_an_empty_output_is_one_line(tmp_path, monkeypatch):
+    run = _run_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = _contents(tmp_path)
+    answer = runner.invoke(app, ["hybrid", str(run), "--output", ""])
+    assert answer.exit_code == 2 and answer.output == (
+        "error: --output '.' names no folder of its own; name a new folder to write\n")
+    assert _contents(tmp_path) == before
+
+
 def test_hybrid_needs_a_finished_run(tmp_path):
     answer = runner.invoke(app, ["hybrid", str(tmp_path)])
     assert answer.exit_code == 2 and answer.output.strip() == (

@@ -250,6 +250,27 @@ def test_the_mlm_loss_falls_through_the_cli(tiny_backbone_dir, corpus, tmp_path)
     assert "| all (" in (out / "metrics.md").read_text()
 
 
+def test_the_backbone_folder_replaces_an_earlier_backbone_and_refuses_other_files(tiny_backbone_dir, corpus,
+                                                                                 tmp_path):
+    from longbert.training.mlm import build_model
+    from longbert.training.pretrain import save_backbone
+
+    recipe = load_pretrain_recipe(None, tiny_pretraining(tiny_backbone_dir, corpus, tmp_path / "run"))
+    model, tokenizer, _, _ = build_model(recipe)
+    folder = tmp_path / "backbone"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(LongbertError, match="^backbone folder .* already holds files this command did not write "
+                                            r"\(it has no config.json\); name a new or empty folder$"):
+        save_backbone(model, tokenizer, tiny_backbone_dir, folder)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+    (folder / "notes.txt").unlink()
+    save_backbone(model, tokenizer, tiny_backbone_dir, folder)
+    (folder / "stale.txt").write_text("older")
+    save_backbone(model, tokenizer, tiny_backbone_dir, folder)  # an earlier backbone (config.json): replaced whole
+    assert (folder / "config.json").is_file() and not (folder / "stale.txt").exists()
+
+
 def test_head_steps_leave_the_backbone_unchanged(tiny_backbone_dir, corpus, tmp_path):
     recipe = load_pretrain_recipe(None, tiny_pretraining(tiny_backbone_dir, corpus, tmp_path / "run", "chunk",
                                                          "train.steps=4"))

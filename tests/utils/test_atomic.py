@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from longbert.utils.atomic import (
     atomic_folder,
     atomic_stream,
     recover,
+    replaceable_folder,
     writable_destination,
     writable_folder,
     write_text_atomically,
@@ -198,3 +200,37 @@ def test_other_errors_in_a_folder_write_pass_through_unchanged(tmp_path, failure
             raise failure
     assert caught.value is failure
     _assert_left_as_it_was(target)
+
+
+def test_a_folder_of_other_files_is_refused_and_kept_an_earlier_output_replaced(tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(LongbertError, match=r"^--output .*mine already holds files this command did not write "
+                                            r"\(it has no out.json\); name a new or empty folder$"):
+        with atomic_folder(foreign, "out.json", "--output") as staging:
+            (staging / "out.json").write_text("{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and (foreign / "notes.txt").read_text() == "mine"
+    # empty, absent, or written before by the same kind of write (its marker): replaced whole
+    for target in (tmp_path / "empty", tmp_path / "absent", tmp_path / "earlier"):
+        if target.name == "empty":
+            target.mkdir()
+        if target.name == "earlier":
+            target.mkdir()
+            (target / "out.json").write_text("older")
+            (target / "stale.txt").write_text("older")
+        with atomic_folder(target, "out.json") as staging:
+            (staging / "out.json").write_text("newer")
+        assert [p.name for p in target.iterdir()] == ["out.json"] and (target / "out.json").read_text() == "newer"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "sub/.."])
+def test_a_path_that_names_no_folder_is_one_line(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LongbertError, match=f"^--output {re.escape(repr(name))} names no folder of its own; name a "
+                                            "new folder to write$"):
+        replaceable_folder(name, "out.json", "--output")
+    with pytest.raises(LongbertError, match="names no folder of its own"):
+        with atomic_folder(name):
+            pass
+    assert list(tmp_path.iterdir()) == []
