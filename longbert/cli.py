@@ -22,6 +22,29 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                        "pretrain a backbone further.")
 
 
+# The most each count option can plan, and why. A larger value is refused in one line before any work (a value
+# below an option's lowest is refused as before: by typer's `min`, or by the library). Without a ceiling,
+# `compare --seeds 99999999999` plans a recipe per seed and strategy, silently, for ever.
+COUNT_CEILINGS = {
+    "--seeds": (100, "each seed trains every strategy once more"),
+    "--batch-size": (4096, "documents read in one inference step"),
+    "--max-batch": (4096, "texts read in one inference step"),
+    "--max-request-bytes": (1 << 30, "1 GiB: a request's body is held in memory whole"),
+    "--max-request-texts": (100_000, "texts one request may hold"),
+    "--max-request-tokens": (100_000_000, "tokens one request's texts may come to"),
+    "--parity-documents": (10_000, "each is read by PyTorch and by onnxruntime"),
+}
+
+
+def check_counts(values: dict[str, Optional[int]]) -> None:
+    """Refuse, in one LongbertError line, the first count option in `values` (option -> value; None: not given)
+    above its ceiling in COUNT_CEILINGS."""
+    for option, value in values.items():
+        ceiling, why = COUNT_CEILINGS[option]
+        if value is not None and value > ceiling:
+            raise LongbertError(f"{option} must be at most {ceiling:,} ({why}), got {value:,}")
+
+
 def _run(action: Callable[[], object]) -> object:
     """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback. A command
     stopped by Ctrl-C or SIGTERM exits 130; Ctrl-C is ignored from then on, so that more presses while the process
@@ -155,6 +178,7 @@ def evaluate(
     from longbert.evaluation.metrics import headline
 
     def action():
+        check_counts({"--batch-size": batch_size})
         metrics = run_evaluation(run_dir, split, batch_size, set_, precision=precision)
         typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{split}.md")
 
@@ -187,6 +211,7 @@ def predict(
     from longbert.inference.predict import predict_file
 
     def action():
+        check_counts({"--batch-size": batch_size})
         message = predict_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision,
                                split, explain).cut_message()
         if message:
@@ -214,6 +239,7 @@ def export(
     from longbert.inference.export import export_model, parity_line
 
     def action():
+        check_counts({"--parity-documents": parity_documents})
         texts = None
         if parity_texts is not None:
             from longbert.inference.predict import read_documents
@@ -253,9 +279,14 @@ def serve(
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
     from longbert.inference.serve import serve as run_server
 
-    _run(lambda: run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo,
-                            max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
-                            max_request_tokens=max_request_tokens, precision=precision))
+    def action():
+        check_counts({"--max-batch": max_batch, "--max-request-bytes": max_request_bytes,
+                      "--max-request-texts": max_request_texts, "--max-request-tokens": max_request_tokens})
+        run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo,
+                   max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
+                   max_request_tokens=max_request_tokens, precision=precision)
+
+    _run(action)
 
 
 @app.command()
@@ -271,6 +302,7 @@ def quantize(
     from longbert.inference.quantize import quantize as measure
 
     def action():
+        check_counts({"--batch-size": batch_size})
         m = measure(run_dir, batch_size, agreement)
         typer.echo(f"int8 against fp32 on {m['documents']} validation documents: labels agree on "
                    f"{100 * m['agreement']:.1f}% ({100 * m['agreement_plain']:.1f}% with nothing read again; recheck "
@@ -343,6 +375,7 @@ def compare(
     from longbert.comparison.run import compare as run_compare
 
     def action():
+        check_counts({"--seeds": seeds})
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
                               command=_command_line(), seeds=seeds)
         print_summary(results)

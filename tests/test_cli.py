@@ -180,6 +180,29 @@ def test_numeric_options_are_checked(model_dir, tmp_path, value):
     assert_usage_error(run("evaluate", tmp_path, "--batch-size", value), "--batch-size")
 
 
+@pytest.mark.parametrize("command, option, value", [
+    ("compare", "--seeds", 99999999999), ("compare", "--seeds", 101),
+    ("predict", "--batch-size", 4097), ("evaluate", "--batch-size", 10**12), ("quantize", "--batch-size", 5000),
+    ("export", "--parity-documents", 10_001),
+    ("serve", "--max-batch", 4097), ("serve", "--max-request-bytes", 2**40), ("serve", "--max-request-texts", 10**6),
+    ("serve", "--max-request-tokens", 10**9),
+])
+def test_a_count_above_what_can_be_planned_is_one_line_before_any_work(tmp_path, command, option, value):
+    from longbert.cli import COUNT_CEILINGS
+
+    texts = tmp_path / "t.txt"
+    texts.write_text("hello\n")
+    # Every other argument is wrong too (no model, no recipe): the ceiling is checked first, so it is what is said.
+    args = {"compare": ["--strategies", "truncate", "--recipe", tmp_path / "missing.yaml",
+                        "--runs-dir", tmp_path / "runs", "--reports-dir", tmp_path / "reports"],
+            "predict": [tmp_path, texts, "-o", tmp_path / "out.jsonl"], "serve": [tmp_path, "--port", "0"]}
+    before = sorted(tmp_path.iterdir())
+    ceiling, why = COUNT_CEILINGS[option]
+    assert_user_error(run(command, *args.get(command, [tmp_path]), option, value),
+                      f"error: {option} must be at most {ceiling:,} ({why}), got {value:,}")
+    assert sorted(tmp_path.iterdir()) == before
+
+
 def test_predict_into_a_missing_folder_fails_before_the_model_loads(tmp_path):
     texts = tmp_path / "t.txt"
     texts.write_text("hello\n")
