@@ -50,9 +50,11 @@ def _run(action: Callable[[], object]) -> object:
     stopped by Ctrl-C or SIGTERM exits 130; Ctrl-C is ignored from then on, so that more presses while the process
     shuts down (its threads joined) print no traceback and do not change the exit status."""
     from longbert.training.stopping import TrainingInterrupted
+    from longbert.utils.atomic import guarded_stdout
 
     try:
-        return action()
+        with guarded_stdout():  # a failed write to stdout (a full disk) is one line, as a failed write to a file is
+            return action()
     except TrainingInterrupted as error:
         _ignore_ctrl_c()
         typer.echo(f"stopped: {error}", err=True)
@@ -341,13 +343,17 @@ def strategies():
     """List the registered strategies and their recipe fields ([exportable]: `longbert export` takes them)."""
     from longbert.strategies.base import ReadsWindows, config_fields, get_entry, strategy_names
 
-    for name in strategy_names():
-        entry = get_entry(name)
-        exportable = " [exportable]" if issubclass(entry.module_cls, ReadsWindows) else ""
-        typer.echo(f"{name:<12} {entry.summary}{exportable}")
-        for f in config_fields(entry.config_cls):
-            default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
-            typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
+    def action():
+        for name in strategy_names():
+            entry = get_entry(name)
+            exportable = " [exportable]" if issubclass(entry.module_cls, ReadsWindows) else ""
+            typer.echo(f"{name:<12} {entry.summary}{exportable}")
+            for f in config_fields(entry.config_cls):
+                default = (f.default if f.default is not f.default_factory
+                           else f.default_factory())  # type: ignore[misc]
+                typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
+
+    _run(action)
 
 
 @app.command()

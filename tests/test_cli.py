@@ -203,6 +203,37 @@ def test_a_count_above_what_can_be_planned_is_one_line_before_any_work(tmp_path,
     assert sorted(tmp_path.iterdir()) == before
 
 
+@pytest.mark.parametrize("command", ["strategies", "evaluate", "compare"])
+def test_a_full_stdout_is_one_line_naming_stdout(capsys, monkeypatch, tmp_path, command):
+    import typer
+
+    import longbert.cli as cli
+    import longbert.comparison.render
+    import longbert.comparison.run
+    import longbert.evaluation.command
+    import longbert.evaluation.metrics
+
+    def print_summary(results):
+        from rich.console import Console
+
+        Console().print("a table of results")  # as the real summary prints: rich, to whatever sys.stdout is
+
+    # The commands' work is replaced by what they print; printing is what is tested.
+    monkeypatch.setattr(longbert.evaluation.command, "evaluate", lambda *args, **kwargs: {})
+    monkeypatch.setattr(longbert.evaluation.metrics, "headline", lambda metrics: "accuracy 50.0%")
+    monkeypatch.setattr(longbert.comparison.run, "compare", lambda *args, **kwargs: {})
+    monkeypatch.setattr(longbert.comparison.render, "print_summary", print_summary)
+    calls = {"strategies": lambda: cli.strategies(),
+             "evaluate": lambda: cli.evaluate(tmp_path, "test", None, [], "auto"),
+             "compare": lambda: cli.compare("truncate", None, [], None, tmp_path, tmp_path, 1)}
+    # sys.stdout on a full disk, set in the test itself: capsys sets its own when the test starts
+    with open("/dev/full", "w", encoding="utf-8") as full, pytest.raises(typer.Exit) as exited:
+        monkeypatch.setattr("sys.stdout", full)
+        calls[command]()
+    assert exited.value.exit_code == 2
+    assert capsys.readouterr().err == "error: could not write stdout: the disk is full\n"
+
+
 def test_predict_into_a_missing_folder_fails_before_the_model_loads(tmp_path):
     texts = tmp_path / "t.txt"
     texts.write_text("hello\n")

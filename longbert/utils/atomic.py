@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager, suppress
@@ -111,8 +112,9 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     return path
 
 
-def disk_error(error: OSError, path: Path) -> LongbertError:
-    """One line for an OSError met while writing `path` (a full disk, a read-only or vanished place)."""
+def disk_error(error: OSError, path: Path | str) -> LongbertError:
+    """One line for an OSError met while writing `path` (a full disk, a read-only or vanished place; `path` may be
+    a name such as 'stdout')."""
     reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
     return LongbertError(f"could not write {path}: {reason}")
 
@@ -241,23 +243,50 @@ class _Guarded:
     """A stream whose write errors (a full disk, a vanished place) become one LongbertError line naming the file;
     errors of the block's own work pass through unchanged."""
 
-    def __init__(self, stream, path: Path):
+    def __init__(self, stream, path: Path | str):
         self._stream, self._path = stream, path
+        self.failed = False  # whether a write or flush failed
 
     def write(self, data):
         try:
             return self._stream.write(data)
         except OSError as error:
+            self.failed = True
             raise disk_error(error, self._path) from None
 
     def flush(self):
         try:
             self._stream.flush()
         except OSError as error:
+            self.failed = True
             raise disk_error(error, self._path) from None
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+@contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """While the block runs, a failed write to sys.stdout (a full disk, a closed pipe) is one LongbertError line
+    naming stdout, as a failed write to a file is; what is still buffered is flushed before the block ends, so that
+    its failure is that line too. After a failure the rest is dropped (stdout's descriptor is pointed at /dev/null),
+    so that the interpreter's own flush at exit adds no second message."""
+    stdout = sys.stdout
+    sys.stdout = guarded = _Guarded(stdout, "stdout")
+    try:
+        yield
+        guarded.flush()
+    finally:
+        sys.stdout = stdout
+        if guarded.failed:
+            _drop_stdout(stdout)
+
+
+def _drop_stdout(stdout) -> None:
+    with suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor (a test's) has nothing to drop
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stdout.fileno())
+        os.close(null)
 
 
 @contextmanager

@@ -7,6 +7,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -206,6 +209,15 @@ def test_stdout_streams_too(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(LongDocumentClassifier, "predictions_as_done", watched)
     predict_file(model_dir, str(tmp_path / "in.txt"), batch_size=1)
     assert printed == [0, 1, 2, 3] and len(stdout.getvalue().splitlines()) == 4
+
+
+def test_a_full_stdout_is_one_line_naming_stdout(model_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("one text\nanother\n")
+    with open("/dev/full", "w") as full:
+        command = [sys.executable, "-m", "longbert.cli", "predict", str(model_dir), str(tmp_path / "in.txt")]
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "LONGBERT_PROGRESS": "0", "HF_HUB_OFFLINE": "1"})
+    assert (done.returncode, done.stderr) == (2, "error: could not write stdout: the disk is full\n")
 
 
 def test_precision_is_a_parameter(model):

@@ -21,6 +21,7 @@ from longbert.errors import LongbertError
 from longbert.utils.atomic import (
     atomic_folder,
     atomic_stream,
+    guarded_stdout,
     recover,
     replaceable_folder,
     writable_destination,
@@ -234,3 +235,17 @@ def test_a_path_that_names_no_folder_is_one_line(tmp_path, monkeypatch, name):
         with atomic_folder(name):
             pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stdout_on_a_full_disk_is_one_line_and_another_error_leaves_stdout_as_it_was(tmp_path, monkeypatch):
+    full_disk = "^could not write stdout: the disk is full$"
+    with open("/dev/full", "w") as full, pytest.raises(LongbertError, match=full_disk):
+        monkeypatch.setattr("sys.stdout", full)
+        with guarded_stdout():
+            print("a row")  # buffered: the failure comes with the flush at the end of the block
+    with open(tmp_path / "out.txt", "w") as out, pytest.raises(LongbertError, match="^a user error$"):
+        monkeypatch.setattr("sys.stdout", out)
+        with guarded_stdout():
+            print("before the error")
+            raise LongbertError("a user error")
+    assert (tmp_path / "out.txt").read_text() == "before the error\n", "nothing dropped: stdout did not fail"
