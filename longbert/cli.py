@@ -175,14 +175,18 @@ def evaluate(
                                                      "data.max_eval_documents=100 (repeatable)"),
     precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
 ):
-    """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md into the run folder."""
+    """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md and predictions-<split>.jsonl into the
+    run folder (with --set data.*: <split>-with-overrides, beside the run's own)."""
     from longbert.evaluation.command import evaluate as run_evaluation
+    from longbert.evaluation.command import evaluation_name
     from longbert.evaluation.metrics import headline
 
     def action():
         check_counts({"--batch-size": batch_size})
         metrics = run_evaluation(run_dir, split, batch_size, set_, precision=precision)
-        typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{split}.md")
+        name = evaluation_name(split, set_)
+        kept = "" if name == split else f" (other documents than the run's: its own {split} files are kept)"
+        typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{name}.md{kept}")
 
     _run(action)
 

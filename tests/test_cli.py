@@ -81,8 +81,21 @@ def test_train_predict_evaluate(tiny_recipe, tmp_path):
     assert result.exit_code == 0, result.output
     assert "(5 documents)" in result.output
     assert tokenized == [5], "only the 5 test documents were tokenized"
-    assert json.loads((run_dir / "metrics-test.json").read_text())["documents"] == 5
+    # Other documents than the run's: written beside the run's own files, which later commands read, not over them.
+    assert f"details in {run_dir}/metrics-test-with-overrides.md (other documents than the run's" in result.output
+    assert json.loads((run_dir / "metrics-test-with-overrides.json").read_text())["documents"] == 5
+    assert len((run_dir / "predictions-test-with-overrides.jsonl").read_text().splitlines()) == 5
+    assert len((run_dir / "predictions-test.jsonl").read_text().splitlines()) == 30, "training's, all 30 documents"
+    assert not (run_dir / "metrics-test.json").exists()
+    assert "(with data.max_eval_documents=5, eval.batch_size=2)" in (run_dir / "metrics-test-with-overrides.md"
+                                                                       ).read_text()
     assert "confusion-matrix" not in " ".join(p.name for p in run_dir.iterdir()), "2 classes: no plot"
+    validation = (run_dir / "predictions-validation.jsonl").read_text()
+    result = run("evaluate", run_dir, "--split", "validation", "--set", "data.max_eval_documents=5")
+    assert result.exit_code == 0, result.output
+    assert (run_dir / "predictions-validation.jsonl").read_text() == validation
+    result = run("hybrid", run_dir)  # reads the run's own validation and test predictions: still whole
+    assert result.exit_code == 0, result.output
     assert_user_error(run("evaluate", run_dir, "--set", "train.epochs=3"),
                       "override 'train.epochs=3'", "only the data and eval sections")
     assert_user_error(run("evaluate", run_dir, "--set", "data.max_eval_documents=0"),

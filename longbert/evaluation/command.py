@@ -15,14 +15,28 @@ from longbert.utils.atomic import write_bytes_atomically, write_text_atomically
 from longbert.utils.hardware import process_state
 
 EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
+OVERRIDDEN = "with-overrides"  # the file names' tag for an evaluation of other documents than the run's own
+
+
+def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """What an evaluation's files are named after: metrics-<name>.json/.md, predictions-<name>.jsonl and
+    confusion-matrix-<name>.png. The split's own name, unless `overrides` change the data section: then
+    '<split>-with-overrides', beside the run's own files. Why: hybrid and compare read predictions-<split>.jsonl as
+    the run's predictions of its own documents; an evaluation of other documents (data.max_eval_documents=20) must not
+    replace it."""
+    from longbert.config import parse_override
+
+    changes_data = any(parse_override(text)[0][0] == "data" for text in overrides)
+    return f"{split}-{OVERRIDDEN}" if changes_data else split
 
 
 def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), data=None, precision: str = "auto") -> dict:
     """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes, with
     `key.path=value` overrides of its data and eval sections, e.g. "data.max_eval_documents=100"); only that split
-    is tokenized. Writes metrics-<split>.json/.md and predictions-<split>.jsonl into the run folder (and, with many
-    classes, confusion-matrix-<split>.png); returns the metrics.
+    is tokenized. Writes metrics-<name>.json/.md and predictions-<name>.jsonl into the run folder (and, with many
+    classes, confusion-matrix-<name>.png), where <name> is the split's, or <split>-with-overrides when `overrides`
+    change the data (`evaluation_name`: the run's own files are left as they were); returns the metrics.
     `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run.
     `precision`: auto, fp32, bf16 or int8 (`longbert.utils.hardware.INFERENCE_PRECISIONS`); the metrics record it."""
     from longbert.config import load_recipe, parse_override
@@ -59,11 +73,13 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         metrics["precision"] = precision
         if not process.is_main_process:
             return metrics
-        write_json(run_dir / f"metrics-{split}.json", metrics)
-        write_text_atomically(run_dir / f"metrics-{split}.md",
-                              metrics_markdown(metrics, model.label_names, f"{recipe.name}: {split}",
-                                               run_dir / f"confusion-matrix-{split}.png"))
-        write_predictions(run_dir / f"predictions-{split}.jsonl", dataset, raw, model.label_names, model.multi_label,
+        name = evaluation_name(split, overrides)
+        title = f"{recipe.name}: {split}" + (f" (with {', '.join(overrides)})" if name != split else "")
+        write_json(run_dir / f"metrics-{name}.json", metrics)
+        write_text_atomically(run_dir / f"metrics-{name}.md",
+                              metrics_markdown(metrics, model.label_names, title,
+                                               run_dir / f"confusion-matrix-{name}.png"))
+        write_predictions(run_dir / f"predictions-{name}.jsonl", dataset, raw, model.label_names, model.multi_label,
                           model.thresholds if model.multi_label else None)
     return metrics
 

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from longbert.evaluation.command import metrics_markdown, write_predictions
+from longbert.evaluation.command import evaluation_name, metrics_markdown, write_predictions
 from longbert.evaluation.metrics import MANY_CLASSES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -89,3 +89,10 @@ def test_prediction_rows_carry_ids_and_label_names(tmp_path):
     assert [r["id"] for r in rows] == [0, 1], "no id column: the row index"
     assert rows[0]["predicted_label"] == ["a", "b"] and rows[0]["label_name"] == ["a", "b"]
     assert rows[1]["predicted_label"] == [] and rows[1]["predicted"] == [0, 0]
+
+
+def test_an_evaluation_of_other_documents_is_named_beside_the_runs_own():
+    assert evaluation_name("validation") == "validation"
+    assert evaluation_name("test", ["eval.batch_size=2"]) == "test", "the same documents: the run's own files"
+    assert evaluation_name("validation", ["eval.batch_size=2", "data.max_eval_documents=20"]) == (
+        "validation-with-overrides")
