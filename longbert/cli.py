@@ -47,10 +47,11 @@ def check_counts(values: dict[str, Optional[int]]) -> None:
 
 def _run(action: Callable[[], object]) -> object:
     """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback. A command
-    stopped by Ctrl-C or SIGTERM exits 130; Ctrl-C is ignored from then on, so that more presses while the process
-    shuts down (its threads joined) print no traceback and do not change the exit status."""
+    stopped by Ctrl-C exits 130, one stopped by SIGTERM while it writes 143 (a training stopped by either, 130);
+    Ctrl-C is ignored from then on, so that more presses while the process shuts down (its threads joined) print no
+    traceback and do not change the exit status."""
     from longbert.training.stopping import TrainingInterrupted
-    from longbert.utils.atomic import guarded_stdout
+    from longbert.utils.atomic import Terminated, guarded_stdout
 
     try:
         with guarded_stdout():  # a failed write to stdout (a full disk) is one line, as a failed write to a file is
@@ -62,6 +63,10 @@ def _run(action: Callable[[], object]) -> object:
     except LongbertError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
+    except Terminated as error:
+        _ignore_ctrl_c()
+        typer.echo("terminated", err=True)
+        raise typer.Exit(128 + error.signum) from None
     except KeyboardInterrupt:
         _ignore_ctrl_c()
         typer.echo("interrupted", err=True)

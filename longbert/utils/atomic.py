@@ -119,16 +119,25 @@ def disk_error(error: OSError, path: Path | str) -> LongbertError:
     return LongbertError(f"could not write {path}: {reason}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as a KeyboardInterrupt so that every cleanup written for Ctrl-C runs for it too; a command
+    still ends with SIGTERM's exit status (128 + 15), not Ctrl-C's."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(f"signal {signum}")
+        self.signum = int(signum)
+
+
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """While the block runs, SIGTERM raises KeyboardInterrupt (in the main thread) instead of ending the process at
-    once, so that the cleanup of an interrupted write runs as it does for Ctrl-C."""
+    """While the block runs, SIGTERM raises Terminated, a KeyboardInterrupt (in the main thread), instead of ending
+    the process at once, so that the cleanup of an interrupted write runs as it does for Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Terminated(signum)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

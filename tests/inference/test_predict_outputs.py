@@ -91,6 +91,6 @@ def test_sigterm_leaves_neither_the_output_nor_a_temporary_file(model_dir, tmp_p
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert process.returncode == 128 + signal.SIGTERM, stderr  # SIGTERM's status, not Ctrl-C's 130
+    assert "Traceback" not in stderr and stderr.strip().endswith("terminated")
     assert not out.exists() and not list(tmp_path.glob(".out.jsonl*"))
