@@ -23,12 +23,13 @@ import torch
 from longbert.errors import LongbertError
 
 
-def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: float = 0.99) -> dict:
+def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: float = 0.99, data=None) -> dict:
     """Measure int8 against fp32 on the validation split of the run in `run_dir` and record it in its kept model's
     folder (best/training.json, best/README.md). Returns the measurement: documents; agreement_plain, accuracy_plain
     and seconds_plain (int8 alone); recheck_gap (the gap chosen for `agreement`), rechecked (the share of documents
     it re-reads), agreement, accuracy_int8 and seconds_int8 (int8 with it: what `--precision int8` runs);
-    accuracy_fp32, seconds_fp32; machine."""
+    accuracy_fp32, seconds_fp32; machine.
+    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
     from longbert.config import load_recipe
     from longbert.data.documents import load_corpus
     from longbert.evaluation.inference import predict_dataset
@@ -45,7 +46,8 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
     with locked(run_dir):
         recipe = load_recipe(recipe_file)
         model = LongDocumentClassifier.from_pretrained(folder)
-        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, roles=["validation"])
+        corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data,
+                             roles=["validation"])
         dataset = corpus.splits["validation"]
         batch = batch_size or recipe.eval.batch_size
         raw, seconds = {}, {}

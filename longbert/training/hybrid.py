@@ -22,11 +22,12 @@ HYBRID = "hybrid"  # the folder under a run, and the row's name in comparison re
 SUMMARY_FILE = "hybrid.json"
 
 
-def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=None) -> dict:
+def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=None, data=None) -> dict:
     """Fit the TF-IDF half for the run in `run_dir`, choose its weight on validation, and write the hybrid model
     folder to `output` (default <run_dir>/hybrid; an older hybrid there is replaced whole; the run folder, a folder
     holding it, or any other folder that is not empty is refused in one line before any work: `check_output`).
-    `corpus`: the run's splits, tokenized (`data.load_corpus`), when the caller has them. Returns the summary
+    `corpus`: the run's splits, tokenized (`data.load_corpus`), when the caller has them; else `data`: the object in
+    memory the run was trained on (`train(recipe, data=...)`), needed again for such a run. Returns the summary
     hybrid.json holds: base run, mix, C, validation accuracies (neural, TF-IDF, hybrid) and, when the run was
     tested, the hybrid's test metrics."""
     from longbert.config import load_recipe
@@ -59,7 +60,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         tested = (run_dir / "predictions-test.jsonl").is_file()
         if corpus is None:
             roles = ["train", "validation"] + (["test"] if tested else [])
-            corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, False, roles=roles)
+            corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, False, source=data, roles=roles)
         splits = corpus.splits
         if "validation" not in splits:
             raise LongbertError(f"{run_dir}'s recipe has no validation split to choose the hybrid's weight on")

@@ -220,6 +220,13 @@ def test_train_and_evaluate_a_dataframe_dict(tiny_recipe, imdb_slice, capsys):
         longbert.evaluate(result.run_dir, "test")
     again = longbert.evaluate(result.run_dir, "test", data=data)
     assert again["accuracy"] == pytest.approx(metrics["test"]["accuracy"])
+    # quantize and make_hybrid take the object again as the message says, as evaluate does
+    from longbert.inference.quantize import quantize
+
+    with pytest.raises(LongbertError, match=r"pass the same object again as data="):
+        quantize(result.run_dir)
+    assert quantize(result.run_dir, data=data)["documents"] == 15
+    assert longbert.make_hybrid(result.run_dir, data=data)["validation_documents"] == 15
     # Resuming with the same object continues the same recipe.
     resumed = longbert.load_recipe(None, tiny_recipe + ["data.path=nowhere-at-all", "train.max_steps=3"])
     with pytest.raises(LongbertError, match="the recipe differs"):
