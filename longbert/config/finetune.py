@@ -211,7 +211,11 @@ class TrainConfig:
                                          "end)")
     best_metric: str = option("macro_f1", "validation metric that picks the kept checkpoint: macro_f1, loss, accuracy "
                               "(single-label), micro_f1 or exact_match (multi-label)")
-    frozen_head_epochs: int = option(30, "with model.finetune frozen: epochs over the cached embeddings")
+    frozen_head_epochs: int = option(30, "with model.finetune frozen, or train.head_first: epochs of the pooler and "
+                                         "head over the cached embeddings")
+    head_first: bool = option(False, "with model.finetune full or lora: first train the pooler and head alone on the "
+                                     "frozen backbone's cached unit vectors (frozen_head_epochs epochs, in the run's "
+                                     "head_stage/), then the whole model from there (linear probe, then fine-tune)")
     log_every_steps: int = option(10, "every N optimiser steps: print and record the mean training loss, learning rate "
                                   "and tokens/s")
     report_to: str = option("none", "also send the training log to a tracker: none, tensorboard, wandb or mlflow (its "
@@ -280,6 +284,9 @@ class Recipe:
         if self.train.best_metric in (SINGLE_LABEL_METRICS if multi_label else MULTI_LABEL_METRICS):
             out.append(f"train.best_metric {self.train.best_metric} is not measured for model.problem_type "
                        f"{self.model.problem_type}")
+        if self.train.head_first and self.model.finetune == "frozen":
+            out.append("train.head_first trains the head before the backbone; with model.finetune frozen the backbone "
+                       "never trains: set model.finetune to full or lora, or head_first to false")
         # A run cannot start from the model it is about to write (the folder is checked when the run starts).
         init_from = self.train.init_from
         if init_from and init_from.strip() and _same_path(init_from, self.output_dir):

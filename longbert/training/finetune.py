@@ -48,7 +48,7 @@ from longbert.training.checkpoint import (
 )
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
-from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
+from longbert.training.runs import BEST, CHECKPOINT, HEAD_STAGE, RECIPE, open_run
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.hardware import adamw, describe_machine
@@ -85,7 +85,46 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     check_tracker(recipe.train.report_to)
     source = open_init_from(recipe)  # train.init_from, checked before the run folder is touched
     with open_run(run_dir, recipe, resume, stop) as resuming:
-        return _train(recipe, run_dir, resuming, command, stop, data, source)
+        head_stage = None
+        if recipe.train.head_first:  # the pooler and head first, on the frozen backbone; the whole model from there
+            head_stage, source = _train_head_stage(recipe, run_dir, command, stop, data, source)
+        return _train(recipe, run_dir, resuming, command, stop, data, source, head_stage)
+
+
+def head_stage_recipe(recipe: Recipe, run_dir: Path) -> Recipe:
+    """The recipe of `train.head_first`'s first stage: the same data, strategy and head, the backbone frozen (unit
+    vectors cached once), frozen_head_epochs epochs, written to run_dir/head_stage; no test split (the test measures
+    the finished model)."""
+    head = dataclasses.replace(recipe, output_dir=str(run_dir / HEAD_STAGE),
+                               model=dataclasses.replace(recipe.model, finetune="frozen"),
+                               train=dataclasses.replace(recipe.train, head_first=False),
+                               data=dataclasses.replace(recipe.data, test_split=None))
+    head.strategy = dataclasses.replace(recipe.strategy)  # its own copy: building a model resolves token_pooling
+    return head
+
+
+def _train_head_stage(recipe: Recipe, run_dir: Path, command: str | None, stop: StopRequest, data, source):
+    """Run (or, when a resumed run finished it before, read) `head_stage_recipe`. Returns what the main stage records
+    of it ({train_seconds, steps, best_validation, best_metric}) and the InitSource the main stage starts from: the
+    head stage's kept model. A head stage cut short is trained again: it costs one pass of the frozen backbone."""
+    import json
+
+    from longbert.training.checkpoint import is_finished
+    from longbert.training.runs import locked, prepare
+
+    head = head_stage_recipe(recipe, run_dir)
+    head_dir = Path(head.output_dir)
+    if (head_dir / "metrics.json").is_file():  # finished before this run was stopped; the main stage resumes after it
+        metrics = json.loads((head_dir / "metrics.json").read_text())
+    else:
+        print(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
+        with locked(head_dir, "the head stage's folder"):
+            # A head stage stopped after a checkpoint continues from it; one stopped before is cleared and restarted.
+            resuming = prepare(head_dir, head, is_finished(head_dir / CHECKPOINT))
+            metrics = _train(head, head_dir, resuming, command, stop, data, source, untrained_allowed=True).metrics
+    summary = {k: metrics[k] for k in ("train_seconds", "steps", "best_validation", "best_metric")}
+    started = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, init_from=str(head_dir)))
+    return summary, open_init_from(started)
 
 
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
@@ -115,7 +154,7 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
-           data=None, source=None) -> TrainResult:
+           data=None, source=None, head_stage: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
     from accelerate.utils import set_seed
 
     from longbert.data.documents import load_corpus
@@ -159,7 +198,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     # Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote.
     cached, cache_seconds = None, 0.0
     if model.frozen:
-        frozen.refuse_untrainable(model)
+        if not untrained_allowed:  # a head stage leaves such weights (recurrence's biases) to the stage after it
+            frozen.refuse_untrainable(model)
         model.to(accelerator.device)
         started = time.perf_counter()
         cached = {split: frozen.cache_units(model, corpus.splits[split], recipe.eval.batch_size,
@@ -216,7 +256,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         "data": corpus.stats,
         "label_names": corpus.label_names,
         "trainable_parameters": core.trainable_parameters(),
-        "train_seconds": cache_seconds + state.train_seconds,
+        # With train.head_first, the head stage's time too: what the whole recipe took to train.
+        "train_seconds": cache_seconds + state.train_seconds + (head_stage["train_seconds"] if head_stage else 0.0),
+        **({"head_stage": head_stage} if head_stage else {}),
         "steps": state.global_step,
         "best_step": state.best_step,
         "best_validation": state.best_metric,

@@ -23,10 +23,12 @@ from longbert.utils.atomic import writable_folder
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
 BEST = "best"
+HEAD_STAGE = "head_stage"  # train.head_first: the run of the pooler and head on the frozen backbone, before the rest
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
                "logs",  # logs/: what a tracker (train.report_to) writes
-               "backbone")  # the encoder a pretraining run (longbert.training.pretrain) writes
+               "backbone",  # the encoder a pretraining run (longbert.training.pretrain) writes
+               HEAD_STAGE)
 
 
 @contextmanager

@@ -1,0 +1,60 @@
+"""train.head_first: the pooler and head trained alone on the frozen backbone's cached units (run_dir/head_stage),
+then the whole model from there. The main stage starts from the head stage's head, its time counts in the run's, a
+resumed run does not train the head stage again, and a strategy weight used while reading (recurrence's distance
+bias) waits for the main stage instead of being refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import longbert
+from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps
+from longbert.errors import LongbertError
+from longbert.training.stopping import TrainingInterrupted
+
+pytestmark = pytest.mark.heavy
+
+HEAD_FIRST = ["train.head_first=true", "train.frozen_head_epochs=2", "train.epochs=1", "strategy.pooling=attention"]
+
+
+def test_the_whole_model_starts_from_the_head_stage(tiny_recipe, tmp_path):
+    run = longbert.train(longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)).run_dir
+    head_stage = run / "head_stage"
+    stage = json.loads((head_stage / "metrics.json").read_text())
+    assert stage["steps"] == 12 and "test" not in stage, "2 epochs of 6 batches over the cache, no test pass"
+    assert longbert.load_recipe(head_stage / "recipe.yaml").model.finetune == "frozen"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["head_stage"]["steps"] == 12 and metrics["init_from"]["path"] == str(head_stage)
+    assert metrics["train_seconds"] > metrics["head_stage"]["train_seconds"] > 0
+    assert metrics["steps"] == 6 and "test" in metrics
+    # The main stage's first weights were the head stage's: what it kept differs from both a fresh head and theirs.
+    head = load_file(head_stage / "best" / "head.safetensors")
+    final = load_file(run / "best" / "head.safetensors")
+    assert set(head) == set(final) and any(not torch.equal(head[k], final[k]) for k in head)
+
+
+def test_a_resumed_run_keeps_its_finished_head_stage(tiny_recipe):
+    recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)
+    with pytest.raises(TrainingInterrupted):
+        longbert.train(recipe, stop=StopAfterSteps(12 + 3))  # the head stage's 12 steps, then 3 of the main stage
+    written = (Path(recipe.output_dir) / "head_stage" / "metrics.json").stat().st_mtime_ns
+    result = longbert.train(recipe, resume=True)
+    assert (Path(recipe.output_dir) / "head_stage" / "metrics.json").stat().st_mtime_ns == written, "not trained again"
+    assert result.metrics["steps"] == 6
+
+
+def test_recurrences_distance_bias_waits_for_the_main_stage(tiny_recipe):
+    overrides = [o for o in tiny_recipe if not o.startswith("strategy.")] + [
+        "strategy.name=recurrence", *TINY_STRATEGY_SETTINGS["recurrence"], *HEAD_FIRST, "train.max_steps=2"]
+    assert longbert.train(longbert.load_recipe(None, overrides)).metrics["head_stage"]["steps"] == 2
+
+
+def test_head_first_with_a_frozen_backbone_is_refused():
+    with pytest.raises(LongbertError, match="train.head_first trains the head before the backbone; with "
+                                            "model.finetune frozen"):
+        longbert.load_recipe(None, ["data.path=x", "train.head_first=true", "model.finetune=frozen"])
