@@ -358,8 +358,8 @@ def strategies():
             exportable = " [exportable]" if issubclass(entry.module_cls, ReadsWindows) else ""
             typer.echo(f"{name:<12} {entry.summary}{exportable}")
             for f in config_fields(entry.config_cls):
-                default = (f.default if f.default is not f.default_factory
-                           else f.default_factory())  # type: ignore[misc]
+                factory = f.default_factory
+                default = f.default if f.default is not factory else factory()  # type: ignore[misc]
                 typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
 
     _run(action)
