@@ -109,12 +109,12 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
     `parity_texts`, or else on `parity_documents` test texts of the run's own data when the run folder names data
     that can be read (none: parity.json says why). Returns the folder and what parity.json holds."""
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.atomic import atomic_folder, writable_folder
+    from longbert.utils.atomic import atomic_folder, named_folder, writable_folder
     from longbert.utils.extras import require
 
     check_choices(format, quantize)
     model_dir = Path(model_dir)
-    output = Path(output) if output is not None else default_output(model_dir)
+    output = named_folder(output, "--output") if output is not None else default_output(model_dir)
     if output.exists() and not output.is_dir():
         raise LongbertError(f"--output {output} is a file; export writes a folder: name one that does not exist")
     if output.exists():

@@ -159,7 +159,7 @@ def _os_error(error: BaseException) -> OSError | None:
     return None
 
 
-def _named_folder(target: str | Path, what: str) -> Path:
+def named_folder(target: str | Path, what: str) -> Path:
     """`target` as a Path, refused in one line when it names no folder of its own ('' and '.' are the working
     folder, '..' its parent): such a path cannot be swapped by a rename, and replacing it would take its contents."""
     path = Path(target).expanduser()
@@ -174,7 +174,7 @@ def replaceable_folder(target: str | Path, marker: str, what: str = "output fold
     earlier output of the same command). Anything else is refused in one LongbertError line: replacing a folder
     deletes all it holds, and a folder named by mistake (the run folder itself, a folder of other files) must not go.
     A path that names no folder of its own ('' or '.', '..') is refused too."""
-    path = _named_folder(target, what)
+    path = named_folder(target, what)
     if not path.exists() and not path.is_symlink():
         return path
     if not path.is_dir():
@@ -196,7 +196,7 @@ def atomic_folder(target: str | Path, marker: str | None = None, what: str = "ou
     `marker`: the file the block writes into every folder of its kind; an existing `target` is then replaced only
     when `replaceable_folder` allows it (one LongbertError line naming it as `what` otherwise). Without a marker, an
     existing `target` is replaced whatever it holds: pass one wherever the folder's path comes from a user."""
-    target = replaceable_folder(target, marker, what) if marker is not None else _named_folder(target, what)
+    target = replaceable_folder(target, marker, what) if marker is not None else named_folder(target, what)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         sweep(target)

@@ -269,6 +269,14 @@ def test_an_unwritable_or_taken_output_is_one_line_before_the_work(tiny_run, tmp
     assert_user_error(run("export", tiny_run, "-o", "/proc/x"), "cannot write into --output's folder /proc")
 
 
+@pytest.mark.parametrize("output", ["", ".", ".."])
+def test_an_output_that_names_no_folder_is_one_line_before_the_work(tmp_path, monkeypatch, output):
+    monkeypatch.chdir(tmp_path)  # tmp_path is no model either: the output is checked first
+    shown = "." if output == "" else output  # typer reads '' as the path '.'
+    assert_user_error(run("export", tmp_path, "-o", output), f"--output '{shown}' names no folder of its own")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_staging_folder_left_by_a_killed_export_is_swept(tiny_run, tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
