@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -47,9 +48,9 @@ def check_counts(values: dict[str, Optional[int]]) -> None:
 
 def _run(action: Callable[[], object]) -> object:
     """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback. A command
-    stopped by Ctrl-C exits 130, one stopped by SIGTERM while it writes 143 (a training stopped by either, 130);
-    Ctrl-C is ignored from then on, so that more presses while the process shuts down (its threads joined) print no
-    traceback and do not change the exit status."""
+    stopped by Ctrl-C exits 130, one stopped by SIGTERM 143 (128 + the signal, as a shell reports it); Ctrl-C is
+    ignored from then on, so that more presses while the process shuts down (its threads joined) print no traceback
+    and do not change the exit status."""
     from longbert.training.stopping import TrainingInterrupted
     from longbert.utils.atomic import Terminated, guarded_stdout
 
@@ -59,7 +60,7 @@ def _run(action: Callable[[], object]) -> object:
     except TrainingInterrupted as error:
         _ignore_ctrl_c()
         typer.echo(f"stopped: {error}", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + error.signum if error.signum == signal.SIGTERM else 130) from None
     except LongbertError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

@@ -12,7 +12,15 @@ from longbert.errors import LongbertError
 
 
 class TrainingInterrupted(LongbertError):
-    """Raised after a clean stop (Ctrl-C, SIGTERM, or a stop request) once the checkpoint is on disk."""
+    """Raised after a clean stop (Ctrl-C, SIGTERM, or a stop request) once the checkpoint is on disk. `signum`: the
+    signal that asked for the stop (None: a stop request in code), so that the command exits with its status."""
+
+    signum: int | None = None
+
+
+# The signal that set the stop of the training now running (`stop_on_signals`), read by `interrupted`: the stop
+# request itself may be any object with set/is_set, with no room for it.
+_asked_by: dict[str, int] = {}
 
 
 class StopRequest(Protocol):
@@ -30,12 +38,16 @@ def stop_on_signals(stop: StopRequest) -> Iterator[None]:
     ignored until the block has unwound, so that impatient presses do not interrupt the cleanup. The caller's
     handlers are put back when the block ends."""
 
+    from longbert.utils.atomic import Terminated
+
     def request(signum, frame):
         if stop.is_set():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            raise KeyboardInterrupt
+            raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt
+        _asked_by["signal"] = signum
         stop.set()
 
+    _asked_by.clear()
     previous = {}
     try:
         previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -50,5 +62,7 @@ def stop_on_signals(stop: StopRequest) -> Iterator[None]:
 
 def interrupted(what: str, step: int, checkpoint_dir: Path) -> TrainingInterrupted:
     """The error a loop raises once it stopped on request and wrote its checkpoint into `checkpoint_dir`."""
-    return TrainingInterrupted(f"{what} stopped at step {step}; the checkpoint is in {checkpoint_dir}; "
-                               "continue with --resume")
+    error = TrainingInterrupted(f"{what} stopped at step {step}; the checkpoint is in {checkpoint_dir}; "
+                                "continue with --resume")
+    error.signum = _asked_by.get("signal")
+    return error

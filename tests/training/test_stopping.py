@@ -38,6 +38,33 @@ def test_a_second_ctrl_c_interrupts_and_later_ones_are_ignored_until_the_block_e
     assert signal.getsignal(signal.SIGINT) is before, "the caller's handler is back after the block"
 
 
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_training_stopped_by_sigterm_exits_143_and_by_ctrl_c_130(signum, status, capsys):
+    import typer
+
+    from longbert.cli import _run
+    from longbert.training.stopping import interrupted
+
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)
+        assert stop.is_set()
+        error = interrupted("training", 3, Path("run/checkpoint"))  # what the loop raises once it has checkpointed
+
+    def stopped_training():
+        raise error
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(typer.Exit) as exited:
+            _run(stopped_training)
+    finally:
+        signal.signal(signal.SIGINT, before)  # _run ignores Ctrl-C from a stop on
+    assert exited.value.exit_code == status
+    assert capsys.readouterr().err.startswith("stopped: training stopped at step 3")
+
+
 @pytest.mark.heavy
 def test_three_quick_ctrl_c_end_train_with_130_and_no_traceback(tiny_recipe, tmp_path):
     overrides = [o for o in tiny_recipe if not o.startswith("train.epochs")]
