@@ -17,13 +17,16 @@ from longbert.comparison.page import build_blocks
 from longbert.comparison.plots import PLOTS, make_plots
 from longbert.comparison.verdict import verdict
 
+REPORT_MARKER = "results.json"  # in every report folder: what says a folder is an earlier report
+
 
 def write_report(results: dict, folder: str | Path) -> None:
     """Write report.md, report.html, results.json and the plot PNGs into `folder`, atomically (the folder is built
     beside the target and moved into place; an older report of that name is replaced whole)."""
     from longbert.utils.atomic import atomic_folder
 
-    with atomic_folder(folder) as staging:
+    # Only an earlier report (its results.json) or an empty folder is replaced: a folder of other files is refused.
+    with atomic_folder(folder, REPORT_MARKER, "report folder") as staging:
         plots = make_plots(results)
         results["plots"] = {key: PLOTS[key] for key in plots}
         for key, png in plots.items():

@@ -52,7 +52,7 @@ from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed
 from longbert.comparison.results import LONG_TOKENS
 from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.errors import LongbertError
-from longbert.utils.atomic import writable_folder
+from longbert.utils.atomic import replaceable_folder, writable_folder
 
 DEFAULT_RECIPE = "compare/imdb.yaml"
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
@@ -95,7 +95,7 @@ def compare(
     written files."""
     from longbert.comparison.baseline import BASELINE, prediction_rows
     from longbert.comparison.ensemble import build_ensemble, build_hybrid, build_seed_ensembles
-    from longbert.comparison.render import write_report
+    from longbert.comparison.render import REPORT_MARKER, write_report
     from longbert.comparison.results import assemble_results, read_predictions
     from longbert.comparison.speed import cached_speed, measure_speed_by_length, save_speed
     from longbert.config import PLAIN_NAME
@@ -125,6 +125,7 @@ def compare(
     # Both folders are written after the training: a place that cannot be written fails now, not an hour later.
     writable_folder(runs_dir, "--runs-dir")
     writable_folder(reports_dir, "--reports-dir")
+    replaceable_folder(reports_dir / name, REPORT_MARKER, "report folder")  # an earlier report, or nothing
     if command is None:
         command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds)
         if data is not None:

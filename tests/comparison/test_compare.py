@@ -338,3 +338,19 @@ def test_an_unwritable_runs_or_reports_folder_is_one_line_before_any_training(op
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and option in lines[0] and str(blocker / "below") in lines[0], result.output
     assert not (tmp_path / "runs" / "w" / "truncate").exists()  # nothing trained
+
+
+def test_a_report_folder_of_other_files_is_refused_before_any_training_and_kept(tmp_path, tiny_backbone_dir,
+                                                                                 imdb_slice):
+    mine = tmp_path / "reports" / "w"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    args = ["compare", "--strategies", ",".join(STRATEGIES), "--name", "w", "--runs-dir", str(tmp_path / "runs"),
+            "--reports-dir", str(tmp_path / "reports")]
+    for text in tiny_overrides(tiny_backbone_dir, imdb_slice):
+        args += ["--set", text]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "report folder" in lines[0] and str(mine) in lines[0], result.output
+    assert (mine / "notes.txt").read_text() == "mine" and not (tmp_path / "runs" / "w" / "truncate").exists()
