@@ -189,6 +189,14 @@ def default_lora_targets(config) -> list[str]:
     return list(targets)
 
 
+def enable_activation_checkpointing(model) -> None:
+    """Recompute `model`'s layer activations in the backward pass instead of keeping them (less memory, more time),
+    through the API transformers keeps: `activation_checkpointing_enable` (transformers 5.x; its older name,
+    `gradient_checkpointing_enable`, warns that it goes in v6), or the older name where only it exists (4.x)."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+
+
 def load_tokenizer(name: str | Path):
     """The tokenizer of a backbone (a name as in `resolve_backbone`) or of a saved longbert model folder, ready for
     whole documents (see `prepare_tokenizer`)."""

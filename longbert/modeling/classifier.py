@@ -16,7 +16,12 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.modeling.backbone import backbone_token_pooling, load_backbone, prepare_tokenizer
+from longbert.modeling.backbone import (
+    backbone_token_pooling,
+    enable_activation_checkpointing,
+    load_backbone,
+    prepare_tokenizer,
+)
 from longbert.modeling.folder import (
     adapter_of,
     load_folder_backbone,
@@ -69,7 +74,7 @@ class LongDocumentClassifier(nn.Module):
             recipe.backbone.name, recipe.backbone.attention_dropout, recipe.backbone.hidden_dropout
         )
         if recipe.backbone.gradient_checkpointing:
-            backbone.gradient_checkpointing_enable()
+            enable_activation_checkpointing(backbone)
         return cls._assemble(backbone, tokenizer, ModelSettings.from_recipe(recipe, label_names), adapter_dir=None)
 
     @classmethod

@@ -108,7 +108,7 @@ def load_masked_lm(name: str, attention_dropout: float | None, hidden_dropout: f
 
 def build_model(recipe: PretrainRecipe) -> tuple[MaskedLanguageModel, object, list[str], bool]:
     """(the model, the tokenizer, notes for the user, whether the MLM head started untrained)."""
-    from longbert.modeling.backbone import load_tokenizer
+    from longbert.modeling.backbone import enable_activation_checkpointing, load_tokenizer
     from longbert.strategies.base import SpecialTokens, build_strategy
     from longbert.strategies.windows import usable_positions
 
@@ -116,7 +116,7 @@ def build_model(recipe: PretrainRecipe) -> tuple[MaskedLanguageModel, object, li
                                                 recipe.backbone.hidden_dropout)
     tokenizer = load_tokenizer(recipe.backbone.name)
     if recipe.backbone.gradient_checkpointing:
-        mlm.gradient_checkpointing_enable()
+        enable_activation_checkpointing(mlm)
     special = SpecialTokens.from_tokenizer(tokenizer)
     strategy = build_strategy(recipe.strategy, mlm.config.hidden_size, special, recipe.backbone.budget)
     learned_positions = usable_positions(mlm.base_model)

@@ -4,12 +4,14 @@ follows the BigBird pattern otherwise, is unchanged by padding, and is explicit 
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
+from longbert.modeling.backbone import enable_activation_checkpointing
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.strategies.attention import key_padding_mask
 from longbert.strategies.base import PassBudget, SpecialTokens
@@ -279,6 +281,7 @@ def test_gradients_reach_every_layer_and_the_copied_positions(tiny_backbone):
 
 
 def test_gradient_checkpointing_replays_the_same_random_blocks(tiny_backbone):
+    """Through the API transformers keeps (activation_checkpointing_enable), with no FutureWarning from ours."""
     docs = documents([250, 90], seed=4)
     grads = []
     for checkpointing in (False, True):
@@ -286,7 +289,10 @@ def test_gradient_checkpointing_replays_the_same_random_blocks(tiny_backbone):
         s = strategy(random_blocks=3, random_seed=7)
         s.adapt_backbone(backbone)
         if checkpointing:
-            backbone.gradient_checkpointing_enable()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FutureWarning)
+                enable_activation_checkpointing(backbone)
+            assert backbone.is_gradient_checkpointing
         backbone.train()
         s.encode(backbone, docs).vectors.pow(2).sum().backward()
         grads.append(backbone.encoder.layer[0].attention.self.query.weight.grad)
