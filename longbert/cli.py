@@ -350,7 +350,7 @@ def hybrid(
 
 @app.command()
 def strategies():
-    """List the registered strategies and their recipe fields ([exportable]: `longbert export` takes them)."""
+    """List the registered strategies and their recipe fields; `longbert export` takes those marked \\[exportable]."""
     from longbert.strategies.base import ReadsWindows, config_fields, get_entry, strategy_names
 
     def action():

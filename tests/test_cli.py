@@ -415,3 +415,9 @@ def test_a_request_limit_below_one_is_one_line_before_the_server_starts(tmp_path
     pytest.importorskip("uvicorn")
     # tmp_path is no model folder: the limits are checked first, so that is not what the error says
     assert_user_error(run("serve", tmp_path, "--port", "0", option, value), f"{option} must be >= 1, got {value}")
+
+
+def test_help_shows_the_exportable_mark_as_text_not_markup():
+    for args in (["--help"], ["strategies", "--help"]):
+        output = " ".join(CliRunner().invoke(app, args).output.split())
+        assert "takes those marked [exportable]" in output, output
