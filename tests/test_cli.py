@@ -201,7 +201,7 @@ def test_numeric_options_are_checked(model_dir, tmp_path, value):
     ("serve", "--max-request-tokens", 10**9),
 ])
 def test_a_count_above_what_can_be_planned_is_one_line_before_any_work(tmp_path, command, option, value):
-    from longbert.cli import COUNT_CEILINGS
+    from longbert.config.limits import COUNT_CEILINGS
 
     texts = tmp_path / "t.txt"
     texts.write_text("hello\n")

@@ -46,9 +46,10 @@ from longbert.training.checkpoint import (
     save_checkpoint,
     trainable_weights,
 )
+from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
-from longbert.training.runs import BEST, CHECKPOINT, HEAD_STAGE, RECIPE, open_run
+from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.hardware import adamw, describe_machine
@@ -87,44 +88,12 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     with open_run(run_dir, recipe, resume, stop) as resuming:
         head_stage = None
         if recipe.train.head_first:  # the pooler and head first, on the frozen backbone; the whole model from there
-            head_stage, source = _train_head_stage(recipe, run_dir, command, stop, data, source)
+            def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:
+                return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
+                              untrained_allowed=True).metrics
+
+            head_stage, source = train_head_stage(recipe, run_dir, source, run_head_stage)
         return _train(recipe, run_dir, resuming, command, stop, data, source, head_stage)
-
-
-def head_stage_recipe(recipe: Recipe, run_dir: Path) -> Recipe:
-    """The recipe of `train.head_first`'s first stage: the same data, strategy and head, the backbone frozen (unit
-    vectors cached once), frozen_head_epochs epochs, written to run_dir/head_stage; no test split (the test measures
-    the finished model)."""
-    head = dataclasses.replace(recipe, output_dir=str(run_dir / HEAD_STAGE),
-                               model=dataclasses.replace(recipe.model, finetune="frozen"),
-                               train=dataclasses.replace(recipe.train, head_first=False),
-                               data=dataclasses.replace(recipe.data, test_split=None))
-    head.strategy = dataclasses.replace(recipe.strategy)  # its own copy: building a model resolves token_pooling
-    return head
-
-
-def _train_head_stage(recipe: Recipe, run_dir: Path, command: str | None, stop: StopRequest, data, source):
-    """Run (or, when a resumed run finished it before, read) `head_stage_recipe`. Returns what the main stage records
-    of it ({train_seconds, steps, best_validation, best_metric}) and the InitSource the main stage starts from: the
-    head stage's kept model. A head stage cut short is trained again: it costs one pass of the frozen backbone."""
-    import json
-
-    from longbert.training.checkpoint import is_finished
-    from longbert.training.runs import locked, prepare
-
-    head = head_stage_recipe(recipe, run_dir)
-    head_dir = Path(head.output_dir)
-    if (head_dir / "metrics.json").is_file():  # finished before this run was stopped; the main stage resumes after it
-        metrics = json.loads((head_dir / "metrics.json").read_text())
-    else:
-        print(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
-        with locked(head_dir, "the head stage's folder"):
-            # A head stage stopped after a checkpoint continues from it; one stopped before is cleared and restarted.
-            resuming = prepare(head_dir, head, is_finished(head_dir / CHECKPOINT))
-            metrics = _train(head, head_dir, resuming, command, stop, data, source, untrained_allowed=True).metrics
-    summary = {k: metrics[k] for k in ("train_seconds", "steps", "best_validation", "best_metric")}
-    started = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, init_from=str(head_dir)))
-    return summary, open_init_from(started)
 
 
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:

@@ -1,0 +1,53 @@
+"""`train.head_first`: linear probe, then fine-tune (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features
+and Underperform Out-of-Distribution"), in one run. The pooler and head first train alone on the frozen backbone's
+cached unit vectors (a frozen run of the same recipe in run_dir/head_stage, frozen_head_epochs epochs); the whole
+model then starts from what they learned (`train.init_from` on that folder).
+
+Why: with a pooler and head that start at random, the document vector of a long document is close to the mean of
+its units, and the part that decides the label (one window in sixteen) reaches the loss, and sends its gradient
+back, diluted by the rest; at the budgets users have, the model does not leave chance (docs/results.md says what
+was measured). Over cached units the pooler and head take hundreds of steps in the time of one pass of the backbone,
+and learn where to look before the backbone moves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable
+
+from longbert.training.checkpoint import is_finished
+from longbert.training.init_from import open_init_from
+from longbert.training.runs import CHECKPOINT, HEAD_STAGE, locked, prepare
+
+
+def head_stage_recipe(recipe, run_dir: Path):
+    """The recipe of the first stage: the same data, strategy and head, the backbone frozen (unit vectors cached
+    once), frozen_head_epochs epochs, written to run_dir/head_stage; no test split (the test measures the finished
+    model)."""
+    head = dataclasses.replace(recipe, output_dir=str(run_dir / HEAD_STAGE),
+                               model=dataclasses.replace(recipe.model, finetune="frozen"),
+                               train=dataclasses.replace(recipe.train, head_first=False),
+                               data=dataclasses.replace(recipe.data, test_split=None))
+    head.strategy = dataclasses.replace(recipe.strategy)  # its own copy: building a model resolves token_pooling
+    return head
+
+
+def train_head_stage(recipe, run_dir: Path, source, run: Callable[..., dict]):
+    """Run the first stage, or read it where a resumed run finished it before it stopped. `run(head_recipe,
+    resume, source) -> metrics` trains a recipe (the fine-tuning loop, with the weights a head stage leaves untrained
+    allowed: recurrence's distance bias waits for the second stage). Returns what the second stage records of it
+    ({train_seconds, steps, best_validation, best_metric}) and the InitSource it starts from: the first stage's kept
+    model. A first stage stopped after a checkpoint continues from it; one stopped before is trained again."""
+    head = head_stage_recipe(recipe, run_dir)
+    head_dir = Path(head.output_dir)
+    if (head_dir / "metrics.json").is_file():
+        metrics = json.loads((head_dir / "metrics.json").read_text())
+    else:
+        print(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
+        with locked(head_dir, "the head stage's folder"):
+            metrics = run(head, prepare(head_dir, head, is_finished(head_dir / CHECKPOINT)), source)
+    summary = {k: metrics[k] for k in ("train_seconds", "steps", "best_validation", "best_metric")}
+    started = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, init_from=str(head_dir)))
+    return summary, open_init_from(started)
