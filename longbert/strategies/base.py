@@ -38,10 +38,11 @@ strategy: a strategy that changes how the backbone attends (block-sparse attenti
 reach does it there; one that runs the backbone segment after segment with state (recurrence) keeps that state
 inside `encode`. The model and the training loop only ever call these three methods.
 
-Adding a strategy (one file here and three one-line edits; docs/strategies.md#adding-a-strategy says each step): a
+Adding a strategy (one file here and four short edits; docs/strategies.md#adding-a-strategy says each step): a
 config dataclass (name, option fields, `problems`, and `ABSENT_MEANS` for every field added after models were saved
 with it) and a module with the three methods above, registered together with `register`; then an import in
-strategies/__init__.py, tiny-backbone settings in tests/helpers.py, a line in docs/architecture.md. Which of the
+strategies/__init__.py, tiny-backbone settings in tests/helpers.py, its hooks in tests/strategies/test_strategies.py's
+DECLARED_HOOKS, a line in docs/architecture.md. Which of the
 Protocols below it implements decides what else takes it: ReadsWindows -> `longbert export`, EncodesTokens ->
 `longbert pretrain` through its own reading, HasUnitSpans -> explain's highlights.
 

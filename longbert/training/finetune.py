@@ -92,7 +92,7 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
                 return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
                               untrained_allowed=True).metrics
 
-            head_stage, source = train_head_stage(recipe, run_dir, source, run_head_stage)
+            head_stage, source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
         return _train(recipe, run_dir, resuming, command, stop, data, source, head_stage)
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 from longbert.training.checkpoint import is_finished
 from longbert.training.init_from import open_init_from
-from longbert.training.runs import CHECKPOINT, HEAD_STAGE, locked, prepare
+from longbert.training.runs import CHECKPOINT, HEAD_STAGE, open_run
 
 
 def head_stage_recipe(recipe, run_dir: Path):
@@ -34,20 +34,22 @@ def head_stage_recipe(recipe, run_dir: Path):
     return head
 
 
-def train_head_stage(recipe, run_dir: Path, source, run: Callable[..., dict]):
+def train_head_stage(recipe, run_dir: Path, source, stop, run: Callable[..., dict]):
     """Run the first stage, or read it where a resumed run finished it before it stopped. `run(head_recipe,
     resume, source) -> metrics` trains a recipe (the fine-tuning loop, with the weights a head stage leaves untrained
     allowed: recurrence's distance bias waits for the second stage). Returns what the second stage records of it
     ({train_seconds, steps, best_validation, best_metric}) and the InitSource it starts from: the first stage's kept
-    model. A first stage stopped after a checkpoint continues from it; one stopped before is trained again."""
+    model. A first stage stopped after a checkpoint continues from it; one stopped before is trained again. `stop`:
+    the run's stop request, which the first stage checks too."""
     head = head_stage_recipe(recipe, run_dir)
     head_dir = Path(head.output_dir)
     if (head_dir / "metrics.json").is_file():
         metrics = json.loads((head_dir / "metrics.json").read_text())
     else:
         print(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
-        with locked(head_dir, "the head stage's folder"):
-            metrics = run(head, prepare(head_dir, head, is_finished(head_dir / CHECKPOINT)), source)
+        # Opened as any run folder is (the main process locks and tidies it, every process learns how it starts).
+        with open_run(head_dir, head, is_finished(head_dir / CHECKPOINT), stop) as resuming:
+            metrics = run(head, resuming, source)
     summary = {k: metrics[k] for k in ("train_seconds", "steps", "best_validation", "best_metric")}
     started = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, init_from=str(head_dir)))
     return summary, open_init_from(started)

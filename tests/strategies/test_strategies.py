@@ -209,7 +209,7 @@ DECLARED_HOOKS = {
     "truncate": {HasUnitSpans, ReadsWindows},
     "chunk": {HasUnitSpans, ReadsWindows, WeighsUnits},
     "sliding": {HasUnitSpans, ReadsWindows, WeighsUnits},
-    "bigbird": {HasUnitSpans, HasCheckpointState, EncodesTokens, SavesLoraModules},
+    "bigbird": {HasUnitSpans, HasCheckpointState, EncodesTokens, SavesLoraModules, WeighsUnits},
     "recurrence": {HasUnitSpans, EncodesTokens, WeighsUnits},
     "rmt": {HasUnitSpans, WeighsUnits},
 }

@@ -22,30 +22,25 @@ pytestmark = pytest.mark.heavy
 HEAD_FIRST = ["train.head_first=true", "train.frozen_head_epochs=2", "train.epochs=1", "strategy.pooling=attention"]
 
 
-def test_the_whole_model_starts_from_the_head_stage(tiny_recipe, tmp_path):
-    run = longbert.train(longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)).run_dir
-    head_stage = run / "head_stage"
-    stage = json.loads((head_stage / "metrics.json").read_text())
-    assert stage["steps"] == 12 and "test" not in stage, "2 epochs of 6 batches over the cache, no test pass"
-    assert longbert.load_recipe(head_stage / "recipe.yaml").model.finetune == "frozen"
-    metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["head_stage"]["steps"] == 12 and metrics["init_from"]["path"] == str(head_stage)
-    assert metrics["train_seconds"] > metrics["head_stage"]["train_seconds"] > 0
-    assert metrics["steps"] == 6 and "test" in metrics
-    # The main stage's first weights were the head stage's: what it kept differs from both a fresh head and theirs.
-    head = load_file(head_stage / "best" / "head.safetensors")
-    final = load_file(run / "best" / "head.safetensors")
-    assert set(head) == set(final) and any(not torch.equal(head[k], final[k]) for k in head)
-
-
-def test_a_resumed_run_keeps_its_finished_head_stage(tiny_recipe):
+def test_the_whole_model_starts_from_the_head_stage_which_a_resumed_run_keeps(tiny_recipe):
     recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)
     with pytest.raises(TrainingInterrupted):
         longbert.train(recipe, stop=StopAfterSteps(12 + 3))  # the head stage's 12 steps, then 3 of the main stage
-    written = (Path(recipe.output_dir) / "head_stage" / "metrics.json").stat().st_mtime_ns
-    result = longbert.train(recipe, resume=True)
-    assert (Path(recipe.output_dir) / "head_stage" / "metrics.json").stat().st_mtime_ns == written, "not trained again"
-    assert result.metrics["steps"] == 6
+    head_stage = Path(recipe.output_dir) / "head_stage"
+    written = (head_stage / "metrics.json").stat().st_mtime_ns
+    metrics = longbert.train(recipe, resume=True).metrics
+    assert (head_stage / "metrics.json").stat().st_mtime_ns == written, "the finished head stage is not trained again"
+
+    stage = json.loads((head_stage / "metrics.json").read_text())
+    assert stage["steps"] == 12 and "test" not in stage, "2 epochs of 6 batches over the cache, no test pass"
+    assert longbert.load_recipe(head_stage / "recipe.yaml").model.finetune == "frozen"
+    assert metrics["head_stage"]["steps"] == 12 and metrics["init_from"]["path"] == str(head_stage)
+    assert metrics["train_seconds"] > metrics["head_stage"]["train_seconds"] > 0
+    assert metrics["steps"] == 6 and "test" in metrics
+    # The main stage started from the head stage's weights and trained them on: its kept head differs from theirs.
+    head = load_file(head_stage / "best" / "head.safetensors")
+    final = load_file(Path(recipe.output_dir) / "best" / "head.safetensors")
+    assert set(head) == set(final) and any(not torch.equal(head[k], final[k]) for k in head)
 
 
 def test_recurrences_distance_bias_waits_for_the_main_stage(tiny_recipe):
