@@ -292,7 +292,8 @@ def test_gradient_checkpointing_replays_the_same_random_blocks(tiny_backbone):
             with warnings.catch_warnings():
                 warnings.simplefilter("error", FutureWarning)
                 enable_activation_checkpointing(backbone)
-            assert backbone.is_gradient_checkpointing
+            # transformers 5.x names it is_activation_checkpointing (the old name warns); 4.x has only the old one
+            assert getattr(backbone, "is_activation_checkpointing", None) or backbone.is_gradient_checkpointing
         backbone.train()
         s.encode(backbone, docs).vectors.pow(2).sum().backward()
         grads.append(backbone.encoder.layer[0].attention.self.query.weight.grad)
