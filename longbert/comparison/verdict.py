@@ -122,7 +122,7 @@ def verdict(results: dict) -> list[str]:
             + (f"detects a true difference of {100 * detectable:.1f} accuracy points 80% of the time (α = 0.05); "
                "smaller differences can go unseen." if detectable is not None else
                "cannot reliably detect any difference: evaluate on more long documents "
-               "(data.test_min_tokens, data.max_test_documents)."))
+               "(data.test_longer_than, data.max_test_documents)."))
     lines += _baseline_sentences(results, decision)
     lines += _combined_sentences(results)
     costs = ", ".join(f"{s[n]['relative_cost']['inference']:.1f}× ({n})" for n in names
