@@ -100,10 +100,11 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
 def check_output(run_dir: Path, output: Path) -> None:
     """Refuse, before any work, an --output whose replacement would delete what `hybrid` did not write: the run
     folder itself or a folder holding it, and any folder that is neither empty nor an earlier hybrid (hybrid.json)."""
-    from longbert.utils.atomic import replaceable_folder
+    from longbert.utils.atomic import named_folder, replaceable_folder
 
+    named_folder(output, "--output")  # '', '.' and '..' name no folder of their own: that line first
     run, out = run_dir.resolve(), output.resolve()
-    if output.name not in ("", ".", "..") and (out == run or out in run.parents):  # those: replaceable_folder's line
+    if out == run or out in run.parents:
         raise LongbertError(f"--output {output} is the run folder {run_dir} or holds it; the hybrid is written to a "
                             f"folder of its own (default {run_dir / HYBRID})")
     replaceable_folder(output, SUMMARY_FILE, "--output")
