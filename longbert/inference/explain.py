@@ -84,14 +84,14 @@ def page_path(target: str | Path) -> Path:
             raise LongbertError(f"--explain {target} is a folder; name an .html file or a folder without .html")
         if not target.parent.is_dir():
             raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
-        page = target
+        page, make_folder = target, False
     else:
         if target.exists() and not target.is_dir():
             raise LongbertError(f"--explain {target} is a file; name an .html file or a folder")
         if not target.exists() and not target.parent.is_dir():
             raise LongbertError(f"--explain {target}: the folder {target.parent} does not exist")
-        page = target / PAGE_NAME
-    writable_destination(page, "--explain")
+        page, make_folder = target / PAGE_NAME, True
+    writable_destination(page, "--explain", make_folder)
     return page
 
 

@@ -75,20 +75,40 @@ def sweep(target: Path) -> list[str]:
     return done
 
 
-def writable_destination(path: str | Path, what: str = "output") -> Path:
-    """`path` where a file can be written, checked before any work is done: its symlink followed, its folder
-    created, and a probe file written there. Raises one LongbertError line naming the path otherwise."""
-    path = Path(path).expanduser()
-    if path.is_symlink():
-        path = Path(os.path.realpath(path))
+def live_writer(target: Path) -> int | None:
+    """The process id of another live process now writing `target` (its temporary file lies beside it), or None."""
+    if not target.parent.is_dir():
+        return None
+    for path in target.parent.iterdir():
+        match = _LEFTOVER.match(path.name)
+        pid = match and match["target"] == target.name and match["tpid"]
+        if pid and int(pid) != os.getpid() and _alive(int(pid)):
+            return int(pid)
+    return None
+
+
+def writable_destination(path: str | Path, what: str = "output", make_folder: bool = False) -> Path:
+    """`path` where a file can be written, checked before any work is done: its symlink followed, and a probe file
+    written in its folder. A missing folder is refused, whether named directly or through a symlink (a dangling one
+    included), unless `make_folder`: then it is created (its own parent must exist). Raises one LongbertError line
+    naming the path otherwise."""
+    named = Path(path).expanduser()
+    path = Path(os.path.realpath(named)) if named.is_symlink() else named
+    if not path.parent.is_dir() and not (make_folder and path.parent.parent.is_dir()):
+        through = f" (it links to {path})" if path != named else ""
+        raise LongbertError(f"{what} {named}: the folder {path.parent} does not exist{through}")
     if path.exists() and path.is_dir():
         raise LongbertError(f"{what} {path} is a folder, not a file")
+    writer = live_writer(path)
+    if writer is not None:  # two writers of one file: the later rename would silently replace the other's rows
+        raise LongbertError(f"{what} {named} is being written by another process (pid {writer}); wait for it to "
+                            "finish or name another file")
     if path.exists() and not stat.S_ISREG(path.stat().st_mode):
         if not os.access(path, os.W_OK):
             raise LongbertError(f"{what} {path} is not writable")
         return path
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)
         handle, probe = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
         os.close(handle)
         os.unlink(probe)
@@ -109,6 +129,23 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
         os.unlink(probe)
     except OSError as error:
         raise LongbertError(f"cannot write into {what} {path}: {error.strerror or error}") from None
+    return path
+
+
+def folder_to_write(path: str | Path, what: str = "output folder") -> Path:
+    """A folder that exists and can be written into (a probe file is written there and removed), or one that can be
+    made: its nearest existing ancestor is a folder this process may write. Checked before any work, creating
+    nothing, so that a command refused for one folder has not made another. One LongbertError line otherwise."""
+    path = Path(path).expanduser()
+    if path.exists() or path.is_symlink():
+        return writable_folder(path, what)
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise LongbertError(f"cannot write into {what} {path}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise LongbertError(f"cannot write into {what} {path}: {existing} is not writable")
     return path
 
 

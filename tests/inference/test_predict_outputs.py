@@ -94,3 +94,42 @@ def test_sigterm_leaves_neither_the_output_nor_a_temporary_file(model_dir, tmp_p
     assert process.returncode == 128 + signal.SIGTERM, stderr  # SIGTERM's status, not Ctrl-C's 130
     assert "Traceback" not in stderr and stderr.strip().endswith("terminated")
     assert not out.exists() and not list(tmp_path.glob(".out.jsonl*"))
+
+
+def test_a_dangling_symlink_is_refused_as_a_missing_folder_is_and_creates_nothing(tmp_path, monkeypatch):
+    def no_loading(directory):
+        raise AssertionError("the model was loaded before the outputs were checked")
+
+    monkeypatch.setattr(LongDocumentClassifier, "from_pretrained", no_loading)
+    (tmp_path / "in.txt").write_text("a text\n")
+    missing = tmp_path / "missing"
+    (tmp_path / "out.jsonl").symlink_to(missing / "out.jsonl")
+    (tmp_path / "page.html").symlink_to(missing / "page.html")
+    predict = lambda *options: runner.invoke(app, ["predict", str(tmp_path), str(tmp_path / "in.txt"), *options])
+    direct = one_error_line(predict("-o", str(missing / "out.jsonl")))
+    through = one_error_line(predict("-o", str(tmp_path / "out.jsonl")))
+    page = one_error_line(predict("--explain", str(tmp_path / "page.html")))
+    assert direct.endswith(f"the folder {missing} does not exist")
+    assert f"the folder {missing} does not exist (it links to {missing / 'out.jsonl'})" in through
+    assert f"the folder {missing} does not exist (it links to {missing / 'page.html'})" in page
+    assert not missing.exists()
+
+
+def test_a_second_writer_of_the_same_output_is_refused_while_the_first_lives(tmp_path, monkeypatch):
+    def no_loading(directory):
+        raise AssertionError("the model was loaded before the outputs were checked")
+
+    monkeypatch.setattr(LongDocumentClassifier, "from_pretrained", no_loading)
+    (tmp_path / "in.txt").write_text("a text\n")
+    (tmp_path / "out.jsonl").write_text("the first writer's earlier rows\n")
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # what a live `predict -o out.jsonl` leaves beside its output while it writes
+        (tmp_path / f".out.jsonl.tmp-{first.pid}-abcd").write_text('{"id": 0}\n')
+        line = one_error_line(runner.invoke(app, ["predict", str(tmp_path), str(tmp_path / "in.txt"), "-o",
+                                                  str(tmp_path / "out.jsonl")]))
+    finally:
+        first.kill()
+        first.wait()
+    assert f"is being written by another process (pid {first.pid})" in line
+    assert (tmp_path / "out.jsonl").read_text() == "the first writer's earlier rows\n"
+    assert (tmp_path / f".out.jsonl.tmp-{first.pid}-abcd").exists()  # the live writer's file is not ours to remove
