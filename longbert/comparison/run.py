@@ -2,11 +2,11 @@
 one costs, and write one report that says which to use (reports/<name>/report.md, report.html, results.json).
 
     import longbert
-    results = longbert.compare(["truncate", "chunk"], "recipes/compare_imdb.yaml", ["train.epochs=2"])
+    results = longbert.compare(["truncate", "chunk"], "recipes/compare/imdb.yaml", ["train.epochs=2"])
     results["strategies"]["chunk"]["accuracy"]
 
 Each strategy's recipe is resolved as
-    the base recipe (`recipe`, or recipes/compare_imdb.yaml, packaged with longbert)
+    the base recipe (`recipe`, or recipes/compare/imdb.yaml, packaged with longbert)
     + strategy.name=<s>   (the base's strategy settings are kept when its strategy is <s>; others start from
                            their defaults)
     + the overrides, in order:
@@ -52,7 +52,7 @@ from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed
 from longbert.comparison.results import LONG_TOKENS
 from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.errors import LongbertError
-from longbert.utils.atomic import replaceable_folder, writable_folder
+from longbert.utils.atomic import folder_to_write, replaceable_folder
 
 DEFAULT_RECIPE = "compare/imdb.yaml"
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
@@ -82,7 +82,7 @@ def compare(
 
     strategies: names from the registry (a list, or one comma-separated string); all are checked before any
         training, unknown ones raise LongbertError listing the valid names.
-    recipe: the base recipe: a YAML path, a Recipe, or None for compare_imdb.yaml (packaged with longbert).
+    recipe: the base recipe: a YAML path, a Recipe, or None for compare/imdb.yaml (packaged with longbert).
     overrides: `key.path=value` strings (see the module docstring for the per-strategy forms).
     name: the report's name (reports/<name>/, <runs_dir>/<name>/); default: the base recipe's name.
     speed_documents: at most this many test documents per length bucket are timed for the speed plot.
@@ -122,9 +122,10 @@ def compare(
     # A seed changes no shape: each strategy's model is built once, when any of its runs is about to train.
     preflight(recipes, {s: "reuse" if all(plan[_run_label(s, k, base_seed)] == "reuse" for k in by_seed[s]) else
                         "train" for s in names})
-    # Both folders are written after the training: a place that cannot be written fails now, not an hour later.
-    writable_folder(runs_dir, "--runs-dir")
-    writable_folder(reports_dir, "--reports-dir")
+    # Both folders are written after the training: a place that cannot be written fails now, not an hour later,
+    # and before either is made, so that a refusal leaves nothing behind.
+    folder_to_write(runs_dir, "--runs-dir")
+    folder_to_write(reports_dir, "--reports-dir")
     replaceable_folder(reports_dir / name, REPORT_MARKER, "report folder")  # an earlier report, or nothing
     if command is None:
         command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds)
@@ -238,7 +239,7 @@ def parse_strategies(value: Sequence[str] | str) -> list[str]:
 
 
 def default_recipe() -> Path:
-    """The base recipe used when none is given: compare_imdb.yaml, packaged with longbert (longbert/recipes/, which
+    """The base recipe used when none is given: compare/imdb.yaml, packaged with longbert (longbert/recipes/, which
     a checkout also shows as recipes/)."""
     packaged = resources.files("longbert").joinpath("recipes", DEFAULT_RECIPE)
     if not packaged.is_file():
