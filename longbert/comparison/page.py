@@ -120,6 +120,8 @@ def _confusion_blocks(results: dict) -> list[tuple]:
         blocks.append(("p", (f"{len(labels)} classes: the plot holds the whole matrices; the tables list each "
                              f"strategy's {TOP_CONFUSIONS} most frequent confusions (share: of the true class's "
                              "test documents).")))
+    if not many and "confusion_matrices" in results.get("plots", {}):
+        return blocks  # the plot shows every cell's count; tables of the same numbers would repeat it
     for n in names:
         blocks.append(("p", [(n, "strong")]))
         matrix = s[n]["confusion_matrix"]
@@ -135,10 +137,16 @@ def _confusion_blocks(results: dict) -> list[tuple]:
 
 def _paired_test_blocks(results: dict) -> list[tuple]:
     long_tokens = results["data"]["long_tokens"]
-    rows = [[f"{c['a']} vs {c['b']}", "all" if c["documents"] == "all" else f">{long_tokens} tokens",
+    every = {(c["a"], c["b"]): c.get("n") for c in results["comparisons"] if c["documents"] == "all"}
+    # Where every test document is long, the test on the long ones is the test on all of them: shown once.
+    same = {pair for pair, n in every.items() if any((c["a"], c["b"]) == pair and c["documents"] != "all" and
+                                                     c.get("n") == n for c in results["comparisons"])}
+    rows = [[f"{c['a']} vs {c['b']}",
+             (f"all (every one >{long_tokens} tokens)" if (c["a"], c["b"]) in same else "all")
+             if c["documents"] == "all" else f">{long_tokens} tokens",
              str(c.get("n", "")), str(c["only_a_right"]), str(c["only_b_right"]), f"{c['p_value']:.3g}",
              "–" if c.get("detectable_difference") is None else f"{100 * c['detectable_difference']:.1f} points"]
-            for c in results["comparisons"]]
+            for c in results["comparisons"] if c["documents"] == "all" or (c["a"], c["b"]) not in same]
     return [("h", 2, "Are the differences real?"), ("p", (
         "Paired on the same test documents: how often only one of two strategies was right, and the exact McNemar "
         "test's two-sided p-value (small p: the difference is unlikely to be chance).")),
@@ -190,11 +198,12 @@ def _settings_blocks(results: dict) -> list[tuple]:
     blocks: list[tuple] = [("h", 2, "Settings")]
     blocks.append(("table", ["strategy", "strategy settings", "run folder", "run"],
                    [[n, _settings(s[n]["settings"]), s[n]["run_dir"], s[n]["status"]] for n in names]))
+    step_cap = "" if budget["max_steps"] is None else f", at most {budget['max_steps']} optimisation steps"
     blocks.append(("p", (
         f"Base recipe: {results['base_recipe']}; overrides: {', '.join(results['overrides']) or 'none'}. "
-        f"Learning rate {budget['learning_rate']}, gradient accumulation {budget['gradient_accumulation']}, "
-        f"max_steps {budget['max_steps']}. Each run folder holds the resolved recipe.yaml and the kept model "
-        "(`longbert predict <run folder>`)."
+        f"Learning rate {budget['learning_rate']}, gradient accumulation {budget['gradient_accumulation']}"
+        f"{step_cap}. Each run folder holds the resolved recipe.yaml and the kept model (`longbert predict <run "
+        "folder>`)."
     )))
     machine = results["machine"]
     hardware = machine.get("gpu") or machine.get("cpu")

@@ -8,6 +8,7 @@ import io
 import itertools
 
 from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, combined_label, combined_rows
+from longbert.comparison.statistics import wilson_interval
 
 # The file each plot is written to beside report.md (report.html embeds the same bytes).
 PLOTS = {
@@ -35,11 +36,44 @@ def make_plots(results: dict) -> dict[str, bytes]:
 
 
 def _accuracy_by_length(plt, results: dict, colours: dict) -> bytes:
-    """Grouped bars, the overall accuracy first, the baseline hatched in grey."""
-    names, s = results["strategy_order"], results["strategies"]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    groups = ["all", *BUCKETS]
-    shown = {n: s[n] for n in names}
+    """Each row's accuracy, overall first and then per length bucket, as a point with its 95% Wilson interval; the
+    baseline in grey squares. Buckets without test documents are left out, and the axis spans the intervals (not
+    0 to 1), so a few points' difference is visible; the bars of the interval say which differences may be noise."""
+    shown, colours = _accuracy_rows(results, colours)
+    first = results["strategies"][results["strategy_order"][0]]
+    groups = [("all", first["documents"])] + [(b, first["by_length"].get(b, {}).get("documents", 0)) for b in BUCKETS]
+    groups = [(g, n) for g, n in groups if n]
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(groups) + 2), 4))
+    width = 0.8 / len(shown)
+    ends = []
+    for k, (label, row) in enumerate(shown.items()):
+        for g, (group, _) in enumerate(groups):
+            point = row if group == "all" else row["by_length"].get(group, {})
+            if point.get("accuracy") is None or not point.get("documents"):
+                continue
+            accuracy = point["accuracy"]
+            low, high = point.get("accuracy_ci95") or wilson_interval(round(accuracy * point["documents"]),
+                                                                      point["documents"])
+            ends += [low, high]
+            ax.errorbar(g + (k - (len(shown) - 1) / 2) * width, accuracy, yerr=[[accuracy - low], [high - accuracy]],
+                        fmt="s" if label.endswith("(baseline)") else "o", color=colours[label], capsize=3,
+                        label=label if g == 0 else None)
+    ax.set_xticks(range(len(groups)), [f"{BUCKET_TITLES.get(g, g)}\n(n={n})" for g, n in groups])
+    if ends:
+        low, high = min(ends), max(ends)
+        margin = max(0.02, (high - low) * 0.1)
+        ax.set_ylim(max(0.0, low - margin), min(1.0, high + margin))
+    ax.yaxis.set_major_formatter(lambda value, _: f"{value:.0%}")
+    ax.set_ylabel("accuracy (95% interval)")
+    ax.set_xlabel("document length (tokens)")
+    ax.legend(fontsize="small", ncol=min(len(shown), 3), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(plt, fig)
+
+
+def _accuracy_rows(results: dict, colours: dict) -> tuple[dict, dict]:
+    """({label: row} of every strategy, combined row and the baseline, in the report's order; their colours)."""
+    shown = {n: results["strategies"][n] for n in results["strategy_order"]}
     for combined, grey in zip(combined_rows(results), itertools.cycle(("0.3", "0.45", "0.2", "0.5"))):
         shown[combined_label(combined)] = combined
         colours = {**colours, combined_label(combined): grey}
@@ -47,25 +81,14 @@ def _accuracy_by_length(plt, results: dict, colours: dict) -> bytes:
     if base:
         shown[f"{base['name']} (baseline)"] = base
         colours = {**colours, f"{base['name']} (baseline)": "0.6"}
-    width = 0.8 / len(shown)
-    for k, (n, r) in enumerate(shown.items()):
-        values = [r["accuracy"]] + [r["by_length"].get(b, {}).get("accuracy") for b in BUCKETS]
-        xs = [g + (k - (len(shown) - 1) / 2) * width for g in range(len(groups))]
-        bars = ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None], width,
-                      label=n, color=colours[n], hatch="//" if r is base else None)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)  # so 0 reads as 0, not as missing
-    counts = [s[names[0]]["documents"]] + [s[names[0]]["by_length"].get(b, {}).get("documents", 0) for b in BUCKETS]
-    ax.set_xticks(range(len(groups)), [f"{BUCKET_TITLES.get(g, g)}\n(n={c})" for g, c in zip(groups, counts)])
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.set_xlabel("document length (tokens)")
-    ax.legend(fontsize="small", ncol=min(len(shown), 6), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    ax.grid(axis="y", alpha=0.3)
-    return _png(plt, fig)
+    return shown, colours
 
 
 def _speed_by_length(plt, results: dict, colours: dict) -> bytes:
-    """Throughput and the memory inference added, against the mean length of each bucket's timed documents."""
+    """Throughput and the memory inference added, against the mean length of each bucket's timed documents. The
+    throughput axis is logarithmic with plain numbers; the memory axis starts at 0, so gaps are not exaggerated."""
+    from matplotlib.ticker import LogLocator, ScalarFormatter
+
     names, s = results["strategy_order"], results["strategies"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for n in names:
@@ -75,13 +98,19 @@ def _speed_by_length(plt, results: dict, colours: dict) -> bytes:
         left.plot(x, [r["documents_per_second"] for r in points], "o-", label=n, color=colours[n])
         right.plot(x, [r.get("added_memory_mb", r["peak_memory_mb"]) for r in points], "o-", label=n,
                    color=colours[n])
-    left.set_ylabel("documents / second")
+    left.set_ylabel("documents / second (log scale)")
     kinds = {r.get("memory_kind") for n in names for r in (s[n].get("speed_by_length") or {}).values()} - {None}
     right.set_ylabel(f"memory added by inference (MB, {' / '.join(sorted(kinds))})")
     for ax in (left, right):
         ax.set_xlabel("mean document length in bucket (tokens)")
         ax.grid(alpha=0.3)
     left.set_yscale("log")
+    left.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    left.yaxis.set_minor_formatter(plt.NullFormatter())
+    plain = ScalarFormatter()
+    plain.set_scientific(False)
+    left.yaxis.set_major_formatter(plain)
+    right.set_ylim(bottom=0)
     left.legend(fontsize="small")
     fig.tight_layout()
     return _png(plt, fig)

@@ -1,0 +1,89 @@
+"""What compare's figures show a person: accuracy on an axis that spans the intervals (not 0 to 1), each point with
+its 95% interval, no group without test documents; throughput on a log axis with plain numbers, and memory from 0.
+Read from the figures matplotlib draws, on a committed report's results.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import longbert.comparison.plots as plots
+
+REPORT = Path(__file__).resolve().parents[2] / "reports" / "compare_imdb" / "results.json"
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    drawn = []
+
+    def keep(plt, fig):
+        drawn.append(fig)
+        return b""
+
+    monkeypatch.setattr(plots, "_png", keep)
+    return drawn
+
+
+def test_accuracy_is_points_with_intervals_on_an_axis_that_spans_them_and_empty_buckets_are_left_out(figures):
+    results = json.loads(REPORT.read_text())
+    empty = next(b for b in plots.BUCKETS if not results["strategies"]["chunk"]["by_length"].get(b, {})
+                 .get("documents"))  # compare_imdb's test reviews are all over 512 tokens
+    plots.make_plots(results)
+    ax = figures[0].axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks[0].startswith("all") and not any(plots.BUCKET_TITLES.get(empty, empty) in t for t in ticks)
+    low, high = ax.get_ylim()
+    accuracies = [r["accuracy"] for r in results["strategies"].values()]
+    assert 0.5 < low < min(accuracies) and max(accuracies) < high <= 1.0
+    chunk = results["strategies"]["chunk"]
+    bars = [c for c in ax.containers if c.get_label() == "chunk"][0]
+    _, caps, (lines,) = bars
+    overall = lines.get_segments()[0]  # the first point: all documents
+    assert [round(y, 6) for y in (overall[0][1], overall[1][1])] == [round(v, 6) for v in chunk["accuracy_ci95"]]
+
+
+def test_throughput_ticks_are_plain_numbers_and_memory_starts_at_zero(figures):
+    results = json.loads(REPORT.read_text())
+    plots.make_plots(results)
+    left, right = figures[1].axes
+    figures[1].canvas.draw()
+    labels = [t.get_text() for t in left.get_yticklabels() if t.get_text()]
+    assert labels and all("10^" not in t and "times" not in t and "×" not in t for t in labels)
+    assert right.get_ylim()[0] == 0
+
+
+def _texts(blocks) -> list[str]:
+    out = []
+    for block in blocks:
+        for part in block[1:]:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, list):
+                out.append(json.dumps(part))
+    return out
+
+
+def test_the_page_says_each_paired_test_once_shows_matrices_once_and_no_none_budget():
+    from longbert.comparison.page import build_blocks
+
+    results = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
+    assert all(c["n"] == 2000 for c in results["comparisons"])  # every test document is long: two tests per pair
+    blocks = build_blocks(results)
+    paired = next(b for b in blocks if b[0] == "table" and b[1][0] == "strategies")[2]
+    pairs = [row[0] for row in paired]
+    assert len(pairs) == len(set(pairs)) == len(results["comparisons"]) // 2
+    assert all(row[1] == "all (every one >512 tokens)" for row in paired)
+    assert ("img", "confusion_matrices", "confusion matrix per strategy") in blocks
+    assert not any(b[0] == "table" and b[1][0] == "true \\ predicted" for b in blocks)  # the plot has the counts
+    assert not any("None" in text for text in _texts(blocks))
+
+
+def test_a_long_only_test_is_kept_where_short_documents_make_it_differ():
+    from longbert.comparison.page import build_blocks
+
+    results = json.loads((REPORT.parent.parent / "compare_hyperpartisan" / "results.json").read_text())
+    # 366 of its 628 test articles are over 512 tokens
+    paired = next(b for b in build_blocks(results) if b[0] == "table" and b[1][0] == "strategies")[2]
+    assert {row[1] for row in paired} == {"all", ">512 tokens"}
