@@ -349,7 +349,7 @@ def compare(
     strategies: str = typer.Option(..., "--strategies", help="comma-separated strategy names, e.g. "
                                                              "truncate,chunk,sliding (see `longbert strategies`)"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe file or packaged recipe name "
-                                                                 "(default: recipes/compare_imdb.yaml: IMDb subset, "
+                                                                 "(default: recipes/compare/imdb.yaml: IMDb subset, "
                                                                  "MiniLM)"),
     set_: List[str] = typer.Option([], "--set", help="key.path=value for every strategy; strategy.<field>=value for "
                                                      "those with that field; <strategy>.<field>=value for one "
