@@ -4,10 +4,16 @@ and on those longer than 512 tokens. The runs must have predicted the same test 
 
     python examples/paired_runs.py runs/compare/hyperpartisan_defaults/truncate \
         runs/compare/hyperpartisan_pretrained/chunk
+    python examples/paired_runs.py benchmarks/results/predictions/reach_depth_learned-chunk-test.jsonl.gz \
+        runs/compare/reach_depth_sliding/sliding
+
+A run is a run folder (its predictions-test.jsonl) or a predictions file itself, gzipped as committed under
+benchmarks/results/predictions/ or not, so that a run of one session pairs with the committed rows of another.
 
 Prints one line per pair and subset; `--json FILE` also writes them.
 """
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -15,15 +21,26 @@ from longbert.comparison.results import is_right, paired_comparisons, read_predi
 from longbert.errors import LongbertError
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl")
+parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl, or such files "
+                                                         "(.jsonl or .jsonl.gz)")
 parser.add_argument("--long-tokens", type=int, default=512)
 parser.add_argument("--json", type=Path, default=None)
 args = parser.parse_args()
 if len(args.runs) < 2:
     raise SystemExit("error: give at least two run folders")
+
+
+def rows_of(run: Path) -> list[dict]:
+    if run.is_dir():
+        return read_predictions(run)
+    opened = gzip.open(run, "rt", encoding="utf-8") if run.suffix == ".gz" else run.open(encoding="utf-8")
+    with opened as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
 try:
-    rows = {str(run): read_predictions(run) for run in args.runs}
-except LongbertError as error:
+    rows = {str(run): rows_of(run) for run in args.runs}
+except (LongbertError, OSError, ValueError) as error:
     raise SystemExit(f"error: {error}") from None
 expected = [(r["index"], r["label"]) for r in next(iter(rows.values()))]
 for run, predictions in rows.items():

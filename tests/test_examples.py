@@ -34,6 +34,25 @@ def test_paired_runs_counts_the_documents_only_one_run_got_right(tmp_path):
     assert f"{a}: accuracy 1.0000 (n=14), over 512 tokens 1.0000 (n=10)" in result.stdout
 
 
+def test_paired_runs_pairs_a_run_folder_with_committed_gzipped_predictions(tmp_path):
+    import gzip
+
+    a = write_run(tmp_path / "a", [(600, 1, 1)] * 3 + [(600, 1, 0)])
+    b = write_run(tmp_path / "b", [(600, 1, 0)] * 3 + [(600, 1, 1)])
+    packed = tmp_path / "b-test.jsonl.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as stream:
+        stream.write((b / "predictions-test.jsonl").read_text())
+    by_folder, by_file = paired_runs(a, b, "--json", tmp_path / "f.json"), paired_runs(a, packed, "--json",
+                                                                                        tmp_path / "g.json")
+    assert by_folder.returncode == by_file.returncode == 0, by_file.stderr
+    pairs = lambda name: [{k: v for k, v in p.items() if k != "b"}
+                          for p in json.loads((tmp_path / name).read_text())["pairs"]]
+    assert pairs("f.json") == pairs("g.json") and pairs("g.json")[0]["only_a_right"] == 3
+    missing = paired_runs(a, tmp_path / "none.jsonl.gz")
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1 and "none.jsonl.gz" in \
+        missing.stderr
+
+
 def test_paired_runs_refuses_runs_that_predicted_other_documents(tmp_path):
     a = write_run(tmp_path / "a", [(600, 1, 1), (100, 0, 0)])
     b = write_run(tmp_path / "b", [(600, 0, 1), (100, 0, 0)])
