@@ -73,7 +73,7 @@ def resolve_recipes(names: list[str], base_raw: dict, base_source: str, override
             raw = apply_overrides(raw, per[strategy])
             raw["name"] = f"{name}-{strategy}{suffix}"
             raw["output_dir"] = str(runs_dir / name / f"{strategy}{suffix}")
-            recipes[strategy] = recipe_from_dict(raw, base_source)
+            recipes[strategy] = recipe_from_dict(raw, base_source, per[strategy])
         except LongbertError as error:
             problems.setdefault(str(error), []).append(strategy)
             continue

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from longbert.config.loader import (
+    OVERRIDES,
     apply_overrides,
     build_recipe,
     default_strategy_config,
@@ -303,13 +304,14 @@ class Recipe:
         return dataclasses.asdict(self)
 
 
-def recipe_from_dict(raw: dict, source: str = "recipe") -> Recipe:
-    """A validated Recipe from plain data; one LongbertError naming every problem. A user's own pretraining recipe
-    (one with a masking section) is refused with the command that runs it."""
+def recipe_from_dict(raw: dict, source: str = "recipe", overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """A validated Recipe from plain data; one LongbertError naming every problem (those of keys that `overrides`
+    set, as --set's, are said to come from --set). A user's own pretraining recipe (one with a masking section) is
+    refused with the command that runs it."""
     if isinstance(raw, dict) and "masking" in raw:
         raise LongbertError(f"{source} is a pretraining recipe (it has a masking section): run it with "
                             f"`longbert pretrain {source}`")
-    return build_recipe(Recipe, raw, source)
+    return build_recipe(Recipe, raw, source, overrides)
 
 
 def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
@@ -317,9 +319,9 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     the defaults), apply `key.path=value` overrides, and return the validated Recipe. Raises LongbertError naming
     every problem with its YAML path."""
     raw: dict = {}
-    source = "overrides"
+    source = OVERRIDES
     if path is not None:
         path = find_recipe(path, "train")
         raw, source = read_recipe_file(path, "train"), str(path)
     raw = apply_overrides(raw, list(overrides))
-    return recipe_from_dict(raw, source)
+    return recipe_from_dict(raw, source, overrides)

@@ -156,19 +156,36 @@ def build_strategy_config(raw: Any, path: str, problems: list[str]):
     return build(entry.config_cls, raw, path, problems)
 
 
-def build_recipe(cls: type, raw: Any, source: str):
-    """A validated `cls` (a recipe dataclass) from plain data, or one LongbertError naming every problem."""
+def build_recipe(cls: type, raw: Any, source: str, overrides: list[str] | tuple[str, ...] = ()):
+    """A validated `cls` (a recipe dataclass) from plain data, or one LongbertError naming every problem (those of
+    keys that `overrides` set are said to come from them, the rest from `source`)."""
     problems: list[str] = []
     recipe = build(cls, raw, "", problems)
     if problems:
-        raise LongbertError(problems_message(source, problems))
+        raise LongbertError(problems_message(source, problems, overrides))
     return recipe
 
 
-def problems_message(source: str, problems: list[str]) -> str:
-    """Every problem of a recipe from `source` (a file, or "overrides") as one line."""
-    detail = "; ".join(problems)
-    return f"{source}: {detail}" if len(problems) == 1 else f"{source} has {len(problems)} problems: {detail}"
+# Where a problem of an override is said to come from: `longbert ... --set`, or the Python API's `overrides`.
+OVERRIDES = "overrides (--set)"
+# The recipe path a problem line is about: "unknown recipe key 'train.lr'; ..." or "train.epochs must be ...".
+_PROBLEM_PATH = re.compile(r"^(?:unknown recipe key '(?P<quoted>[^']+)'|(?P<plain>[\w.]+)\b)")
+
+
+def problems_message(source: str, problems: list[str], overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """Every problem of a recipe from `source` (a file, or "overrides") as one line. A problem with a key that one
+    of `overrides` set (`key.path=value`, as --set gives them) is said to come from them (OVERRIDES), not from the file."""
+    overridden = {".".join(parse_override(text)[0]) for text in overrides}
+
+    def path(problem: str) -> str | None:
+        found = _PROBLEM_PATH.match(problem)
+        return found and (found["quoted"] or found["plain"])
+
+    from_set = [p for p in problems if path(p) in overridden or source == OVERRIDES]
+    rest = [p for p in problems if p not in from_set]
+    parts = [(where, group) for where, group in ((OVERRIDES, from_set), (source, rest)) if group]
+    return "; ".join(f"{where}: {'; '.join(group)}" if len(group) == 1
+                     else f"{where} has {len(group)} problems: {'; '.join(group)}" for where, group in parts)
 
 
 def plain_name_problems(name: str) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from longbert.config.finetune import BackboneConfig, EvalConfig, Recipe
 from longbert.config.loader import (
+    OVERRIDES,
     apply_overrides,
     build,
     default_strategy_config,
@@ -144,7 +145,8 @@ class PretrainRecipe:
         return dataclasses.asdict(self)
 
 
-def pretrain_recipe_from_dict(raw: dict, source: str = "recipe") -> PretrainRecipe:
+def pretrain_recipe_from_dict(raw: dict, source: str = "recipe",
+                              overrides: list[str] | tuple[str, ...] = ()) -> PretrainRecipe:
     """A validated PretrainRecipe from plain data; one LongbertError naming every problem. A user's own fine-tuning
     recipe (no masking section, and valid as one) is refused with the command that runs it."""
     problems: list[str] = []
@@ -156,7 +158,7 @@ def pretrain_recipe_from_dict(raw: dict, source: str = "recipe") -> PretrainReci
             raise LongbertError(f"{source} is a training recipe (it has no masking section): run it with "
                                 f"`longbert train {source}`")
     if problems:
-        raise LongbertError(problems_message(source, problems))
+        raise LongbertError(problems_message(source, problems, overrides))
     return recipe
 
 
@@ -166,8 +168,8 @@ def load_pretrain_recipe(path: str | Path | None = None,
     such as "imdb_cpu", or by its former name "pretrain_imdb_cpu"), `key.path=value` overrides, validated into a
     PretrainRecipe; one LongbertError naming every problem with its YAML path."""
     raw: dict = {}
-    source = "overrides"
+    source = OVERRIDES
     if path is not None:
         path = find_recipe(path, "pretrain")
         raw, source = read_recipe_file(path, "pretrain"), str(path)
-    return pretrain_recipe_from_dict(apply_overrides(raw, list(overrides)), source)
+    return pretrain_recipe_from_dict(apply_overrides(raw, list(overrides)), source, overrides)

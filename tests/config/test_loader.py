@@ -41,6 +41,20 @@ def test_unknown_key_lists_the_valid_ones():
         load_recipe(None, ["train.lr=1e-4"])
 
 
+def test_a_bad_override_is_said_to_come_from_the_command_line_not_the_recipe_file(tmp_path):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("train:\n  epochs: 1\n")
+    with pytest.raises(LongbertError) as error:
+        load_recipe(recipe, ["train.lr=1e-4"])
+    assert str(error.value).startswith("overrides (--set): unknown recipe key 'train.lr'")
+    assert "mine.yaml" not in str(error.value)
+    recipe.write_text("train:\n  epochs: 0\n")
+    with pytest.raises(LongbertError) as error:  # one problem of each: each said where it comes from
+        load_recipe(recipe, ["train.batch_size=big"])
+    assert str(error.value) == (f"overrides (--set): train.batch_size must be an integer, got 'big'; {recipe}: "
+                                "train.epochs must be >= 1, got 0")
+
+
 def test_stride_larger_than_window_names_both_values():
     with pytest.raises(LongbertError, match=r"strategy.stride must be <= strategy.window, got 600 > 512"):
         load_recipe(None, ["strategy=sliding", "strategy.window=512", "strategy.stride=600"])
@@ -55,7 +69,7 @@ def test_every_problem_is_collected_at_once():
     with pytest.raises(LongbertError) as error:
         load_recipe(None, ["train.epochs=0", "train.batch_size=big", "model.finetune=partly", "data.nope=1"])
     message = str(error.value)
-    assert message.startswith("overrides has 4 problems")
+    assert message.startswith("overrides (--set) has 4 problems")
     for part in ("train.epochs must be >= 1", "train.batch_size must be an integer", "model.finetune must be one of",
                  "unknown recipe key 'data.nope'"):
         assert part in message
