@@ -173,8 +173,8 @@ _PROBLEM_PATH = re.compile(r"^(?:unknown recipe key '(?P<quoted>[^']+)'|(?P<plai
 
 
 def problems_message(source: str, problems: list[str], overrides: list[str] | tuple[str, ...] = ()) -> str:
-    """Every problem of a recipe from `source` (a file, or "overrides") as one line. A problem with a key that one
-    of `overrides` set (`key.path=value`, as --set gives them) is said to come from them (OVERRIDES), not from the file."""
+    """Every problem of a recipe from `source` (a file, or OVERRIDES) as one line. A problem with a key that one of
+    `overrides` set (`key.path=value`, as --set gives them) is said to come from OVERRIDES, not from the file."""
     overridden = {".".join(parse_override(text)[0]) for text in overrides}
 
     def path(problem: str) -> str | None:
