@@ -421,3 +421,27 @@ def test_help_shows_the_exportable_mark_as_text_not_markup():
     for args in (["--help"], ["strategies", "--help"]):
         output = " ".join(CliRunner().invoke(app, args).output.split())
         assert "takes those marked [exportable]" in output, output
+
+
+def test_every_help_names_only_files_and_recipes_that_exist():
+    """Every command's --help: each repository path it names (recipes/, examples/, docs/, benchmarks/) exists
+    (compare --help once gave its default as recipes/compare_imdb.yaml). Recipe fields that help names are checked
+    with every other string of longbert's in tests/config/test_field_names_in_messages.py."""
+    import re
+
+    import typer.main
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    commands = sorted(typer.main.get_command(app).commands)
+    assert {"train", "compare", "predict"} <= set(commands)
+    named = []
+    for command in [None, *commands]:
+        result = CliRunner().invoke(app, ([command] if command else []) + ["--help"], env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.replace("│", " ").split())
+        for path in re.findall(r"(?<![\w/.-])((?:recipes|examples|docs|benchmarks)/[\w./-]*\w)", text):
+            named.append(path)
+            assert (root / path).exists(), f"longbert {command or ''} --help names {path}, which does not exist"
+    assert "recipes/compare/imdb.yaml" in named  # the scan reads what help shows
