@@ -10,6 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import longbert
 from longbert.comparison.run import DEFAULT_RECIPE, default_recipe
 
@@ -61,3 +63,15 @@ def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_pa
     assert Path(recipe_file) == installed / "recipes" / DEFAULT_RECIPE
     assert first_line == (PACKAGED / DEFAULT_RECIPE).read_text().splitlines()[0]
     assert names.split() == ["pretrain_imdb_cpu", "pretrain_imdb_cpu", "compare_imdb", "imdb_quick"]
+
+
+def test_a_deprecation_attributed_to_longbert_fails_the_suite_and_a_third_partys_own_does_not():
+    """pyproject's filterwarnings: a DeprecationWarning or FutureWarning whose module is longbert's (a library warns
+    about the call longbert made) is an error; one about a library's own internals stays quiet."""
+    import warnings
+
+    for category in (DeprecationWarning, FutureWarning):
+        with pytest.raises(category):
+            warnings.warn_explicit("goes away in v6", category, "longbert/modeling/backbone.py", 1,
+                                   module="longbert.modeling.backbone")
+    warnings.warn_explicit("goes away in v6", DeprecationWarning, "transformers/x.py", 1, module="transformers.x")
