@@ -19,7 +19,8 @@ PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, b
                   "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
                   "quantize`)")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"max_content_width": 120},
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
                        "pretrain a backbone further.")
 
@@ -328,7 +329,7 @@ def hybrid(
 
 @app.command()
 def strategies():
-    """List the registered strategies and their recipe fields; `longbert export` takes those marked \\[exportable]."""
+    """List the registered strategies and their recipe fields; `longbert export` takes those marked [exportable]."""
     from longbert.strategies.base import ReadsWindows, config_fields, get_entry, strategy_names
 
     def action():
@@ -376,6 +377,33 @@ def compare(
 
     _run(action)
 
+
+# Help as click shows it (rich_markup_mode=None: flags take no value, no markup is read from help texts), with the
+# metavars click CLIs use: arguments by their name in capitals, options by the kind of value (typer would print the
+# Python annotation: <path>, <list[str]>). One pass over every command, so a new option gets it too.
+_METAVARS = {Path: "PATH", str: "TEXT", int: "INTEGER", float: "NUMBER"}
+
+
+def _classic_metavars(typer_app: typer.Typer) -> None:
+    import inspect
+    import typing
+
+    from typer.models import ArgumentInfo, OptionInfo
+
+    for command in typer_app.registered_commands:
+        hints = typing.get_type_hints(command.callback)
+        for name, parameter in inspect.signature(command.callback).parameters.items():
+            info, kind = parameter.default, hints.get(name)
+            kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)  # Optional[X], List[X]
+            if getattr(info, "metavar", "set") is not None or kind is bool:
+                continue
+            if isinstance(info, ArgumentInfo):
+                info.metavar = name.upper()
+            elif isinstance(info, OptionInfo):
+                info.metavar = _METAVARS.get(kind, "VALUE")
+
+
+_classic_metavars(app)
 
 if __name__ == "__main__":  # `python -m longbert.cli` and `accelerate launch -m longbert.cli`
     app()

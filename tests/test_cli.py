@@ -418,9 +418,9 @@ def test_a_request_limit_below_one_is_one_line_before_the_server_starts(tmp_path
 
 
 def test_help_shows_the_exportable_mark_as_text_not_markup():
-    for args in (["--help"], ["strategies", "--help"]):
-        output = " ".join(CliRunner().invoke(app, args).output.split())
-        assert "takes those marked [exportable]" in output, output
+    output = " ".join(CliRunner().invoke(app, ["strategies", "--help"]).output.split())
+    assert "takes those marked [exportable]" in output, output
+    assert "\\[" not in CliRunner().invoke(app, ["--help"]).output  # no escape meant for rich shows through
 
 
 def test_every_help_names_only_files_and_recipes_that_exist():
@@ -428,10 +428,9 @@ def test_every_help_names_only_files_and_recipes_that_exist():
     (compare --help once gave its default as recipes/compare_imdb.yaml). Recipe fields that help names are checked
     with every other string of longbert's in tests/config/test_field_names_in_messages.py."""
     import re
+    from pathlib import Path
 
     import typer.main
-
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     commands = sorted(typer.main.get_command(app).commands)
@@ -445,3 +444,13 @@ def test_every_help_names_only_files_and_recipes_that_exist():
             named.append(path)
             assert (root / path).exists(), f"longbert {command or ''} --help names {path}, which does not exist"
     assert "recipes/compare/imdb.yaml" in named  # the scan reads what help shows
+
+
+def test_help_reads_as_click_help_flags_without_a_value_and_options_with_a_kind_of_value():
+    output = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "120"}).output
+    lines = {line.split()[0]: line for line in output.splitlines() if line.strip().startswith("--")}
+    assert lines["--resume"].split()[:1] == ["--resume"] and "<bool>" not in output and "bool" not in lines["--help"]
+    assert lines["--set"].split()[:2] == ["--set", "TEXT"] and "list[str]" not in output
+    assert "Usage: root train [OPTIONS] [RECIPE]" in output
+    predict = CliRunner().invoke(app, ["predict", "--help"], env={"COLUMNS": "120"}).output
+    assert "-o, --output PATH" in predict and "--batch-size INTEGER" in predict
