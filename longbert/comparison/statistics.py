@@ -1,6 +1,6 @@
 """The statistics a comparison report quotes, all from scipy's binomial distribution: a Wilson score interval for an
 accuracy, the exact McNemar test for whether two classifiers differ on the same test documents, and the smallest
-difference that test detects with 80% power."""
+difference that test detects with 80% power; and Holm's correction of a family of such tests (scipy has none)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,18 @@ def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> list[
         return None
     interval = binomtest(correct, total).proportion_ci(confidence_level=confidence, method="wilson")
     return [float(interval.low), float(interval.high)]
+
+
+def holm(p_values: dict) -> dict:
+    """Holm's step-down adjustment of a family of p-values ({test: p} -> {test: adjusted p}): the k-th smallest of m
+    is multiplied by m - k + 1, capped at 1, and never falls below an adjusted p before it. An adjusted p below alpha
+    rejects that test with the family-wise error rate held at alpha, whatever the tests' dependence (Holm 1979)."""
+    adjusted, running = {}, 0.0
+    ordered = sorted(p_values, key=lambda k: p_values[k])
+    for rank, key in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - rank) * p_values[key]))
+        adjusted[key] = running
+    return {key: adjusted[key] for key in p_values}
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:

@@ -17,8 +17,12 @@ from longbert.comparison.formatting import (
     number,
     percent,
 )
+from longbert.comparison.statistics import holm
 
-ALPHA = 0.05  # a paired test's p-value below this counts as a real difference
+ALPHA = 0.05  # a paired test's p-value, Holm-adjusted within its family, below this counts as a real difference
+CORRECTION = ("Every p-value in this verdict is an exact McNemar test Holm-adjusted within its family (one row "
+              "against each row it is compared with here; every row against the baseline), so a difference called "
+              "significant survives the multiple comparisons; the paired-test table gives the unadjusted values.")
 
 
 @dataclass
@@ -55,6 +59,11 @@ def p_value(results: dict, a: str, b: str, subset: str) -> float:
     return 1.0 if c is None else c["p_value"]
 
 
+def adjusted_p_values(results: dict, row: str, others: list[str], subset: str) -> dict[str, float]:
+    """{other: the p-value of row against other on `subset`, Holm-adjusted over the family of `others`}."""
+    return holm({other: p_value(results, row, other, subset) for other in others})
+
+
 def inference_cost(results: dict, name: str) -> float:
     """A strategy's inference time relative to the cheapest; infinite when unknown (it never wins a tie)."""
     return results["strategies"][name]["relative_cost"]["inference"] or float("inf")
@@ -75,8 +84,7 @@ def decide(results: dict) -> Verdict:
     decision = Verdict()
     base = results.get("baseline")
     if base:
-        for n in [*names, *(r["name"] for r in combined_rows(results))]:
-            p = p_value(results, n, base["name"], "all")
+        for n, p in baseline_p_values(results).items():
             decision.against_baseline[n] = ("same" if p >= ALPHA else
                                             "better" if accuracy_of(results, n) > base["accuracy"] else "worse")
     if len(names) < 2:
@@ -92,8 +100,15 @@ def decide(results: dict) -> Verdict:
         decision.power = paired(results, best_long, reference, "long") if reference else None
     decision.fastest = min(names, key=lambda n: inference_cost(results, n))
     if decision.best != decision.fastest and s[decision.best]["relative_cost"]["inference"]:
-        decision.gain_is_real = p_value(results, decision.best, decision.fastest, "all") < ALPHA
+        others = [n for n in names if n != decision.best]
+        decision.gain_is_real = adjusted_p_values(results, decision.best, others, "all")[decision.fastest] < ALPHA
     return decision
+
+
+def baseline_p_values(results: dict) -> dict[str, float]:
+    """{row: its p-value against the baseline on all documents}, Holm-adjusted over every strategy and combined row."""
+    rows = [*results["strategy_order"], *(r["name"] for r in combined_rows(results))]
+    return holm({n: p_value(results, n, results["baseline"]["name"], "all") for n in rows})
 
 
 def verdict(results: dict) -> list[str]:
@@ -105,7 +120,8 @@ def verdict(results: dict) -> list[str]:
              f"than {data['long_tokens']} tokens; that share bounds what any long-document strategy can gain "
              "over truncation on data like this."]
     if decision.best is None:  # one strategy: nothing to choose between, but the baseline and combined rows stand
-        return lines + _baseline_sentences(results, decision) + _combined_sentences(results)
+        tested = _baseline_sentences(results, decision) + _combined_sentences(results)
+        return lines + tested + ([CORRECTION] if tested else [])
     best, best_long, fastest = decision.best, decision.best_long, decision.fastest
     lines.append(f"Most accurate overall: {best} ({percent(s[best]['accuracy'])}"
                  f"{interval(s[best]['accuracy_ci95'])}); " + _against(results, best, "all") + ".")
@@ -133,22 +149,25 @@ def verdict(results: dict) -> list[str]:
         lines.append(
             f"Choice: {best} gains {100 * (s[best]['accuracy'] - s[fastest]['accuracy']):.1f} accuracy points over "
             f"{fastest} for {s[best]['relative_cost']['inference']:.1f}× the inference time; "
-            + ("that gain is unlikely to be noise (paired test p < 0.05)." if decision.gain_is_real else
-               "that gain is within the noise of this test set (paired test p ≥ 0.05): prefer the cheaper "
+            + ("that gain is unlikely to be noise (Holm-adjusted paired test p < 0.05)." if decision.gain_is_real else
+               "that gain is within the noise of this test set (Holm-adjusted paired test p ≥ 0.05): prefer the cheaper "
                f"{fastest} unless a larger evaluation says otherwise.")
         )
     elif best == fastest:
         lines.append(f"Choice: {best} is both the most accurate and the cheapest here.")
-    return lines
+    return lines + [CORRECTION]
 
 
 def _against(results: dict, best: str, subset: str) -> str:
     """'paired McNemar test vs x p = 0.012, vs y p = 0.4 (not significant)': best against every other strategy."""
-    parts = []
-    for other in (n for n in results["strategy_order"] if n != best):
-        p = p_value(results, best, other, subset)
-        parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
-    return "paired McNemar test " + ", ".join(parts)
+    others = [n for n in results["strategy_order"] if n != best]
+    return "paired McNemar test " + _said(adjusted_p_values(results, best, others, subset))
+
+
+def _said(p_values: dict[str, float]) -> str:
+    """'vs x p = 0.012, vs y p = 0.4 (not significant)'."""
+    return ", ".join(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}"
+                     for other, p in p_values.items())
 
 
 def _combined_sentences(results: dict) -> list[str]:
@@ -159,10 +178,6 @@ def _combined_sentences(results: dict) -> list[str]:
     for row in rows:
         others = (list(results["strategy_order"]) + ([results["baseline"]["name"]] if results.get("baseline") else [])
                   + [r["name"] for r in rows if r is not row])
-        parts = []
-        for other in others:
-            p = p_value(results, row["name"], other, "all")
-            parts.append(f"vs {other} p = {p:.3g}{'' if p < ALPHA else ' (not significant)'}")
         if "seeds" in row:
             spread = row["spread"]
             what = (f"{row['strategy']} at {len(row['seeds'])} seeds ({', '.join(str(k) for k in row['seeds'])}; "
@@ -176,7 +191,7 @@ def _combined_sentences(results: dict) -> list[str]:
                     f"weight {row['mix']:.2f}, TF-IDF C = {row['C']}, both chosen on {row['chosen_by']}; "
                     f"{row['members'][0]} itself chosen on validation {row['base_chosen_by']})")
         lines.append(f"{what}: {percent(row['accuracy'])}{interval(row['accuracy_ci95'])}; paired McNemar test "
-                     + ", ".join(parts) + ".")
+                     + _said(adjusted_p_values(results, row["name"], others, "all")) + ".")
     return lines
 
 
@@ -188,10 +203,10 @@ def _baseline_sentences(results: dict, decision: Verdict) -> list[str]:
     names = results["strategy_order"]
     labels = {n: n for n in names} | {r["name"]: combined_label(r) for r in combined_rows(results)}
     groups: dict[str, list[str]] = {"better": [], "same": [], "worse": []}
+    adjusted = baseline_p_values(results)
     for n, label in labels.items():
         groups[decision.against_baseline[n]].append(
-            f"{label} {100 * (accuracy_of(results, n) - base['accuracy']):+.1f} points, "
-            f"p = {p_value(results, n, base['name'], 'all'):.3g}")
+            f"{label} {100 * (accuracy_of(results, n) - base['accuracy']):+.1f} points, p = {adjusted[n]:.3g}")
     line = (f"Classical baseline (TF-IDF words+bigrams + logistic regression, C chosen on validation, trained in "
             f"{duration(base['train_seconds'])}): {percent(base['accuracy'])}{interval(base['accuracy_ci95'])}. ")
     parts = []

@@ -33,7 +33,7 @@ def test_the_long_document_power_is_measured_against_the_registrys_reference_str
     best, other = OTHERS
     rows = {other: row(0.80, 0.70, 2.0), REFERENCE: row(0.81, 0.60, 1.0), best: row(0.85, 0.80, 3.0)}
     comparisons = [pair(best, REFERENCE, "long", 0.01), pair(best, other, "long", 0.2),
-                   pair(best, REFERENCE, "all", 0.03), pair(best, other, "all", 0.3)]
+                   pair(best, REFERENCE, "all", 0.02), pair(best, other, "all", 0.3)]  # Holm: 0.04, 0.3
     # The reference is listed last but one, and is neither first nor best: the registry names it, not the order.
     decision = decide(synthetic_results([other, REFERENCE, best], rows, comparisons))
     assert (decision.best, decision.best_long, decision.reference) == (best, best, REFERENCE)
@@ -59,13 +59,14 @@ def test_ties_go_to_the_cheaper_strategy_and_a_gain_within_the_noise_is_said_so(
     tied = {cheap: row(0.80, 0.70, 1.0), dear: row(0.80, 0.70, 4.0)}
     decision = decide(synthetic_results([dear, cheap], tied, []))
     assert decision.best == decision.best_long == decision.fastest == cheap and decision.gain_is_real is None
-    assert verdict(synthetic_results([dear, cheap], tied, []))[-1] == (
+    assert verdict(synthetic_results([dear, cheap], tied, []))[-2] == (
         f"Choice: {cheap} is both the most accurate and the cheapest here.")
 
     better = {cheap: row(0.80, 0.70, 1.0), dear: row(0.82, 0.75, 4.0)}
     results = synthetic_results([cheap, dear], better, [pair(dear, cheap, "all", 0.4)])
     assert decide(results).gain_is_real is False
-    assert "within the noise of this test set (paired test p ≥ 0.05)" in verdict(results)[-1]
+    assert "within the noise of this test set (Holm-adjusted paired test p ≥ 0.05)" in verdict(results)[-2]
+    assert verdict(results)[-1].startswith("Every p-value in this verdict is an exact McNemar test Holm-adjusted")
 
 
 def test_each_strategy_is_placed_against_the_baseline_by_the_paired_test():
@@ -76,9 +77,10 @@ def test_each_strategy_is_placed_against_the_baseline_by_the_paired_test():
     results = synthetic_results([a, b, REFERENCE], rows, comparisons, base)
     assert decide(results).against_baseline == {a: "better", b: "worse", REFERENCE: "same"}
     line = next(line for line in verdict(results) if line.startswith("Classical baseline"))
-    assert f"Significantly better than it: {a} +5.0 points, p = 0.001" in line
+    # Holm over the three rows: 0.001 * 3, 0.002 * 2, 0.5 * 1
+    assert f"Significantly better than it: {a} +5.0 points, p = 0.003" in line
     assert f"Not distinguishable from it: {REFERENCE} +1.0 points, p = 0.5" in line
-    assert f"Significantly worse than it: {b} -15.0 points, p = 0.002" in line
+    assert f"Significantly worse than it: {b} -15.0 points, p = 0.004" in line
     assert line.endswith("the baseline trains in seconds and needs no GPU.")
 
 
@@ -88,7 +90,7 @@ def test_a_single_strategy_gets_only_the_share_of_long_documents(count):
     results = synthetic_results(names, {n: row(0.8, 0.7, 1.0 + k) for k, n in enumerate(names)}, [])
     lines = verdict(results)
     assert lines[0].startswith("40 of 200 test documents (20.0%) are longer than 512 tokens")
-    assert (len(lines) == 1) == (count == 1)
+    assert (len(lines) == 1) == (count == 1)  # no test, so no word on the correction either
 
 
 def test_a_hybrid_row_is_placed_against_the_baseline_and_said_with_how_it_was_chosen():
@@ -105,9 +107,41 @@ def test_a_hybrid_row_is_placed_against_the_baseline_and_said_with_how_it_was_ch
     assert decide(results).against_baseline == {a: "worse", b: "worse", "hybrid": "better"}
     lines = verdict(results)
     line = next(line for line in lines if line.startswith("Classical baseline"))
-    assert f"Significantly better than it: hybrid ({b} + tfidf) +3.0 points, p = 0.004" in line
+    assert f"Significantly better than it: hybrid ({b} + tfidf) +3.0 points, p = 0.008" in line  # Holm: 2nd of 3
     assert line.endswith("the baseline trains in seconds and needs no GPU.")  # the strategies alone do not beat it
     said = next(line for line in lines if line.startswith("Hybrid of"))
     assert said.startswith(f"Hybrid of {b} and TF-IDF over its token ids (probabilities mixed at neural weight 0.45, "
                            "TF-IDF C = 8.0, both chosen on validation log loss")
-    assert f"vs {a} p = 0.0001, vs {b} p = 0.0002, vs tfidf p = 0.004." in said
+    assert f"vs {a} p = 0.0003, vs {b} p = 0.0004, vs tfidf p = 0.004." in said  # Holm: 3x, 2x, 1x
+
+
+def test_holm_multiplies_the_kth_smallest_of_m_by_m_minus_k_plus_one_and_keeps_the_order():
+    from longbert.comparison.statistics import holm
+
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    assert holm({"a": 0.6, "b": 0.001}) == pytest.approx({"a": 0.6, "b": 0.002})
+    assert holm({"a": 0.7, "b": 0.8}) == pytest.approx({"a": 1.0, "b": 1.0})  # capped at 1
+    assert holm({}) == {} and holm({"only": 0.02}) == {"only": 0.02}
+
+
+def test_rows_that_beat_the_baseline_only_before_the_correction_are_not_called_better():
+    a, b = OTHERS
+    rows = {a: row(0.88, 0.8, 1.0), b: row(0.88, 0.8, 2.0)}
+    base = {"name": "tfidf", "accuracy": 0.85, "accuracy_ci95": [0.8, 0.9], "train_seconds": 3.0}
+    comparisons = [pair(a, "tfidf", "all", 0.03), pair(b, "tfidf", "all", 0.04)]  # each below 0.05 alone
+    results = synthetic_results([a, b], rows, comparisons, base)
+    assert decide(results).against_baseline == {a: "same", b: "same"}  # Holm: 0.06 and 0.06
+    line = next(line for line in verdict(results) if line.startswith("Classical baseline"))
+    assert f"Not distinguishable from it: {a} +3.0 points, p = 0.06; {b} +3.0 points, p = 0.06" in line
+
+
+def test_a_gain_significant_alone_but_not_after_the_correction_is_said_to_be_noise():
+    cheap, middle = OTHERS
+    rows = {cheap: row(0.80, 0.7, 1.0), middle: row(0.81, 0.7, 2.0), REFERENCE: row(0.84, 0.75, 4.0)}
+    comparisons = [pair(REFERENCE, cheap, "all", 0.03), pair(REFERENCE, middle, "all", 0.04)]
+    results = synthetic_results([cheap, middle, REFERENCE], rows, comparisons)
+    decision = decide(results)
+    assert (decision.best, decision.fastest, decision.gain_is_real) == (REFERENCE, cheap, False)
+    said = verdict(results)
+    assert f"vs {cheap} p = 0.06 (not significant), vs {middle} p = 0.06 (not significant)" in said[1]
+    assert "within the noise of this test set" in said[-2]
