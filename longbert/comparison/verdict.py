@@ -149,9 +149,9 @@ def verdict(results: dict) -> list[str]:
         lines.append(
             f"Choice: {best} gains {100 * (s[best]['accuracy'] - s[fastest]['accuracy']):.1f} accuracy points over "
             f"{fastest} for {s[best]['relative_cost']['inference']:.1f}× the inference time; "
-            + ("that gain is unlikely to be noise (Holm-adjusted paired test p < 0.05)." if decision.gain_is_real else
-               "that gain is within the noise of this test set (Holm-adjusted paired test p ≥ 0.05): prefer the cheaper "
-               f"{fastest} unless a larger evaluation says otherwise.")
+            + ("that gain is unlikely to be noise (Holm-adjusted paired test p < 0.05)." if decision.gain_is_real
+               else "that gain is within the noise of this test set (Holm-adjusted paired test p ≥ 0.05): prefer the "
+               f"cheaper {fastest} unless a larger evaluation says otherwise.")
         )
     elif best == fastest:
         lines.append(f"Choice: {best} is both the most accurate and the cheapest here.")
