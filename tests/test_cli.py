@@ -46,6 +46,9 @@ def test_train_predict_evaluate(tiny_recipe, tmp_path):
     assert result.exit_code == 0, result.output
     assert "test accuracy" in result.output
     run_dir = tmp_path / "run"
+    # The run's own picture: its curves as a PNG, linked from metrics.md.
+    assert (run_dir / "training-curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](training-curves.png)" in (run_dir / "metrics.md").read_text()
 
     texts = tmp_path / "texts.jsonl"
     texts.write_text(json.dumps({"text": "A fine film."}) + "\n\n" + json.dumps({"text": "Awful. " * 200}) + "\n")

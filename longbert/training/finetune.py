@@ -46,6 +46,7 @@ from longbert.training.checkpoint import (
     save_checkpoint,
     trainable_weights,
 )
+from longbert.training.curves import CURVES_FILE, write_training_curves
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
@@ -252,6 +253,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         write_json(run_dir / "metrics.json", metrics)
         page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
                                 run_dir / "confusion-matrix.png") if "test" in metrics else ""
+        if write_training_curves(metrics, run_dir / CURVES_FILE):
+            page += f"\n## Training\n\n![training loss and validation {cfg.best_metric}]({CURVES_FILE})\n"
         write_text_atomically(run_dir / "metrics.md", page)
         if "test" in metrics:
             core.training_facts.test = metrics["test"]
