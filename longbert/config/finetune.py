@@ -7,16 +7,15 @@ every problem, names its YAML path, and raises them together as one LongbertErro
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longbert.config.loader import (
     OVERRIDES,
+    RecipeCompletion,
     apply_overrides,
     build_recipe,
-    default_strategy_config,
     plain_name_problems,
     short_repr,
 )
@@ -266,7 +265,7 @@ class EvalConfig:
 
 
 @dataclass
-class Recipe:
+class Recipe(RecipeCompletion):
     name: str = option("run", "run name; the run folder is output_dir")
     output_dir: str | None = option(None, "run folder; null means runs/<name>")
     seed: int = option(42, "seed for splits, sampling, initialisation and shuffling (data.seed, when set, takes the "
@@ -294,14 +293,6 @@ class Recipe:
             out.append(f"train.init_from must be another run's folder, not this run's own output_dir ({init_from})")
         return out
 
-    def __post_init__(self):
-        if self.strategy is None:
-            self.strategy = default_strategy_config()
-        if self.output_dir is None:
-            self.output_dir = str(Path("runs") / self.name)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def recipe_from_dict(raw: dict, source: str = "recipe", overrides: list[str] | tuple[str, ...] = ()) -> Recipe:

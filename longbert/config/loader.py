@@ -12,6 +12,7 @@ import dataclasses
 import re
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -57,6 +58,20 @@ def default_strategy_config():
     from longbert.strategies.base import get_entry, strategy_with_role
 
     return get_entry(strategy_with_role("default")).config_cls()
+
+
+class RecipeCompletion:
+    """What a recipe of either kind (`Recipe`, `PretrainRecipe`) fills in when it is built, and how it is given back
+    as plain data: the default strategy when none is named, runs/<name> when no output_dir is."""
+
+    def __post_init__(self):
+        if self.strategy is None:
+            self.strategy = default_strategy_config()
+        if self.output_dir is None:
+            self.output_dir = str(Path("runs") / self.name)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ longbert.config.loader); the backbone and evaluation sections are fine-tuning's 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 from longbert.config.finetune import BackboneConfig, EvalConfig, Recipe
 from longbert.config.loader import (
     OVERRIDES,
+    RecipeCompletion,
     apply_overrides,
     build,
-    default_strategy_config,
     plain_name_problems,
     problems_message,
 )
@@ -118,7 +117,7 @@ class PretrainTrainConfig:
 
 
 @dataclass
-class PretrainRecipe:
+class PretrainRecipe(RecipeCompletion):
     name: str = option("pretrain", "run name; the run folder is output_dir")
     output_dir: str | None = option(None, "run folder (the backbone lands in <output_dir>/backbone); null means "
                                     "runs/<name>")
@@ -135,14 +134,6 @@ class PretrainRecipe:
     def problems(self, path: str) -> list[str]:
         return plain_name_problems(self.name)
 
-    def __post_init__(self):
-        if self.strategy is None:
-            self.strategy = default_strategy_config()
-        if self.output_dir is None:
-            self.output_dir = str(Path("runs") / self.name)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def pretrain_recipe_from_dict(raw: dict, source: str = "recipe",
