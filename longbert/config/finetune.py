@@ -25,6 +25,7 @@ from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option
 
 FINETUNE_MODES = ("full", "lora", "frozen")
+BEST = "best"  # <output_dir>/best: a run's kept model, written by training, read wherever a run folder means a model
 PROBLEM_TYPES = ("single_label", "multi_label")
 BEST_METRICS = ("accuracy", "macro_f1", "loss", "micro_f1", "exact_match")
 SINGLE_LABEL_METRICS = ("accuracy",)  # a best_metric that only single-label metrics have
@@ -179,7 +180,7 @@ def _same_path(path: str, run_dir: str) -> bool:
     """Whether `path` names the run folder `run_dir` or its best/ (compared as absolute paths; nothing is read)."""
     where = Path(path).expanduser().absolute()
     run = Path(run_dir).expanduser().absolute()
-    return where in (run, run / "best")
+    return where in (run, run / BEST)
 
 
 def _is_number(value: Any) -> bool:

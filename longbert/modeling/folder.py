@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from longbert.config import LoraConfig
+from longbert.config.finetune import BEST
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import (
     MINILM,
@@ -84,8 +85,8 @@ def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, Model
     directory = Path(directory).expanduser()
     if not directory.exists() and is_hub_id(str(directory)):
         directory = download(str(directory), **hub_options)
-    if (directory / "best" / CONFIG_FILE).is_file():
-        directory = directory / "best"  # a run folder: use its kept model
+    if (directory / BEST / CONFIG_FILE).is_file():
+        directory = directory / BEST  # a run folder: use its kept model
     if not (directory / CONFIG_FILE).is_file():
         raise LongbertError(f"{directory} is not a longbert model folder (no {CONFIG_FILE})")
     settings = ModelSettings.from_file(directory / CONFIG_FILE)

@@ -42,6 +42,7 @@ def open_init_from(recipe) -> InitSource | None:
     path = recipe.train.init_from
     if path is None:
         return None
+    from longbert.config.finetune import BEST
     from longbert.modeling.folder import backbone_is_saved, open_model_folder
     from longbert.modeling.settings import BACKBONE_DIR, CONFIG_FILE
 
@@ -49,7 +50,7 @@ def open_init_from(recipe) -> InitSource | None:
     if not where.is_dir():
         problem = "is a file" if where.exists() else "does not exist"
         raise LongbertError(f"{FIELD}: {path} {problem}; it must be an earlier run folder or a saved model folder")
-    if not (where / CONFIG_FILE).is_file() and not (where / "best" / CONFIG_FILE).is_file():
+    if not (where / CONFIG_FILE).is_file() and not (where / BEST / CONFIG_FILE).is_file():
         raise LongbertError(f"{FIELD}: {path} is not a longbert run folder or model folder (no {CONFIG_FILE} in it "
                             "or in its best/)")
     try:

@@ -16,13 +16,13 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
+from longbert.config.finetune import BEST  # noqa: F401  (a run folder's names, all here)
 from longbert.errors import LongbertError
 from longbert.training.stopping import StopRequest, stop_on_signals
 from longbert.utils.atomic import writable_folder
 
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
-BEST = "best"
 HEAD_STAGE = "head_stage"  # train.head_first: the run of the pooler and head on the frozen backbone, before the rest
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
