@@ -55,3 +55,8 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'longbert' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy API too, so that dir(longbert) and tab completion find it (PEP 562), without loading it."""
+    return sorted(set(globals()) | set(_LAZY))

@@ -75,3 +75,10 @@ def test_a_deprecation_attributed_to_longbert_fails_the_suite_and_a_third_partys
             warnings.warn_explicit("goes away in v6", category, "longbert/modeling/backbone.py", 1,
                                    module="longbert.modeling.backbone")
     warnings.warn_explicit("goes away in v6", DeprecationWarning, "transformers/x.py", 1, module="transformers.x")
+
+
+def test_dir_lists_the_lazy_api_without_loading_it():
+    code = ("import sys, longbert; names = dir(longbert); "
+            "print(all(n in names for n in longbert.__all__), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["True", "False"], out.stderr
