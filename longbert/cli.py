@@ -19,7 +19,7 @@ PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, b
                   "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
                   "quantize`)")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 120},
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
                        "pretrain a backbone further.")

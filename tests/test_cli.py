@@ -457,3 +457,15 @@ def test_help_reads_as_click_help_flags_without_a_value_and_options_with_a_kind_
     assert "Usage: root train [OPTIONS] [RECIPE]" in output
     predict = CliRunner().invoke(app, ["predict", "--help"], env={"COLUMNS": "120"}).output
     assert "-o, --output PATH" in predict and "--batch-size INTEGER" in predict
+
+
+def test_shell_completion_is_offered_and_completes_command_names():
+    import os
+    import subprocess
+    import sys
+
+    assert "--install-completion" in CliRunner().invoke(app, ["--help"]).output
+    env = {**os.environ, "_LONGBERT_COMPLETE": "complete_bash", "COMP_WORDS": "longbert comp", "COMP_CWORD": "1"}
+    done = subprocess.run([sys.executable, "-c", "from longbert.cli import app; app(prog_name='longbert')"], env=env,
+                          capture_output=True, text=True)
+    assert done.stdout.split() == ["compare"], (done.stdout, done.stderr)
