@@ -2,6 +2,8 @@
 an exported folder (onnxruntime, see exported.py). Concurrent requests are grouped into batches.
 
     GET  /health   -> {"status": "ok", "model", "backend": pytorch | onnx-fp32 | onnx-int8, "labels", "max_batch"}
+    GET  /metrics  -> requests by status, errors, documents, tokens and latency, in Prometheus' text format
+    GET  /docs     -> the OpenAPI page: both request forms and every answer declared, so a request can be tried
     POST /predict  {"text": "..."}            -> one prediction: label (labels when multi-label), probabilities,
                                                  n_tokens
                    {"texts": ["...", ...]}    -> {"predictions": [one per text, in order]}
@@ -22,9 +24,9 @@ fails. Under load the next batch gathers while the current one runs.
 
 # No `from __future__ import annotations`: FastAPI reads the route functions' annotations (Request) at run time.
 import asyncio
-import json
 import logging
 import socket
+import time
 from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from longbert.errors import LongbertError
+from longbert.inference.serve_api import BadRequest, Counters, openapi_schemas, parse_request  # noqa: F401
 
 log = logging.getLogger("longbert.serve")
 SERVER_FAULT = "the server failed on this request; its log says why"
@@ -52,67 +55,10 @@ class Limits:
                 raise LongbertError(f"{option} must be >= 1, got {value}")
 
 
-class BadRequest(Exception):
-    """A request /predict cannot answer: `status` (400, 413 or 422) and a one-line message."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
 class ClientGone(Exception):
     """The client disconnected before its texts ran: their work was dropped."""
 
 
-def parse_request(body: bytes, max_texts: int | None = None) -> tuple[list[str], bool]:
-    """The body of POST /predict -> (texts, whether it was one 'text'), or BadRequest saying what is wrong (413 when
-    it holds more than `max_texts` texts)."""
-    try:
-        payload = json.loads(body.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise BadRequest(400, "the body is not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        where = f"line {error.lineno} column {error.colno}"
-        raise BadRequest(400, f"the body is not valid JSON ({error.msg}, {where})") from None
-    except RecursionError:  # the json module reads nesting by recursion: 100,000 '[' exhaust the stack
-        raise BadRequest(400, "the body's JSON nests too deeply to read") from None
-    expected = 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings)'
-    if not isinstance(payload, dict):
-        raise BadRequest(422, f"{expected}, got {_kind(payload)}")
-    unknown = sorted(set(payload) - {"text", "texts"})
-    if unknown:
-        raise BadRequest(422, f"unknown field {unknown[0]!r}; {expected}")
-    if ("text" in payload) == ("texts" in payload):
-        raise BadRequest(422, f"{expected}, not both" if payload else f"{expected}, got an empty object")
-    if "text" in payload:
-        return [_text(payload["text"], '"text"')], True
-    texts = payload["texts"]
-    if not isinstance(texts, list) or not texts:
-        raise BadRequest(422, f'"texts" must be a non-empty list of strings, got {_kind(texts)}')
-    if max_texts is not None and len(texts) > max_texts:  # before reading each text: the count alone refuses it
-        raise BadRequest(413, f"the request holds {len(texts):,} texts, over the limit of {max_texts:,} per request "
-                              "(longbert serve --max-request-texts)")
-    return [_text(t, f'"texts"[{i}]') for i, t in enumerate(texts)], False
-
-
-def _kind(value) -> str:
-    if isinstance(value, list) and not value:
-        return "an empty list"
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
-def _text(value, where: str) -> str:
-    if not isinstance(value, str):
-        raise BadRequest(422, f"{where} must be a string, got {_kind(value)}")
-    if not value.strip():
-        raise BadRequest(422, f"{where} is empty or whitespace-only")
-    try:  # JSON's \ud800 escapes decode to lone surrogates, which no tokenizer takes
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise BadRequest(422, f"{where} holds {value[error.start]!r} at character {error.start}, half of a "
-                              "surrogate pair, which is not text") from None
-    return value
 
 
 async def read_body(request, limit: int) -> bytes:
@@ -291,7 +237,7 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     """The FastAPI application serving `predictor` (with `predict(texts, batch_size[, precision])`, `tokenize`,
     `settings`, `label_names`: LongDocumentClassifier, ExportedClassifier). Its batcher is `app.state.batcher`."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse
     from starlette.exceptions import HTTPException
 
     check_batching(max_batch, max_wait_ms)
@@ -307,7 +253,8 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
         await batcher.stop()
 
     app = FastAPI(title="longbert", summary=f"classify long documents with {name}", lifespan=lifespan)
-    app.state.batcher = batcher
+    app.state.batcher, app.state.counters = batcher, Counters()
+    schemas = openapi_schemas()
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):
@@ -317,12 +264,24 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     async def server_fault(request: Request, error: Exception):
         return JSONResponse({"error": SERVER_FAULT}, status_code=500)
 
-    @app.get("/health")
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        if request.url.path == "/predict":
+            app.state.counters.request(response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics():
+        return app.state.counters.text()
+
+    @app.get("/health", **schemas["health"])
     async def health():
         return {"status": "ok", "model": name, "backend": backend, "labels": list(predictor.label_names),
                 "max_batch": max_batch}
 
-    @app.post("/predict")
+    @app.post("/predict", **schemas["predict"])
     async def predict(request: Request):
         try:
             texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
@@ -337,9 +296,18 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
         except Exception:
             log.exception("POST /predict failed")
             return JSONResponse({"error": SERVER_FAULT}, status_code=500)
+        app.state.counters.answered(rows)
         return rows[0] if single else {"predictions": rows}
 
+    openapi = app.openapi
+    app.openapi = lambda: _with_definitions(openapi(), schemas["definitions"])
     return app
+
+
+def _with_definitions(document: dict, definitions: dict) -> dict:
+    """The OpenAPI document with the schemas that /predict's answers refer to added to its components."""
+    document.setdefault("components", {}).setdefault("schemas", {}).update(definitions)
+    return document
 
 
 def check_batching(max_batch: int, max_wait_ms: float) -> None:

@@ -168,3 +168,35 @@ def test_user_errors_are_one_line(model_dir, tmp_path, monkeypatch):
     assert_user_error(run(), "longbert serve needs uvicorn, which is not installed: pip install 'longbert[serve]'")
     with pytest.raises(LongbertError, match="--max-batch must be >= 1"):
         build_app(object(), max_batch=0)
+
+
+def test_the_openapi_page_declares_both_request_forms_and_every_answer(model):
+    document = TestClient(build_app(model)).get("/openapi.json").json()
+    predict = document["paths"]["/predict"]["post"]
+    body = predict["requestBody"]["content"]["application/json"]["schema"]["oneOf"]
+    assert [sorted(form["properties"]) for form in body] == [["text"], ["texts"]]
+    assert {"200", "400", "413", "422", "499", "500"} <= set(predict["responses"])
+    answers = predict["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"]
+    assert sorted(answers[0]["properties"]) == ["label", "labels", "n_tokens", "probabilities"]
+    assert answers[1]["properties"]["predictions"]["items"]["$ref"] == "#/components/schemas/Prediction"
+    assert "Prediction" in document["components"]["schemas"]  # every $ref resolves
+    problem = predict["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]
+    assert document["components"]["schemas"][problem]["properties"]["error"]["type"] == "string"
+    health = document["paths"]["/health"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert health["$ref"].endswith("/Health")
+
+
+def test_metrics_count_requests_by_status_documents_tokens_and_time(model):
+    with TestClient(build_app(model, max_batch=4)) as client:
+        rows = client.post("/predict", json={"texts": TEXTS}).json()["predictions"]
+        client.post("/predict", json={"text": TEXTS[0]})
+        client.post("/predict", content=b"{not json")
+        client.get("/health")  # not counted: only /predict is
+        text = client.get("/metrics").text
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if not line.startswith("#")}
+    assert values['longbert_requests_total{status="200"}'] == 2 and values['longbert_requests_total{status="400"}'] == 1
+    assert values["longbert_errors_total"] == 1 and values["longbert_request_seconds_count"] == 3
+    assert values["longbert_documents_total"] == len(TEXTS) + 1
+    assert values["longbert_tokens_total"] == sum(r["n_tokens"] for r in rows) + rows[0]["n_tokens"]
+    assert values["longbert_request_seconds_sum"] > 0
+    assert "# TYPE longbert_requests_total counter" in text

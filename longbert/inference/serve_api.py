@@ -1,0 +1,162 @@
+"""What `longbert serve` says to its clients: how the body of POST /predict is read and checked (`parse_request`,
+`BadRequest`), the request and answer schemas its OpenAPI page declares (so that /docs can send a request and shows
+what comes back), and the counters GET /metrics exposes in Prometheus' text format (requests and errors by status,
+documents, tokens, latency). Standard library only at import; pydantic (with FastAPI, the serve extra) loads when the
+schemas are first asked for."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+
+
+class BadRequest(Exception):
+    """A request /predict cannot answer: `status` (400, 413 or 422) and a one-line message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+
+def parse_request(body: bytes, max_texts: int | None = None) -> tuple[list[str], bool]:
+    """The body of POST /predict -> (texts, whether it was one 'text'), or BadRequest saying what is wrong (413 when
+    it holds more than `max_texts` texts)."""
+    try:
+        payload = json.loads(body.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise BadRequest(400, "the body is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno} column {error.colno}"
+        raise BadRequest(400, f"the body is not valid JSON ({error.msg}, {where})") from None
+    except RecursionError:  # the json module reads nesting by recursion: 100,000 '[' exhaust the stack
+        raise BadRequest(400, "the body's JSON nests too deeply to read") from None
+    expected = 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings)'
+    if not isinstance(payload, dict):
+        raise BadRequest(422, f"{expected}, got {_kind(payload)}")
+    unknown = sorted(set(payload) - {"text", "texts"})
+    if unknown:
+        raise BadRequest(422, f"unknown field {unknown[0]!r}; {expected}")
+    if ("text" in payload) == ("texts" in payload):
+        raise BadRequest(422, f"{expected}, not both" if payload else f"{expected}, got an empty object")
+    if "text" in payload:
+        return [_text(payload["text"], '"text"')], True
+    texts = payload["texts"]
+    if not isinstance(texts, list) or not texts:
+        raise BadRequest(422, f'"texts" must be a non-empty list of strings, got {_kind(texts)}')
+    if max_texts is not None and len(texts) > max_texts:  # before reading each text: the count alone refuses it
+        raise BadRequest(413, f"the request holds {len(texts):,} texts, over the limit of {max_texts:,} per request "
+                              "(longbert serve --max-request-texts)")
+    return [_text(t, f'"texts"[{i}]') for i, t in enumerate(texts)], False
+
+
+def _kind(value) -> str:
+    if isinstance(value, list) and not value:
+        return "an empty list"
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _text(value, where: str) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(422, f"{where} must be a string, got {_kind(value)}")
+    if not value.strip():
+        raise BadRequest(422, f"{where} is empty or whitespace-only")
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which no tokenizer takes
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadRequest(422, f"{where} holds {value[error.start]!r} at character {error.start}, half of a "
+                              "surrogate pair, which is not text") from None
+    return value
+
+
+def openapi_schemas() -> dict:
+    """The keyword arguments of the /predict and /health routes that declare their schemas: the request body (one
+    "text", or a list of "texts"), the answers (one prediction, or "predictions"), and the error answer. The route
+    still reads the body itself (`parse_request`), so that its limits hold before any of it is parsed."""
+    from pydantic import BaseModel, Field
+
+    class OneText(BaseModel):
+        text: str = Field(description="a document of any length", examples=["A long review ..."])
+
+    class ManyTexts(BaseModel):
+        texts: list[str] = Field(description="documents of any length, answered in order", min_length=1)
+
+    class Prediction(BaseModel):
+        label: str | None = Field(None, description="the predicted class (single-label models)")
+        labels: list[str] | None = Field(None, description="the predicted classes (multi-label models)")
+        probabilities: dict[str, float] = Field(description="each class's probability")
+        n_tokens: int = Field(description="the text's length in tokens with [CLS]/[SEP]; over the model's "
+                                          "max_document_tokens + 2, the text was cut")
+
+    class Predictions(BaseModel):
+        predictions: list[Prediction]
+
+    class Problem(BaseModel):
+        error: str = Field(description="one line saying what is wrong")
+
+    class Health(BaseModel):
+        status: str
+        model: str
+        backend: str
+        labels: list[str]
+        max_batch: int
+
+    body = {"oneOf": [OneText.model_json_schema(), ManyTexts.model_json_schema()]}
+    answers = {"oneOf": [Prediction.model_json_schema(ref_template="#/components/schemas/{model}"),
+                         Predictions.model_json_schema(ref_template="#/components/schemas/{model}")]}
+    definitions = {**answers["oneOf"][0].pop("$defs", {}), **answers["oneOf"][1].pop("$defs", {})}
+    problem = {"model": Problem}
+    predict = {
+        "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {"schema": body}}}},
+        "responses": {200: {"description": "one prediction for 'text', or 'predictions' for 'texts'",
+                            "content": {"application/json": {"schema": answers}}},
+                      400: {**problem, "description": "the body is not JSON"},
+                      413: {**problem, "description": "more work than the server's limits allow"},
+                      422: {**problem, "description": "the JSON does not hold what /predict needs"},
+                      499: {**problem, "description": "the client disconnected before its texts ran"},
+                      500: {**problem, "description": "a fault of the server; its log says why"}},
+    }
+    return {"predict": predict, "health": {"response_model": Health}, "definitions": definitions}
+
+
+@dataclass
+class Counters:
+    """What /predict has done since the server started, for GET /metrics: requests by status, documents and tokens
+    answered, and the time requests took. Updated from the server's threads under a lock."""
+
+    statuses: dict[int, int] = field(default_factory=dict)
+    documents: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def request(self, status: int, seconds: float) -> None:
+        with self.lock:
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            self.seconds += seconds
+
+    def answered(self, rows: list[dict]) -> None:
+        with self.lock:
+            self.documents += len(rows)
+            self.tokens += sum(row["n_tokens"] for row in rows)
+
+    def text(self) -> str:
+        """The counters in Prometheus' text exposition format (version 0.0.4)."""
+        with self.lock:
+            requests = sum(self.statuses.values())
+            errors = sum(n for status, n in self.statuses.items() if status >= 400)
+            lines = ["# HELP longbert_requests_total POST /predict requests answered, by HTTP status.",
+                     "# TYPE longbert_requests_total counter"]
+            lines += [f'longbert_requests_total{{status="{status}"}} {n}'
+                      for status, n in sorted(self.statuses.items())]
+            for name, kind, value, about in (
+                    ("longbert_errors_total", "counter", errors, "requests answered with a 4xx or 5xx status."),
+                    ("longbert_documents_total", "counter", self.documents, "documents classified."),
+                    ("longbert_tokens_total", "counter", self.tokens, "tokens of the documents classified."),
+                    ("longbert_request_seconds_sum", "counter", round(self.seconds, 6),
+                     "seconds spent answering POST /predict, from arrival to answer."),
+                    ("longbert_request_seconds_count", "counter", requests, "requests timed.")):
+                lines += [f"# HELP {name} {about}", f"# TYPE {name} {kind}", f"{name} {value}"]
+            return "\n".join(lines) + "\n"
