@@ -113,7 +113,7 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
     strategy = dataclasses.asdict(settings.strategy)
     name = strategy.pop("name")
     title = facts.recipe if facts else f"longbert {name} classifier"
-    lines = [front_matter(settings, name), f"# {title}", "",
+    lines = [front_matter(settings, name, facts), f"# {title}", "",
              f"A long-document classifier made with longbert: a "
              f"{backbone_config.model_type} encoder reads each whole document through the `{name}` strategy, "
              f"and a linear head classifies it. Documents are not cut at 512 tokens (up to "
@@ -135,15 +135,51 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def front_matter(settings: ModelSettings, strategy: str) -> str:
-    """The YAML block the hub reads: library, task, tags, and the base model when it has a hub id."""
-    meta = {"library_name": "longbert", "pipeline_tag": "text-classification",
-            "tags": ["longbert", "long-document-classification", f"strategy:{strategy}",
-                     f"finetune:{settings.finetune}"]}
+def front_matter(settings: ModelSettings, strategy: str, facts: TrainingFacts | None = None) -> str:
+    """The YAML block the hub reads, built as huggingface_hub's ModelCardData: library, task, tags, the base model
+    and its license when they are known, the dataset when it is a hub id, and a model-index of the test results the
+    training run measured."""
+    from huggingface_hub import EvalResult, ModelCardData
+
     base = hub_id_of(settings.backbone)
-    if base:
-        meta["base_model"] = base
-    return f"---\n{yaml.safe_dump(meta, sort_keys=False)}---\n"
+    dataset = facts.data if facts and is_hub_dataset(facts.data) else None
+    results = None
+    if facts is not None and facts.test:
+        shown = [k for k in ("accuracy", "macro_f1", "exact_match", "micro_f1") if isinstance(facts.test.get(k), float)]
+        name = facts.data or "training data"
+        results = [EvalResult(task_type="text-classification", dataset_type=dataset or name, dataset_name=name,
+                              dataset_split="test", metric_type=k, metric_value=round(facts.test[k], 4))
+                   for k in shown] or None
+    data = ModelCardData(library_name="longbert", pipeline_tag="text-classification", base_model=base,
+                         license=backbone_license(settings.backbone), datasets=[dataset] if dataset else None,
+                         tags=["longbert", "long-document-classification", f"strategy:{strategy}",
+                               f"finetune:{settings.finetune}"],
+                         model_name=facts.recipe if results else None, eval_results=results)
+    return f"---\n{data.to_yaml()}\n---\n"
+
+
+def is_hub_dataset(data: str) -> bool:
+    """Whether the card's data description is a hub dataset id ('user/name'), not a local file's or folder's name."""
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", data or ""))
+
+
+def backbone_license(backbone: str) -> str | None:
+    """The license the backbone's own card declares (the packaged MiniLM's: apache-2.0), read from its local folder
+    or the hub cache; None when there is no card to read (nothing is downloaded)."""
+    from huggingface_hub import ModelCard
+
+    from longbert.modeling.backbone import model_folder, resolve_backbone
+
+    if backbone.startswith(SAVED_IN_FOLDER):
+        return None
+    try:
+        folder = model_folder(resolve_backbone(backbone))
+        if folder is None or not (folder / CARD_FILE).is_file():
+            return None
+        license_ = ModelCard.load(folder / CARD_FILE).data.license
+    except (LongbertError, OSError, ValueError, yaml.YAMLError):
+        return None
+    return license_ if isinstance(license_, str) else None
 
 
 def hub_id_of(backbone: str) -> str | None:
@@ -298,5 +334,6 @@ def limits(settings: ModelSettings) -> list[str]:
             "on other kinds of text its predictions have not been measured.",
             f"- Only the first {settings.max_document_tokens:,} tokens of a document are read.",
             "- Accuracy can differ with document length: see the results by length above when the card has them.",
-            "- Loading needs longbert (`pip install longbert`) and `import longbert` before transformers' Auto classes "
-            "or `pipeline`; the model folder holds no code, and none is run (`trust_remote_code` is never needed).", ""]
+            "- Loading needs the longbert package, which is not published on PyPI: install it from a copy of its "
+            "source (`pip install ./longbert`), then `import longbert` before transformers' Auto classes or "
+            "`pipeline`; the model folder holds no code, and none is run (`trust_remote_code` is never needed).", ""]
