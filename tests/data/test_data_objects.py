@@ -257,3 +257,18 @@ def test_compare_with_data_in_memory(tiny_backbone_dir, imdb_slice, tmp_path):
     assert saved.data.path.startswith("in-memory dict of pandas DataFrame by split (train: 60 rows")
     assert (tmp_path / "reports" / "mem" / "report.md").is_file() and "data=..." in results["command"]
     assert longbert.compare(**settings)["strategy_order"] == ["chunk"], "a second call reuses the finished run"
+
+
+def test_the_readme_route_without_shared_data_reads_a_saved_datasetdict(tmp_path, tokenizer):
+    """README, "Without this project's ../shared/data": the quick recipe pointed at a save_to_disk folder takes its
+    splits from it."""
+    from datasets import Dataset, DatasetDict
+
+    from longbert.config import load_recipe
+
+    split = Dataset.from_dict({"text": TEXTS * 10, "label": LABELS * 10})  # 2% of 200 for validation: 4
+    DatasetDict({"train": split, "test": split.select(range(6))}).save_to_disk(str(tmp_path / "imdb_saved"))
+    recipe = load_recipe("imdb_quick", [f"data.path={tmp_path / 'imdb_saved'}"])
+    corpus = load_corpus(recipe.data, tokenizer, seed=recipe.seed)
+    sizes = {role: len(s) for role, s in corpus.splits.items()}
+    assert sizes == {"train": 196, "validation": 4, "test": 6}
