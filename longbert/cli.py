@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import signal
-import sys
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import typer
 
+from longbert.commands import classic_metavars, command_line, run_command
 from longbert.config.limits import check_counts  # standard library and errors only: no torch at start-up
 from longbert.errors import LongbertError
 from longbert.inference.serve import Limits  # standard library only: the serve options' defaults
@@ -23,64 +22,6 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
                   context_settings={"max_content_width": 120},
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
                        "pretrain a backbone further.")
-
-
-def _run(action: Callable[[], object]) -> object:
-    """Run a command body; user errors become one line on stderr and a non-zero exit, without a traceback. A command
-    stopped by Ctrl-C exits 130, one stopped by SIGTERM 143 (128 + the signal, as a shell reports it); Ctrl-C is
-    ignored from then on, so that more presses while the process shuts down (its threads joined) print no traceback
-    and do not change the exit status."""
-    from longbert.training.stopping import TrainingInterrupted
-    from longbert.utils.atomic import Terminated, guarded_stdout
-
-    try:
-        with guarded_stdout():  # a failed write to stdout (a full disk) is one line, as a failed write to a file is
-            return action()
-    except TrainingInterrupted as error:
-        _ignore_ctrl_c()
-        typer.echo(f"stopped: {error}", err=True)
-        raise typer.Exit(128 + error.signum if error.signum == signal.SIGTERM else 130) from None
-    except LongbertError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    except Terminated as error:
-        _ignore_ctrl_c()
-        typer.echo("terminated", err=True)
-        raise typer.Exit(128 + error.signum) from None
-    except KeyboardInterrupt:
-        _ignore_ctrl_c()
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
-    finally:
-        _end_process_group()
-
-
-def _end_process_group() -> None:
-    """Tear down the process group a command under torchrun or `accelerate launch` joined. Left to the interpreter's
-    exit, gloo's threads can abort a process as it ends ("terminate called without an active exception": a torchrun
-    of two predicting processes failed so, once, after both had finished their work)."""
-    import sys
-
-    if "torch" not in sys.modules:  # a command that never imported torch joined no group
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _ignore_ctrl_c() -> None:
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _command_line() -> str:
-    import shlex
-
-    return shlex.join(["longbert", *sys.argv[1:]])
 
 
 def _version(value: bool) -> None:
@@ -120,14 +61,14 @@ def train(
         if recipe is None and not set_:
             raise LongbertError("train needs a recipe file (or a packaged recipe name), or its settings as "
                                 "--set key.path=value, e.g. --set data.path=imdb --set strategy.name=chunk")
-        result = run_training(load_recipe(recipe, set_), resume=resume, command=_command_line())
+        result = run_training(load_recipe(recipe, set_), resume=resume, command=command_line())
         test = result.metrics.get("test")
         summary = f"run folder: {result.run_dir}"
         if test:
             summary += f"\ntest {headline(test)}"
         typer.echo(summary)
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -144,11 +85,11 @@ def pretrain(
     from longbert.training.pretrain import pretrain as run_pretraining
 
     def action():
-        result = run_pretraining(load_pretrain_recipe(recipe, set_), resume=resume, command=_command_line())
+        result = run_pretraining(load_pretrain_recipe(recipe, set_), resume=resume, command=command_line())
         typer.echo(f"run folder: {result.run_dir}\nbackbone: {result.backbone_dir} (use it as backbone.name)\n"
                    f"details in {result.run_dir / 'metrics.md'}")
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -173,7 +114,7 @@ def evaluate(
         kept = "" if name == split else f" (other documents than the run's: its own {split} files are kept)"
         typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{name}.md{kept}")
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -208,7 +149,35 @@ def predict(
         if message:
             typer.echo(message, err=True)
 
-    _run(action)
+    run_command(action)
+
+
+@app.command()
+def embed(
+    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder or a hub model id (user/repo)"),
+    input: str = typer.Argument(..., help="a .txt file (one text per line) or - for stdin lines; a csv, jsonl, "
+                                          "jsonl.gz, json or parquet file; a save_to_disk folder; or a hub dataset id"),
+    output: Path = typer.Option(..., "--output", "-o", help="vectors.npy (numpy: documents x hidden, input order) or "
+                                                            "vectors.jsonl (id, kept columns, embedding)"),
+    batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
+    text_column: str = typer.Option("text", "--text-column", help="the column holding the texts (tables only)"),
+    id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
+                                                                      "in .jsonl (default: the row number, from 0)"),
+    keep: List[str] = typer.Option([], "--keep", help="copy this input column into every .jsonl row (repeatable)"),
+    precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
+    split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several"),
+):
+    """Write each text's document vector (what the model's head reads), for search, clustering or a classifier of
+    your own; documents of any length, read as predict reads them."""
+    from longbert.inference.embed import embed_file
+
+    def action():
+        check_counts({"--batch-size": batch_size})
+        done = embed_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision, split)
+        if done.written:
+            typer.echo(f"{done.documents:,} document vectors of {done.size} numbers written to {output}", err=True)
+
+    run_command(action)
 
 
 @app.command()
@@ -240,7 +209,7 @@ def export(
         typer.echo(f"exported to {result.folder}")
         typer.echo(f"parity: {parity_line(result.parity)}")
 
-    _run(action)
+    run_command(action)
 
 
 _LIMITS = Limits()
@@ -277,7 +246,7 @@ def serve(
                    max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
                    max_request_tokens=max_request_tokens, precision=precision)
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -302,7 +271,7 @@ def quantize(
                    f"{100 * m['accuracy_int8']:.1f}%; {m['seconds_fp32']:.1f} s -> {m['seconds_int8']:.1f} s; "
                    f"recorded in {run_dir}/best (training.json, README.md)")
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -324,7 +293,7 @@ def hybrid(
                    f"TF-IDF {100 * v['lexical_accuracy']:.1f}%, hybrid {100 * v['hybrid_accuracy']:.1f}%)"
                    + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if "test" in s else ""))
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -342,7 +311,7 @@ def strategies():
                 default = f.default if f.default is not factory else factory()  # type: ignore[misc]
                 typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
 
-    _run(action)
+    run_command(action)
 
 
 @app.command()
@@ -372,38 +341,13 @@ def compare(
     def action():
         check_counts({"--seeds": seeds})
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
-                              command=_command_line(), seeds=seeds)
+                              command=command_line(), seeds=seeds)
         print_summary(results)
 
-    _run(action)
+    run_command(action)
 
 
-# Help as click shows it (rich_markup_mode=None: flags take no value, no markup is read from help texts), with the
-# metavars click CLIs use: arguments by their name in capitals, options by the kind of value (typer would print the
-# Python annotation: <path>, <list[str]>). One pass over every command, so a new option gets it too.
-_METAVARS = {Path: "PATH", str: "TEXT", int: "INTEGER", float: "NUMBER"}
-
-
-def _classic_metavars(typer_app: typer.Typer) -> None:
-    import inspect
-    import typing
-
-    from typer.models import ArgumentInfo, OptionInfo
-
-    for command in typer_app.registered_commands:
-        hints = typing.get_type_hints(command.callback)
-        for name, parameter in inspect.signature(command.callback).parameters.items():
-            info, kind = parameter.default, hints.get(name)
-            kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)  # Optional[X], List[X]
-            if getattr(info, "metavar", "set") is not None or kind is bool:
-                continue
-            if isinstance(info, ArgumentInfo):
-                info.metavar = name.upper()
-            elif isinstance(info, OptionInfo):
-                info.metavar = _METAVARS.get(kind, "VALUE")
-
-
-_classic_metavars(app)
+classic_metavars(app)  # after every command is declared
 
 if __name__ == "__main__":  # `python -m longbert.cli` and `accelerate launch -m longbert.cli`
     app()

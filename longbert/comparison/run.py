@@ -52,7 +52,8 @@ from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed
 from longbert.comparison.results import LONG_TOKENS
 from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.errors import LongbertError
-from longbert.utils.atomic import folder_to_write, replaceable_folder
+from longbert.utils.atomic import replaceable_folder
+from longbert.utils.destinations import folder_to_write
 
 DEFAULT_RECIPE = "compare/imdb.yaml"
 DEFAULT_RUNS_DIR = Path("runs") / "compare"

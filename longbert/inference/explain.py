@@ -76,7 +76,7 @@ def page_path(target: str | Path) -> Path:
     """--explain's argument -> the HTML file to write: a path ending in .html is that file; anything else is a folder
     (made when missing, in a folder that exists) that gets explain.html. Checked, down to writing a probe file there,
     before any work is done."""
-    from longbert.utils.atomic import writable_destination
+    from longbert.utils.destinations import writable_destination
 
     target = Path(target)
     if target.suffix.lower() == ".html":

@@ -109,7 +109,8 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
     `parity_texts`, or else on `parity_documents` test texts of the run's own data when the run folder names data
     that can be read (none: parity.json says why). Returns the folder and what parity.json holds."""
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.atomic import atomic_folder, named_folder, writable_folder
+    from longbert.utils.atomic import atomic_folder, named_folder
+    from longbert.utils.destinations import writable_folder
     from longbert.utils.extras import require
 
     check_choices(format, quantize)

@@ -23,7 +23,7 @@ import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 from longbert.data.documents import count_cut
 from longbert.data.files import is_data_file, load_table, text_lines
@@ -132,7 +132,7 @@ def _check_texts(documents, column: str, where: str) -> None:
 def check_output(output: Path | None) -> None:
     """Refuse an output path that cannot be written (down to writing a probe file beside it), before any work is
     done."""
-    from longbert.utils.atomic import writable_destination
+    from longbert.utils.destinations import writable_destination
 
     if output is None:
         return
@@ -207,11 +207,14 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
 
 
 def rows_in_input_order(model, documents, process, batch_size: int, precision: str, text_column: str = "text",
-                        id_column: str | None = None, keep: tuple[str, ...] = ()) -> Iterator[dict]:
+                        id_column: str | None = None, keep: tuple[str, ...] = (),
+                        read: Callable | None = None) -> Iterator[dict]:
     """The output rows (see `predict_file`) of every document, in input order, on every process. Blocks of
     `BATCHES_PER_BLOCK` batches per process are split between the processes (`process`: accelerate's PartialState);
     each process predicts its contiguous share, longest documents first, and the shares are gathered. A row comes out
-    as soon as every row before it has."""
+    as soon as every row before it has. `read(texts, batch_size, precision)` gives (index, fields) pairs out of order
+    (default: `model.predictions_as_done`; `longbert embed` reads embeddings)."""
+    read = read or model.predictions_as_done
     from accelerate.utils import gather_object
 
     per_block = batch_size * BATCHES_PER_BLOCK * process.num_processes
@@ -224,7 +227,7 @@ def rows_in_input_order(model, documents, process, batch_size: int, precision: s
         with process.split_between_processes(block) as share:
             mine = list(share)
         texts = texts_of[mine[0] : mine[-1] + 1][text_column] if mine else []
-        done = ((mine[i], row) for i, row in model.predictions_as_done(texts, batch_size, precision))
+        done = ((mine[i], row) for i, row in read(texts, batch_size, precision))
         if process.num_processes > 1:
             done = gather_object(list(done))  # every process's (index, row) pairs, to every process
         columns = carried[block[0] : block[-1] + 1]

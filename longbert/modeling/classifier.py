@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -196,6 +196,27 @@ class LongDocumentClassifier(nn.Module):
         """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
         All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
         biggest batch comes first; hence rows arrive out of order."""
+        probabilities = lambda model, documents: model.probabilities(model(documents).logits)  # (B, C)
+        for index, p, length in self._read_as_done(texts, batch_size, precision, probabilities):
+            yield index, prediction_row(self.settings, p, length)
+
+    def embed(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> torch.Tensor:
+        """(N, H) float32: each text's document vector (the strategy's pooling of its units; the logits are
+        head(vector)), for search, clustering or a classifier of one's own; any length, read as `predict` reads."""
+        vectors: list = [None] * len(texts)
+        for index, vector in self.embeddings_as_done(texts, batch_size, precision):
+            vectors[index] = vector
+        return torch.tensor(vectors, dtype=torch.float32).reshape(len(texts), self.head.in_features)
+
+    def embeddings_as_done(self, texts: list[str], batch_size: int = 16,
+                           precision: str = "auto") -> Iterator[tuple[int, list[float]]]:
+        """(index into `texts`, its document vector) for every text, out of order as `predictions_as_done`."""
+        pooled = lambda model, documents: model.strategy.pool(model.encode(documents)).vector.float()  # (B, H)
+        yield from ((index, vector) for index, vector, _ in self._read_as_done(texts, batch_size, precision, pooled))
+
+    def _read_as_done(self, texts: list[str], batch_size: int, precision: str,
+                      compute: Callable) -> Iterator[tuple[int, list, int]]:
+        """(index, compute(model, its batch)[row] as a list, full length): predictions' and embeddings' loop."""
         check_texts(texts, batch_size)
         autocast = autocast_for(self, precision)
         model = self.for_precision(precision)
@@ -205,9 +226,9 @@ class LongDocumentClassifier(nn.Module):
         try:
             for batch in longest_first(documents, batch_size):
                 with torch.no_grad(), autocast:
-                    probabilities = model.probabilities(model([documents[i] for i in batch]).logits)  # (B, C)
-                for index, p in zip(batch, probabilities.tolist()):
-                    yield index, prediction_row(self.settings, p, lengths[index])
+                    values = compute(model, [documents[i] for i in batch])  # (B, ...)
+                for index, value in zip(batch, values.tolist()):
+                    yield index, value, lengths[index]
         finally:
             self.train(was_training)
 

@@ -19,7 +19,7 @@ from typing import Iterator
 from longbert.config.finetune import BEST  # noqa: F401  (a run folder's names, all here)
 from longbert.errors import LongbertError
 from longbert.training.stopping import StopRequest, stop_on_signals
-from longbert.utils.atomic import writable_folder
+from longbert.utils.destinations import writable_folder
 
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"

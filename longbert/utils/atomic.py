@@ -28,7 +28,7 @@ import tempfile
 import threading
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import BinaryIO, Iterator, TextIO
 
 from longbert.errors import LongbertError
 
@@ -85,68 +85,6 @@ def live_writer(target: Path) -> int | None:
         if pid and int(pid) != os.getpid() and _alive(int(pid)):
             return int(pid)
     return None
-
-
-def writable_destination(path: str | Path, what: str = "output", make_folder: bool = False) -> Path:
-    """`path` where a file can be written, checked before any work is done: its symlink followed, and a probe file
-    written in its folder. A missing folder is refused, whether named directly or through a symlink (a dangling one
-    included), unless `make_folder`: then it is created (its own parent must exist). Raises one LongbertError line
-    naming the path otherwise."""
-    named = Path(path).expanduser()
-    path = Path(os.path.realpath(named)) if named.is_symlink() else named
-    if not path.parent.is_dir() and not (make_folder and path.parent.parent.is_dir()):
-        through = f" (it links to {path})" if path != named else ""
-        raise LongbertError(f"{what} {named}: the folder {path.parent} does not exist{through}")
-    if path.exists() and path.is_dir():
-        raise LongbertError(f"{what} {path} is a folder, not a file")
-    writer = live_writer(path)
-    if writer is not None:  # two writers of one file: the later rename would silently replace the other's rows
-        raise LongbertError(f"{what} {named} is being written by another process (pid {writer}); wait for it to "
-                            "finish or name another file")
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        if not os.access(path, os.W_OK):
-            raise LongbertError(f"{what} {path} is not writable")
-        return path
-    try:
-        path.parent.mkdir(exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as error:
-        raise LongbertError(f"cannot write {what} {path}: {error.strerror or error}") from None
-    return path
-
-
-def writable_folder(path: str | Path, what: str = "output folder") -> Path:
-    """A folder that can be created (or already exists) and written into, checked before any work is done."""
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise LongbertError(f"{what} {path} exists and is not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as error:
-        raise LongbertError(f"cannot write into {what} {path}: {error.strerror or error}") from None
-    return path
-
-
-def folder_to_write(path: str | Path, what: str = "output folder") -> Path:
-    """A folder that exists and can be written into (a probe file is written there and removed), or one that can be
-    made: its nearest existing ancestor is a folder this process may write. Checked before any work, creating
-    nothing, so that a command refused for one folder has not made another. One LongbertError line otherwise."""
-    path = Path(path).expanduser()
-    if path.exists() or path.is_symlink():
-        return writable_folder(path, what)
-    existing = path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise LongbertError(f"cannot write into {what} {path}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise LongbertError(f"cannot write into {what} {path}: {existing} is not writable")
-    return path
 
 
 def disk_error(error: OSError, path: Path | str) -> LongbertError:
@@ -282,6 +220,14 @@ def atomic_stream(path: str | Path) -> Iterator[TextIO]:
     which is renamed to `path` when the block finishes and removed when it fails or the process is asked to stop
     (Ctrl-C, SIGTERM), so `path` never holds a half-written file."""
     with terminate_as_interrupt(), _atomic_handle(path, "w") as stream:
+        yield stream
+
+
+@contextmanager
+def atomic_binary_stream(path: str | Path) -> Iterator[BinaryIO]:
+    """`atomic_stream` for bytes: written progressively into a temporary sibling, renamed to `path` when the block
+    finishes, removed when it fails or the process is asked to stop."""
+    with terminate_as_interrupt(), _atomic_handle(path, "wb") as stream:
         yield stream
 
 

@@ -42,7 +42,7 @@ def test_a_second_ctrl_c_interrupts_and_later_ones_are_ignored_until_the_block_e
 def test_a_training_stopped_by_sigterm_exits_143_and_by_ctrl_c_130(signum, status, capsys):
     import typer
 
-    from longbert.cli import _run
+    from longbert.commands import run_command as _run
     from longbert.training.stopping import interrupted
 
     stop = threading.Event()
