@@ -184,7 +184,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     if tracker is not None:
         accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
     try:
-        state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, class_weights)
+        state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, class_weights,
+                                  started_trained=started_from is not None)
     finally:
         if tracker is not None:
             accelerator.end_training()
@@ -263,10 +264,11 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
 
 
 def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
-         class_weights: torch.Tensor | None = None):
+         class_weights: torch.Tensor | None = None, started_trained: bool = False):
     """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). `class_weights`:
-    (C,) loss weights or None. Returns the loop state, the prepared model and the kept weights (from
-    `trainable_weights`)."""
+    (C,) loss weights or None. `started_trained`: the model starts from trained weights (train.init_from, or the head
+    stage of train.head_first), which are then validated at step 0 and kept unless training beats them. Returns the
+    loop state, the prepared model and the kept weights (from `trainable_weights`)."""
     from transformers import get_linear_schedule_with_warmup
 
     cfg = recipe.train
@@ -332,6 +334,8 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
             save_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, state, fingerprint, best,
                             accelerator.num_processes)
 
+    if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
+        evaluate_and_keep()
     model.train()
     started = time.perf_counter() - state.train_seconds
     while state.epoch < epochs and state.stopped_early_at_step is None:

@@ -37,10 +37,41 @@ def test_the_whole_model_starts_from_the_head_stage_which_a_resumed_run_keeps(ti
     assert metrics["head_stage"]["steps"] == 12 and metrics["init_from"]["path"] == str(head_stage)
     assert metrics["train_seconds"] > metrics["head_stage"]["train_seconds"] > 0
     assert metrics["steps"] == 6 and "test" in metrics
-    # The main stage started from the head stage's weights and trained them on: its kept head differs from theirs.
+    # The main stage started from the head stage's weights, validated them at step 0 as a candidate, and trained them
+    # on: its kept head is the head stage's when nothing later beat step 0 on validation, and differs otherwise.
+    assert metrics["validation_history"][0]["step"] == 0
     head = load_file(head_stage / "best" / "head.safetensors")
     final = load_file(Path(recipe.output_dir) / "best" / "head.safetensors")
-    assert set(head) == set(final) and any(not torch.equal(head[k], final[k]) for k in head)
+    same = all(torch.equal(head[k], final[k]) for k in head)
+    assert set(head) == set(final) and same == (metrics["best_step"] == 0)
+
+
+def test_a_start_that_fine_tuning_does_not_beat_is_kept(tiny_recipe, monkeypatch):
+    """Model selection counts the start: a run from train.init_from (as the main stage of head_first is) validates
+    its starting weights at step 0, and when no later validation beats them, the kept model is the one it started
+    from."""
+    import longbert.training.finetune as finetune
+
+    one_epoch = tiny_recipe + ["train.epochs=1", "strategy.pooling=attention", "train.eval_every_steps=3"]
+    first = longbert.train(longbert.load_recipe(None, one_epoch))  # an earlier run to start from
+    real, calls = finetune.evaluate_split, []
+
+    def worse_after_the_start(*args, **kwargs):
+        metrics, raw = real(*args, **kwargs)
+        calls.append(kwargs.get("description"))
+        if kwargs.get("description") == "validation" and len(calls) > 1:  # every validation after step 0's
+            metrics = {**metrics, "accuracy": -1.0, "macro_f1": -1.0}
+        return metrics, raw
+
+    monkeypatch.setattr(finetune, "evaluate_split", worse_after_the_start)
+    again = longbert.load_recipe(None, one_epoch + [f"train.init_from={first.run_dir}",
+                                                    f"output_dir={first.run_dir}-again"])
+    metrics = longbert.train(again).metrics
+    assert calls[0] == "validation" and metrics["validation_history"][0]["step"] == 0
+    assert metrics["best_step"] == 0 and len(metrics["validation_history"]) > 1
+    kept = load_file(Path(again.output_dir) / "best" / "head.safetensors")
+    start = load_file(first.run_dir / "best" / "head.safetensors")
+    assert all(torch.equal(kept[k], start[k]) for k in start)
 
 
 def test_recurrences_distance_bias_waits_for_the_main_stage(tiny_recipe):
