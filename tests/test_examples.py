@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -95,3 +97,14 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     missing = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(tmp_path / "nope.yaml")],
                              capture_output=True, text=True)
     assert missing.returncode == 1 and "nope.yaml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_embed_and_classify_fits_a_classifier_on_real_minilm_vectors(tmp_path):
+    """The real backbone on real reviews (slow: MiniLM reads 40 long IMDb reviews): the vectors carry the sentiment
+    well above chance, with C chosen on held-out training vectors."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "embed_and_classify.py"), "--train", "20", "--test", "20",
+                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["vector_size"] == 384 and result["test"] == 20 and 0.5 < result["test_accuracy"] <= 1.0
