@@ -39,10 +39,13 @@ def _accuracy_by_length(plt, results: dict, colours: dict) -> bytes:
     """Each row's accuracy, overall first and then per length bucket, as a point with its 95% Wilson interval; the
     baseline in grey squares. Buckets without test documents are left out, and the axis spans the intervals (not
     0 to 1), so a few points' difference is visible; the bars of the interval say which differences may be noise."""
+    from matplotlib.ticker import PercentFormatter
+
     shown, colours = _accuracy_rows(results, colours)
     first = results["strategies"][results["strategy_order"][0]]
     groups = [("all", first["documents"])] + [(b, first["by_length"].get(b, {}).get("documents", 0)) for b in BUCKETS]
-    groups = [(g, n) for g, n in groups if n]
+    # Buckets without test documents, or holding all of them (the "all" group again), are left out.
+    groups = groups[:1] + [(g, n) for g, n in groups[1:] if n and n != groups[0][1]]
     fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(groups) + 2), 4))
     width = 0.8 / len(shown)
     ends = []
@@ -63,7 +66,7 @@ def _accuracy_by_length(plt, results: dict, colours: dict) -> bytes:
         low, high = min(ends), max(ends)
         margin = max(0.02, (high - low) * 0.1)
         ax.set_ylim(max(0.0, low - margin), min(1.0, high + margin))
-    ax.yaxis.set_major_formatter(lambda value, _: f"{value:.0%}")
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))  # 62.5%, not a rounded 62%
     ax.set_ylabel("accuracy (95% interval)")
     ax.set_xlabel("document length (tokens)")
     ax.legend(fontsize="small", ncol=min(len(shown), 3), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)

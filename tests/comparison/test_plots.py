@@ -87,3 +87,11 @@ def test_a_long_only_test_is_kept_where_short_documents_make_it_differ():
     # 366 of its 628 test articles are over 512 tokens
     paired = next(b for b in build_blocks(results) if b[0] == "table" and b[1][0] == "strategies")[2]
     assert {row[1] for row in paired} == {"all", ">512 tokens"}
+
+
+def test_a_bucket_holding_every_test_document_is_not_drawn_twice(figures):
+    results = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
+    plots.make_plots(results)  # every one of its 2,000 test documents is over 1,024 tokens
+    ax = figures[0].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["all\n(n=2000)"]
+    assert "%" in ax.yaxis.get_major_formatter()(0.625, 0) and "62.5" in ax.yaxis.get_major_formatter()(0.625, 0)
