@@ -33,13 +33,7 @@ def writable_destination(path: str | Path, what: str = "output", make_folder: bo
         if not os.access(path, os.W_OK):
             raise LongbertError(f"{what} {path} is not writable")
         return path
-    try:
-        path.parent.mkdir(exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as error:
-        raise LongbertError(f"cannot write {what} {path}: {error.strerror or error}") from None
+    _probe(path.parent, f".{path.name}.tmp-{os.getpid()}-", f"cannot write {what} {path}", make=False)
     return path
 
 
@@ -48,14 +42,21 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
         raise LongbertError(f"{what} {path} exists and is not a folder")
+    _probe(path, ".probe-", f"cannot write into {what} {path}", make=True)
+    return path
+
+
+def _probe(folder: Path, prefix: str, failure: str, make: bool) -> None:
+    """Make `folder` (with its parents when `make`, else itself only) and write and remove a probe file in it; an
+    OSError is `failure`: why, in one LongbertError line. mkstemp makes the probe's name unique, so that it meets no
+    other writer's file."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
+        folder.mkdir(parents=make, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=prefix, dir=folder)
         os.close(handle)
         os.unlink(probe)
     except OSError as error:
-        raise LongbertError(f"cannot write into {what} {path}: {error.strerror or error}") from None
-    return path
+        raise LongbertError(f"{failure}: {error.strerror or error}") from None
 
 
 def folder_to_write(path: str | Path, what: str = "output folder") -> Path:
