@@ -24,10 +24,9 @@ from longbert.utils.atomic import (
     guarded_stdout,
     recover,
     replaceable_folder,
-    writable_destination,
-    writable_folder,
     write_text_atomically,
 )
+from longbert.utils.destinations import writable_destination, writable_folder
 
 
 def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
@@ -83,8 +82,11 @@ def test_unwritable_places_are_refused_before_any_work(tmp_path):
         writable_folder(tmp_path / "file")
     with pytest.raises(LongbertError, match="cannot write"):
         writable_folder(tmp_path / "file" / "below")
-    assert writable_destination(tmp_path / "new" / "out.jsonl") == tmp_path / "new" / "out.jsonl"
-    assert list((tmp_path / "new").iterdir()) == []  # the probe is gone
+    with pytest.raises(LongbertError, match="the folder .*new does not exist"):  # a missing folder is not made
+        writable_destination(tmp_path / "new" / "out.jsonl")
+    assert not (tmp_path / "new").exists()
+    made = writable_destination(tmp_path / "new" / "out.jsonl", make_folder=True)  # --explain's folder: made
+    assert made == tmp_path / "new" / "out.jsonl" and list((tmp_path / "new").iterdir()) == []  # the probe is gone
 
 
 def test_sigterm_while_streaming_leaves_neither_output_nor_temporary_file(tmp_path):
