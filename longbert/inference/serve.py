@@ -264,14 +264,6 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     async def server_fault(request: Request, error: Exception):
         return JSONResponse({"error": SERVER_FAULT}, status_code=500)
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        if request.url.path == "/predict":
-            app.state.counters.request(response.status_code, time.perf_counter() - started)
-        return response
-
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
         return app.state.counters.text()
@@ -283,6 +275,15 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
 
     @app.post("/predict", **schemas["predict"])
     async def predict(request: Request):
+        # Counted here, not in a middleware: starlette's BaseHTTPMiddleware hides a client's disconnect from
+        # request.is_disconnected, which the batcher asks to drop the work of clients that went away.
+        started = time.perf_counter()
+        answer = await answer_predict(request)
+        status = answer.status_code if isinstance(answer, JSONResponse) else 200
+        app.state.counters.request(status, time.perf_counter() - started)
+        return answer
+
+    async def answer_predict(request: Request):
         try:
             texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
             await asyncio.to_thread(check_tokens, predictor, texts, limits.tokens)
