@@ -49,6 +49,12 @@ def test_train_predict_evaluate(tiny_recipe, tmp_path):
     # The run's own picture: its curves as a PNG, linked from metrics.md.
     assert (run_dir / "training-curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](training-curves.png)" in (run_dir / "metrics.md").read_text()
+    from fnmatch import fnmatch
+
+    from longbert.training.runs import RUN_ENTRIES
+
+    unknown = [p.name for p in run_dir.iterdir() if not any(fnmatch(p.name, e) for e in RUN_ENTRIES)]
+    assert unknown == [], "a run's own files must be known to it, or running it again is refused as foreign"
 
     texts = tmp_path / "texts.jsonl"
     texts.write_text(json.dumps({"text": "A fine film."}) + "\n\n" + json.dumps({"text": "Awful. " * 200}) + "\n")

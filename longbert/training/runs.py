@@ -18,6 +18,7 @@ from typing import Iterator
 
 from longbert.config.finetune import BEST  # noqa: F401  (a run folder's names, all here)
 from longbert.errors import LongbertError
+from longbert.training.curves import CURVES_FILE
 from longbert.training.stopping import StopRequest, stop_on_signals
 from longbert.utils.destinations import writable_folder
 
@@ -26,6 +27,7 @@ CHECKPOINT = "checkpoint"
 HEAD_STAGE = "head_stage"  # train.head_first: the run of the pooler and head on the frozen backbone, before the rest
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
+               CURVES_FILE,
                "logs",  # logs/: what a tracker (train.report_to) writes
                "backbone",  # the encoder a pretraining run (longbert.training.pretrain) writes
                HEAD_STAGE)
