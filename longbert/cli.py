@@ -18,6 +18,10 @@ PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, b
                   "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
                   "quantize`)")
 
+# What predict and embed read (longbert.inference.predict.read_documents).
+INPUT_HELP = ("a .txt file (one text per line) or - for stdin lines; a csv, jsonl, jsonl.gz, json or parquet file; a "
+              "save_to_disk folder; or a hub dataset id")
+
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 120},
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
@@ -121,8 +125,7 @@ def evaluate(
 def predict(
     model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, a hub model id (user/repo), or an "
                                                "exported folder (onnxruntime)"),
-    input: str = typer.Argument("-", help="a .txt file (one text per line) or - for stdin lines; a csv, jsonl, "
-                                          "jsonl.gz, json or parquet file; a save_to_disk folder; or a hub dataset id"),
+    input: str = typer.Argument("-", help=INPUT_HELP),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
     batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
     text_column: str = typer.Option("text", "--text-column", help="the column holding the texts (tables only)"),
@@ -155,8 +158,7 @@ def predict(
 @app.command()
 def embed(
     model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder or a hub model id (user/repo)"),
-    input: str = typer.Argument(..., help="a .txt file (one text per line) or - for stdin lines; a csv, jsonl, "
-                                          "jsonl.gz, json or parquet file; a save_to_disk folder; or a hub dataset id"),
+    input: str = typer.Argument(..., help=INPUT_HELP),
     output: Path = typer.Option(..., "--output", "-o", help="vectors.npy (numpy: documents x hidden, input order) or "
                                                             "vectors.jsonl (id, kept columns, embedding)"),
     batch_size: int = typer.Option(16, min=1, help="documents per inference step"),

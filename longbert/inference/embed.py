@@ -29,14 +29,12 @@ class Embedding:
 
 
 def check_output(output: Path) -> None:
-    """Refuse an output that is not .npy or .jsonl, or that cannot be written, before any work is done."""
-    from longbert.utils.destinations import writable_destination
+    """Refuse an output that is not .npy or .jsonl, or that cannot be written (predict's check), before any work."""
+    from longbert.inference.predict import check_output as check_writable
 
     if output.suffix.lower() not in FORMATS:
         raise LongbertError(f"--output {output}: name a .npy file (numpy) or a .jsonl file (one vector a line)")
-    if output.is_dir():
-        raise LongbertError(f"--output {output} is a folder; name a file in it")
-    writable_destination(output, "--output")
+    check_writable(output)
 
 
 def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int = 16, text_column: str = "text",
