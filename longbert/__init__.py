@@ -38,6 +38,7 @@ _LAZY = {
     "LongbertError": ("longbert.errors", "LongbertError"),
     "pretrain": ("longbert.training.pretrain", "pretrain"),
     "make_hybrid": ("longbert.training.hybrid", "make_hybrid"),
+    "make_ensemble": ("longbert.comparison.ensemble_folder", "make_ensemble"),
     "load_pretrain_recipe": ("longbert.config", "load_pretrain_recipe"),
     "PretrainRecipe": ("longbert.config", "PretrainRecipe"),
     "PretrainResult": ("longbert.training.pretrain", "PretrainResult"),

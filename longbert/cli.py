@@ -277,6 +277,29 @@ def quantize(
 
 
 @app.command()
+def ensemble(
+    run_dirs: List[Path] = typer.Argument(..., help="two or more run folders trained on the same data (single-label)"),
+    output: Path = typer.Option(..., "--output", help="where the ensemble goes (a new folder, or an older ensemble, "
+                                "which is replaced)"),
+    use_all: bool = typer.Option(False, "--all", help="every run given, nothing chosen (default: the group of two or "
+                                 "more that scores best on validation)"),
+):
+    """Make one model folder of several runs whose probabilities are averaged: the members chosen on their kept
+    validation predictions as compare chooses its ensemble row; predict, evaluate, serve and explain load it."""
+    from longbert.comparison.ensemble_folder import make_ensemble
+
+    def action():
+        s = make_ensemble(run_dirs, output, use_all)
+        v = s["validation"]
+        scores = "" if v is None else (f"; validation {s['metric']}: " + ", ".join(
+            f"{name} {100 * value:.1f}%" for name, value in v.items()))
+        typer.echo(f"ensemble of {' + '.join(s['members'])} written to {output} (chosen by {s['chosen_by']}{scores})"
+                   + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if s["test"] else ""))
+
+    run_command(action)
+
+
+@app.command()
 def hybrid(
     run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train` (single-label)"),
     output: Optional[Path] = typer.Option(None, "--output", help="where the hybrid goes (default: RUN/hybrid; an "

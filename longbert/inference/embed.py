@@ -47,6 +47,7 @@ def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int
     from longbert.inference.exported import is_export_folder
     from longbert.inference.predict import read_documents, rows_in_input_order
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.ensemble import refuse_ensemble
     from longbert.utils.atomic import atomic_binary_stream, atomic_stream
     from longbert.utils.hardware import check_precision, process_state
     from longbert.utils.progress import progress
@@ -62,6 +63,7 @@ def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int
     process = process_state()
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
     model = LongDocumentClassifier.from_pretrained(model_dir).to(process.device)
+    refuse_ensemble(model, str(model_dir), "it has one document vector per member, not one: embed a member's run")
     size = model.head.in_features
     read = lambda texts, b, p: ((i, {"embedding": v}) for i, v in model.embeddings_as_done(texts, b, p))
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep),

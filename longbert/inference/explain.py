@@ -38,6 +38,8 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
     autocast = autocast_for(model, precision)
     model = model.for_precision(precision)  # the weights as the prediction used them (int8: the quantized copy)
     device = next(model.parameters()).device
+    if model.ensemble is not None:  # the member surest of the predicted label, and where it looked
+        return surest_member_details(model, ids, row, precision, autocast, device)
     with torch.no_grad(), autocast:
         units = model.encode([torch.tensor(ids, dtype=torch.long, device=device)])  # (1, N, H)
         pooled = model.strategy.pool(units)
@@ -54,6 +56,29 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
         {"tokens": [list(s) for s in unit], "weight": None if weights is None else round(weights[u], 6)}
         for u, unit in enumerate(spans)]
     return {"units": listed, "decisive": decisive}
+
+
+def surest_member_details(model, ids: list[int], row: dict, precision: str, autocast, device) -> dict:
+    """An ensemble's `units` and `decisive` fields: those of the member that gave the predicted label the highest
+    probability (named in `member`), since each member reads the document in units of its own. `model` runs at
+    `precision` already (an int8 copy's members are quantized: they are read as they are, not quantized again)."""
+    from longbert.modeling.ensemble import member_probabilities
+
+    label = model.label_names.index(row["label"])
+    with torch.no_grad(), autocast:
+        probabilities = member_probabilities(model, [torch.tensor(ids, dtype=torch.long, device=device)])
+    surest = max(range(len(probabilities)), key=lambda m: float(probabilities[m][0, label]))
+    held = model.ensemble
+    member_precision = "fp32" if precision == "int8" else precision
+    if surest == 0:  # the holding model, read without the others
+        model.ensemble = None
+        try:
+            details = unit_details(model, ids, row, member_precision)
+        finally:
+            model.ensemble = held
+    else:
+        details = unit_details(held.others[surest - 1], ids, row, member_precision)
+    return {**details, "member": held.facts.members[surest]}
 
 
 def document_ids(model, text: str) -> list[int]:

@@ -109,6 +109,7 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
     `parity_texts`, or else on `parity_documents` test texts of the run's own data when the run folder names data
     that can be read (none: parity.json says why). Returns the folder and what parity.json holds."""
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.ensemble import refuse_ensemble
     from longbert.utils.atomic import atomic_folder, named_folder
     from longbert.utils.destinations import writable_folder
     from longbert.utils.extras import require
@@ -127,6 +128,8 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
         raise LongbertError(f"--parity-documents must be >= 0, got {parity_documents}")
     require("export", "longbert export")
     model = LongDocumentClassifier.from_pretrained(model_dir)
+    refuse_ensemble(model, str(model_dir), "ONNX export carries one model: export a member's run, or serve the "
+                    "ensemble with `longbert serve`")
     check_exportable(model.strategy, model.settings.strategy.name)
     if model.lexical is not None:
         raise LongbertError(f"{model_dir} is a hybrid model: its TF-IDF half is not exported to ONNX; export the "

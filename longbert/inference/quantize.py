@@ -6,7 +6,7 @@ a second when the model loads. What is stored is the measurement: the kept model
 split in fp32 and in int8, and how often the two predict the same labels, both accuracies and the speed of each pass
 go into the model folder's training.json and its model card.
 
-It also chooses the model's recheck gap (`longbert.modeling.classifier.recheck_close_calls`): the smallest of
+It also chooses the model's recheck gap (`longbert.modeling.int8.recheck_close_calls`): the smallest of
 RECHECK_GAPS at which re-reading int8's close calls in fp32 makes the labels agree with fp32's on at least
 `agreement` of the validation documents. That is computed from the two passes (a document re-read in fp32 gets
 fp32's label), then int8 runs once more with the chosen gap for its speed.
@@ -35,7 +35,8 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
     from longbert.evaluation.inference import predict_dataset
     from longbert.evaluation.metrics import multi_label_predictions
     from longbert.modeling.card import TrainingFacts, refresh_card
-    from longbert.modeling.classifier import RECHECK_GAPS, LongDocumentClassifier, close_calls
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.int8 import RECHECK_GAPS, close_calls
     from longbert.training.runs import BEST, locked
     from longbert.utils.hardware import describe_machine
 

@@ -92,24 +92,29 @@ def describe_data(path: str) -> str:
 
 
 def write_card(folder: Path, settings: ModelSettings, backbone_config, facts: TrainingFacts | None,
-               lexical=None) -> None:
+               lexical=None, ensemble=None) -> None:
     """Write README.md (and training.json when `facts` are known) into a model folder, each file atomically.
-    `lexical`: a hybrid model's TF-IDF half (`longbert.modeling.lexical.LexicalModel`), described in the card."""
+    `lexical`: a hybrid model's TF-IDF half (`longbert.modeling.lexical.LexicalModel`), described in the card;
+    `ensemble`: an ensemble's `EnsembleFacts` (longbert.modeling.ensemble), its members and how they were chosen."""
     if facts is not None:
         write_text_atomically(folder / FACTS_FILE, json.dumps(facts.to_dict(), indent=2))
-    write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts, lexical))
+    write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts, lexical, ensemble))
 
 
 def refresh_card(folder: Path, model: LongDocumentClassifier) -> None:
     """Rewrite the card of `model`, saved in `folder` by its save_pretrained, after its `training_facts` changed
     (`longbert train` adds the test metrics once best/ is written)."""
     write_card(folder, ModelSettings.from_file(folder / CONFIG_FILE), model.backbone.config, model.training_facts,
-               model.lexical)
+               model.lexical, None if model.ensemble is None else model.ensemble.facts)
 
 
-def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | None, lexical=None) -> str:
+def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | None, lexical=None,
+               ensemble=None) -> str:
     """The card's text for a model with these (saved) `ModelSettings`, its backbone's transformers config, what
-    its training run knew, and its TF-IDF half if it is a hybrid."""
+    its training run knew, its TF-IDF half if it is a hybrid, and its members if it is an ensemble (whose table then
+    describes the first member, the folder's own model)."""
+    from longbert.modeling.ensemble import describe_ensemble
+
     strategy = dataclasses.asdict(settings.strategy)
     name = strategy.pop("name")
     title = facts.recipe if facts else f"longbert {name} classifier"
@@ -118,7 +123,8 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
              f"{backbone_config.model_type} encoder reads each whole document through the `{name}` strategy, "
              f"and a linear head classifies it. Documents are not cut at 512 tokens (up to "
              f"{settings.max_document_tokens:,} tokens are read).", "",
-             "## Model", "", "| | |", "|---|---|",
+             *([] if ensemble is None else describe_ensemble(ensemble)),
+             "## Model" if ensemble is None else "## First member", "", "| | |", "|---|---|",
              f"| strategy | `{name}`: {', '.join(f'{k} {v}' for k, v in strategy.items())} |",
              f"| backbone | {describe_backbone(settings.backbone, backbone_config)} |",
              f"| fine-tuning | {describe_finetune(settings)} |",

@@ -22,6 +22,7 @@ from longbert.modeling.backbone import (
     load_backbone,
     prepare_tokenizer,
 )
+from longbert.modeling.ensemble import load_ensemble, refuse_ensemble
 from longbert.modeling.folder import (
     adapter_of,
     load_folder_backbone,
@@ -32,6 +33,7 @@ from longbert.modeling.folder import (
     save_model_folder,
     wrap_lora,
 )
+from longbert.modeling.int8 import quantized_copy, recheck_close_calls
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import Pooled, SpecialTokens, Units, build_strategy, lora_modules_to_save
 from longbert.utils.hardware import autocast_for
@@ -62,6 +64,8 @@ class LongDocumentClassifier(nn.Module):
         self.training_facts = None
         # a hybrid model's TF-IDF half (longbert.modeling.lexical.LexicalModel), mixed into `forward`'s output
         self.lexical = None
+        # an ensemble's other members (longbert.modeling.ensemble.Ensemble), whose probabilities `forward` averages
+        self.ensemble = None
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -130,6 +134,11 @@ class LongDocumentClassifier(nn.Module):
                 raise LongbertError("a hybrid model's TF-IDF half reads the documents' token ids: pass documents, "
                                     "not cached units")
             logits = self.lexical.fuse(logits, documents)
+        if self.ensemble is not None:
+            if documents is None:
+                raise LongbertError("an ensemble's members read the documents' token ids: pass documents, not "
+                                    "cached units")
+            logits = self.ensemble.mean_probabilities(logits, documents).clamp_min(1e-30).log()
         if self.__dict__.get("_exact") is not None and documents is not None:  # an int8 copy (`quantized_copy`)
             logits = recheck_close_calls(self, logits, documents)
         return ClassifierOutput(logits, pooled.weights, units.mask, units)
@@ -211,6 +220,7 @@ class LongDocumentClassifier(nn.Module):
     def embeddings_as_done(self, texts: list[str], batch_size: int = 16,
                            precision: str = "auto") -> Iterator[tuple[int, list[float]]]:
         """(index into `texts`, its document vector) for every text, out of order as `predictions_as_done`."""
+        refuse_ensemble(self, "this model", "it has one document vector per member, not one: embed a member")
         pooled = lambda model, documents: model.strategy.pool(model.encode(documents)).vector.float()  # (B, H)
         yield from ((index, vector) for index, vector, _ in self._read_as_done(texts, batch_size, precision, pooled))
 
@@ -296,71 +306,9 @@ class LongDocumentClassifier(nn.Module):
         load_folder_head(model, directory)
         model.lexical = load_folder_lexical(directory, settings, backbone.config.vocab_size)
         model.training_facts = read_training_facts(directory)
+        model.ensemble = load_ensemble(directory, cls)
         model.eval()
         return model
-
-
-# int8's close calls (`recheck_close_calls`): a model that `longbert quantize` has not measured reads none again (gap
-# 0): the gap is chosen per model, on its own validation split.
-DEFAULT_RECHECK_GAP = 0.0
-RECHECK_GAPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
-
-
-def int8_recheck_gap(model: LongDocumentClassifier) -> float:
-    """The gap `longbert quantize` chose for `model` on its validation split, else DEFAULT_RECHECK_GAP."""
-    measured = (model.training_facts.int8 or {}) if model.training_facts is not None else {}
-    return float(measured.get("recheck_gap", DEFAULT_RECHECK_GAP))
-
-
-def close_calls(probabilities: torch.Tensor, multi_label: bool, thresholds: list[float], gap: float) -> torch.Tensor:
-    """(B, C) probabilities -> (B,) True where the decision is close: the top two classes less than `gap` apart, or
-    for multi-label any label within gap / 2 of its threshold (the same distance for two labels at 0.5)."""
-    if multi_label:
-        return ((probabilities - probabilities.new_tensor(thresholds)).abs() < gap / 2).any(1)
-    top = probabilities.topk(2, dim=1).values  # (B, 2)
-    return top[:, 0] - top[:, 1] < gap
-
-
-def recheck_close_calls(int8: LongDocumentClassifier, logits: torch.Tensor,
-                        documents: list[torch.Tensor]) -> torch.Tensor:
-    """An int8 copy's (B, C) logits, with those of its close calls (`close_calls` at the copy's gap) replaced by the
-    exact model's on the same documents: quantization moves probabilities by a few hundredths, which flips a label
-    only where the classes were that close, so re-reading those few in fp32 keeps int8's labels fp32's."""
-    gap = int8.__dict__.get("_recheck_gap", 0.0)
-    if gap <= 0:
-        return logits
-    close = close_calls(int8.probabilities(logits), int8.multi_label, int8.thresholds, gap)  # (B,)
-    if not close.any():
-        return logits
-    exact: LongDocumentClassifier = int8.__dict__["_exact"]
-    again = exact([documents[i] for i in close.nonzero().flatten().tolist()]).logits  # (K, C)
-    logits = logits.clone()
-    logits[close] = again.to(logits.device, logits.dtype)
-    return logits
-
-
-def quantized_copy(model: LongDocumentClassifier, recheck_gap: float | None = None) -> LongDocumentClassifier:
-    """A copy of `model` for int8 inference on the CPU: LoRA merged into the weights it wraps, then every Linear layer
-    of the backbone (attention projections, feed-forward) replaced by torch's dynamically quantized one (int8 weights
-    per output channel, activations quantized per batch). Everything else stays fp32: embeddings, attention scores and
-    softmax, LayerNorm, GELU, the strategy's own layers and the head. The copy keeps `model` (outside its module tree)
-    to re-read its close calls in fp32 (`recheck_close_calls`) at `recheck_gap` (None: `int8_recheck_gap(model)`;
-    0: never)."""
-    import warnings
-
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    copied = copy.deepcopy(model).cpu().eval()
-    if copied.settings.finetune == "lora":
-        copied.backbone = copied.backbone.merge_and_unload()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch points at torchao for new code; its dynamic quantization still runs
-        # Per output channel: torch's default for a bare {nn.Linear} is one scale per weight matrix (per tensor).
-        copied.backbone = quantize_dynamic(copied.backbone, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
-    copied.requires_grad_(False)
-    copied.__dict__["_exact"] = model
-    copied.__dict__["_recheck_gap"] = int8_recheck_gap(model) if recheck_gap is None else recheck_gap
-    return copied
 
 
 def longest_first(documents: list, batch_size: int) -> Iterator[list[int]]:

@@ -55,6 +55,7 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
     from safetensors.torch import save_file
 
     from longbert.hf.config import LongbertConfig
+    from longbert.modeling.ensemble import save_ensemble
 
     reference = portable_reference(model.settings.backbone)
     settings = dataclasses.replace(model.settings, backbone=reference or SAVED_IN_FOLDER)
@@ -73,7 +74,10 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
         LongbertConfig.from_settings(settings).save_pretrained(staging)
         if model.lexical is not None:
             model.lexical.save(staging)
-        write_card(staging, settings, model.backbone.config, model.training_facts, model.lexical)
+        if model.ensemble is not None:
+            save_ensemble(model, staging)
+        write_card(staging, settings, model.backbone.config, model.training_facts, model.lexical,
+                   None if model.ensemble is None else model.ensemble.facts)
 
 
 def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, ModelSettings]:

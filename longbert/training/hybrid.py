@@ -36,6 +36,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
     from longbert.evaluation.inference import predict_dataset
     from longbert.evaluation.metrics import compute_metrics
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.ensemble import refuse_ensemble
     from longbert.modeling.folder import save_model_folder
     from longbert.modeling.lexical import fit_lexical
     from longbert.training.runs import BEST, locked
@@ -57,6 +58,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
                                 "per-label thresholds were tuned on its own probabilities)")
         if model.lexical is not None:
             raise LongbertError(f"{folder} is a hybrid already")
+        refuse_ensemble(model, str(folder), "a hybrid is made from one run: name a member's run")
         tested = (run_dir / "predictions-test.jsonl").is_file()
         if corpus is None:
             roles = ["train", "validation"] + (["test"] if tested else [])

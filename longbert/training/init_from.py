@@ -132,8 +132,10 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
 def earlier_weights(source: InitSource) -> tuple[dict, dict, bool]:
     """(the earlier model's backbone tensors, its strategy and head tensors, whether LoRA adapters were merged)."""
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.ensemble import refuse_ensemble
 
     earlier = LongDocumentClassifier.from_pretrained(source.folder)
+    refuse_ensemble(earlier, str(source.folder), "train.init_from starts from one model: name one member's run")
     merged = earlier.settings.finetune == "lora"
     backbone = earlier.backbone.merge_and_unload() if merged else earlier.backbone
     return {k: v.detach().cpu() for k, v in backbone.state_dict().items()}, earlier.head_state(), merged

@@ -106,7 +106,7 @@ def test_evaluate_at_int8_records_it_and_agrees_with_fp32(tiny_recipe):
 
 
 def test_close_calls_are_the_two_likeliest_classes_near_each_other_or_a_label_near_its_threshold():
-    from longbert.modeling.classifier import close_calls
+    from longbert.modeling.int8 import close_calls
 
     single = torch.tensor([[0.55, 0.3, 0.15], [0.9, 0.05, 0.05], [0.2, 0.35, 0.45], [0.6, 0.25, 0.15]])
     # the two likeliest apart: 0.25, 0.85, 0.10, 0.35
@@ -141,7 +141,8 @@ def test_int8_reads_its_close_calls_again_in_fp32_and_only_those(tiny_backbone_d
 
 def test_int8_takes_its_recheck_gap_from_the_quantize_measurement(saved):
     from longbert.modeling.card import TrainingFacts
-    from longbert.modeling.classifier import DEFAULT_RECHECK_GAP, LongDocumentClassifier
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.int8 import DEFAULT_RECHECK_GAP
 
     model = LongDocumentClassifier.from_pretrained(saved)
     assert model.for_precision("int8").__dict__["_recheck_gap"] == DEFAULT_RECHECK_GAP == 0  # never measured

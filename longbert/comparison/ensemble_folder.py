@@ -1,0 +1,163 @@
+"""`longbert ensemble RUN RUN ... --output DIR`: two or more trained runs made into one model folder whose
+probabilities are their average (longbert.modeling.ensemble), chosen on validation as compare chooses its ensemble
+row: every group of two or more of the runs given is scored by the averaged probabilities of the runs' kept
+predictions-validation.jsonl, by the first run's best_metric (loss falls back to macro_f1), and the best group is
+kept (`--all`: every run given, nothing chosen). Never the test split.
+
+No neural pass is repeated: each run's kept model already predicted its validation and test splits, and the
+ensemble's rows are their averages, which is what the saved ensemble computes (a test checks it). DIR is laid out as a
+run folder is (the model in best/, beside it predictions-validation.jsonl, predictions-test.jsonl when every member
+was tested, ensemble-summary.json and the first member's recipe.yaml), so every command that takes a run folder
+takes it: predict, evaluate, serve, explain, quantize, and compare's paired rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from longbert.errors import LongbertError
+
+SUMMARY_FILE = "ensemble-summary.json"
+MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
+
+
+def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool = False) -> dict:
+    """Choose the members among `run_dirs` on validation (or take them all with `use_all`), and write the ensemble
+    folder to `output` (an older ensemble there is replaced whole; a run folder, a folder holding one, or any other
+    folder that is not empty is refused in one line before any work). Returns the summary ensemble-summary.json
+    holds: members, how they were chosen, each one's and the ensemble's validation score, and its test metrics when
+    every member was tested."""
+    from longbert.comparison.ensemble import averaged, choose_members, read_validation, score
+    from longbert.config import load_recipe
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
+    from longbert.modeling.folder import save_model_folder
+    from longbert.training.runs import BEST, locked
+    from longbert.utils.atomic import atomic_folder
+
+    runs = [Path(r) for r in run_dirs]
+    output = Path(output)
+    check_runs(runs, output)
+    names = member_names(runs)
+    with contextlib.ExitStack() as stack:
+        for run in runs:
+            stack.enter_context(locked(run))
+        recipe = load_recipe(runs[0] / "recipe.yaml")
+        metric = recipe.train.best_metric if recipe.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
+        validation = {name: read_validation(run) for name, run in zip(names, runs)}
+        missing = [name for name, rows in validation.items() if rows is None]
+        if missing and not use_all:
+            raise LongbertError(f"{missing[0]} kept no validation predictions (predictions-validation.jsonl) to choose "
+                                "the members on: train it again, or take every run given with --all")
+        if not missing:
+            same_documents(validation, "validation")
+        if use_all or len(runs) == 2:
+            chosen, groups = tuple(names), 1
+        else:
+            chosen, _, groups = choose_members(validation, metric)
+        scores = None if missing else {
+            **{m: score(validation[m], averaged(validation, (m,)), metric) for m in chosen},
+            "ensemble": score(validation[chosen[0]], averaged(validation, chosen), metric)}
+        chosen_by = ("all the runs given (--all)" if use_all or len(runs) == 2 else
+                     f"validation {metric} among {groups} groups of 2 or more of {len(runs)} runs")
+        facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
+        members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]
+        model = assemble_ensemble(members, facts)
+        rows = {"validation": None if missing else averaged_rows(validation, chosen, model.label_names)}
+        test = {m: test_rows(runs[names.index(m)]) for m in chosen}
+        if all(r is not None for r in test.values()):
+            same_documents(test, "test")
+            rows["test"] = averaged_rows(test, chosen, model.label_names)
+        summary = {"members": {m: str(runs[names.index(m)]) for m in chosen}, "chosen_by": chosen_by,
+                   "metric": metric, "validation": scores, "test": None}
+        if rows.get("test") is not None:
+            summary["test"] = scored_rows(rows["test"], model.label_names)
+        if model.training_facts is not None:  # the card's results are the ensemble's, not its first member's
+            model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"])
+        with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
+            save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
+            for role, role_rows in rows.items():
+                if role_rows is not None:
+                    (staging / f"predictions-{role}.jsonl").write_text(
+                        "".join(json.dumps(r) + "\n" for r in role_rows))
+            (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+            # The recipe of the first member: `longbert evaluate OUTPUT` reads the same data from it.
+            (staging / "recipe.yaml").write_bytes((runs[names.index(chosen[0])] / "recipe.yaml").read_bytes())
+    return summary
+
+
+def check_runs(runs: list[Path], output: Path) -> None:
+    """Refuse, before any work: fewer than two runs or more than MAX_MEMBERS, a run named twice, a folder that is not
+    a finished run, and an --output that is one of the runs or holds one, or is neither empty nor an earlier
+    ensemble (its replacement would delete what `ensemble` did not write)."""
+    from longbert.training.runs import BEST
+    from longbert.utils.atomic import named_folder, replaceable_folder
+
+    if not 2 <= len(runs) <= MAX_MEMBERS:
+        raise LongbertError(f"an ensemble takes 2 to {MAX_MEMBERS} runs, got {len(runs)}")
+    resolved = [r.resolve() for r in runs]
+    twice = next((r for i, r in enumerate(runs) if resolved[i] in resolved[:i]), None)
+    if twice is not None:
+        raise LongbertError(f"{twice} is named twice: an ensemble's members are different runs")
+    for run in runs:
+        if not (run / "recipe.yaml").is_file() or not (run / BEST).is_dir():
+            raise LongbertError(f"{run} is not a finished longbert run folder (it needs recipe.yaml and {BEST}/)")
+    named_folder(output, "--output")
+    if output.exists() and not output.is_dir():
+        raise LongbertError(f"--output {output} is a file; the ensemble is written as a folder")
+    out = output.resolve()
+    for run, path in zip(runs, resolved):
+        if out == path or out in path.parents:
+            raise LongbertError(f"--output {output} is the run folder {run} or holds it; the ensemble is written to a "
+                                "folder of its own")
+    replaceable_folder(output, SUMMARY_FILE, "--output")
+
+
+def member_names(runs: list[Path]) -> list[str]:
+    """Each run's name in the ensemble: its folder's name, or (where two runs share it, as seeds of one strategy
+    do) its last two path parts."""
+    names = [r.resolve().name for r in runs]
+    if len(set(names)) == len(names):
+        return names
+    return ["/".join(r.resolve().parts[-2:]) for r in runs]
+
+
+def test_rows(run: Path) -> list[dict] | None:
+    from longbert.comparison.results import PREDICTIONS_FILE, read_rows
+
+    return read_rows(run / PREDICTIONS_FILE) if (run / PREDICTIONS_FILE).is_file() else None
+
+
+def same_documents(rows: dict[str, list[dict]], split: str) -> None:
+    """Refuse members whose kept predictions of `split` are not of the same documents, in the same order."""
+    names = list(rows)
+    first = [(r["index"], r["label"]) for r in rows[names[0]]]
+    for name in names[1:]:
+        if [(r["index"], r["label"]) for r in rows[name]] != first:
+            raise LongbertError(f"{name}'s {split} predictions are not of the documents {names[0]}'s are: members "
+                                "of an ensemble are runs on the same data")
+
+
+def averaged_rows(rows: dict[str, list[dict]], members: tuple[str, ...], label_names: list[str]) -> list[dict]:
+    """The ensemble's prediction rows, in a run's predictions-<split>.jsonl form, from its members' rows."""
+    from longbert.comparison.ensemble import averaged
+
+    probabilities = averaged(rows, members)  # (D, C)
+    out = []
+    for row, p in zip(rows[members[0]], probabilities):
+        kept = {k: row[k] for k in ("index", "id", "n_tokens", "label", "label_name") if k in row}
+        predicted = int(np.argmax(p))
+        out.append({**kept, "probabilities": [round(float(q), 6) for q in p], "predicted": predicted,
+                    "predicted_label": label_names[predicted]})
+    return out
+
+
+def scored_rows(rows: list[dict], label_names: list[str]) -> dict:
+    from longbert.comparison.ensemble import scored
+
+    return scored(rows, label_names)

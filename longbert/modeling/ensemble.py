@@ -1,0 +1,164 @@
+"""An ensemble model: two or more longbert models whose class probabilities are averaged, document by document, as
+compare's ensemble and seed-average rows average them. It is one model folder, loaded like any other:
+
+    <dir>/            the first member's model folder, as `save_model_folder` writes it
+    <dir>/members/    the other members, each a model folder of its own (members/1, members/2, ...)
+    <dir>/ensemble.json   EnsembleFacts: each member's name, how the members were chosen, the validation scores
+
+`LongDocumentClassifier.from_pretrained` finds members/ and loads them into `model.ensemble`; `forward` then returns
+the log of the members' mean probabilities, so predict, evaluate, serve, explain, int8 and the transformers pipeline
+read an ensemble as they read one model. The members share one tokenization (the same vocabulary and
+max_document_tokens are required when the ensemble is made); each reads the documents with its own strategy. A
+member may be a hybrid; it may not be an ensemble. Single-label only: averaged multi-label probabilities would need
+thresholds of their own, tuned on validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from longbert.errors import LongbertError
+
+if TYPE_CHECKING:
+    from longbert.modeling.classifier import LongDocumentClassifier
+
+MEMBERS_DIR = "members"
+ENSEMBLE_FILE = "ensemble.json"
+
+
+@dataclass
+class EnsembleFacts:
+    """What an ensemble folder says of its members: their names (the first is the folder's own model), how they were
+    chosen ('validation macro_f1 among 4 groups of 2 or more', or 'all the runs given'), and the validation score of
+    each member and of their average by `metric` (None where unknown)."""
+
+    members: list[str]
+    chosen_by: str
+    metric: str | None = None
+    validation: dict[str, float] | None = None  # member name -> score; "ensemble" -> the average's
+
+    @classmethod
+    def from_file(cls, path: Path) -> EnsembleFacts:
+        try:
+            data = json.loads(path.read_text())
+            facts = cls(**data)
+        except (ValueError, TypeError) as error:
+            raise LongbertError(f"{path} is damaged or not an ensemble's facts: {error}") from None
+        if not isinstance(facts.members, list) or len(facts.members) < 2:
+            raise LongbertError(f"{path}: an ensemble names two or more members, got {facts.members!r}")
+        return facts
+
+
+class Ensemble(nn.Module):
+    """The members of an ensemble other than the model that holds it (`model.ensemble`), and its facts."""
+
+    def __init__(self, others: list[LongDocumentClassifier], facts: EnsembleFacts):
+        super().__init__()
+        self.others = nn.ModuleList(others)
+        self.facts = facts
+
+    def members(self, first: LongDocumentClassifier) -> list[LongDocumentClassifier]:
+        return [first, *self.others]
+
+    def mean_probabilities(self, first_logits: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
+        """(B, C): the mean of the holding model's probabilities (from its logits) and every other member's on the
+        same documents."""
+        probabilities = [first_logits.float().softmax(-1)]
+        for member in self.others:
+            probabilities.append(member.probabilities(member(documents).logits).to(first_logits.device))
+        return torch.stack(probabilities).mean(0)
+
+
+def member_probabilities(model: LongDocumentClassifier, documents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each member's own (B, C) probabilities of `documents` (the first one the holding model's without the others):
+    what explain reads to say which member was surest."""
+    first = model.ensemble
+    model.ensemble = None
+    try:
+        out = [model.probabilities(model(documents).logits)]
+    finally:
+        model.ensemble = first
+    return out + [m.probabilities(m(documents).logits) for m in first.others]
+
+
+def check_members(models: list[LongDocumentClassifier], names: list[str]) -> None:
+    """Refuse, in one line naming the member, models that cannot be averaged into one: fewer than two, multi-label,
+    an ensemble already, other labels, or another tokenization (vocabulary, max_document_tokens) than the first."""
+    if len(models) < 2:
+        raise LongbertError(f"an ensemble needs two or more members, got {len(models)}")
+    first = models[0]
+    vocabulary = first.tokenizer.get_vocab()
+    for name, model in zip(names, models):
+        if model.multi_label:
+            raise LongbertError(f"{name} is multi-label; ensembles are single-label only (averaged multi-label "
+                                "probabilities would need thresholds of their own)")
+        if model.ensemble is not None:
+            raise LongbertError(f"{name} is an ensemble already; name its members instead")
+        if model.label_names != first.label_names:
+            raise LongbertError(f"{name} has labels {model.label_names}, {names[0]} has {first.label_names}: "
+                                "members must predict the same labels, in the same order")
+        if model.settings.max_document_tokens != first.settings.max_document_tokens:
+            raise LongbertError(f"{name} reads {model.settings.max_document_tokens} tokens a document, {names[0]} "
+                                f"{first.settings.max_document_tokens}: members share one tokenization")
+        if model.tokenizer.get_vocab() != vocabulary:
+            raise LongbertError(f"{name}'s tokenizer differs from {names[0]}'s: members share one tokenization")
+
+
+def assemble_ensemble(models: list[LongDocumentClassifier], facts: EnsembleFacts) -> LongDocumentClassifier:
+    """The first model, holding the others as its ensemble (checked by `check_members`)."""
+    check_members(models, facts.members)
+    first = models[0]
+    first.ensemble = Ensemble(models[1:], facts)
+    return first
+
+
+def save_ensemble(model: LongDocumentClassifier, staging: Path) -> None:
+    """Write an ensemble's other members and facts into the model folder being written in `staging`."""
+    from longbert.modeling.folder import save_model_folder
+
+    for number, member in enumerate(model.ensemble.others, start=1):
+        save_model_folder(member, staging / MEMBERS_DIR / str(number))
+    (staging / ENSEMBLE_FILE).write_text(json.dumps(dataclasses.asdict(model.ensemble.facts), indent=2))
+
+
+def load_ensemble(directory: Path, model_class) -> Ensemble | None:
+    """The other members of the ensemble folder `directory` (None for a plain model folder); a folder whose
+    ensemble.json and members/ disagree raises one LongbertError line."""
+    path = directory / ENSEMBLE_FILE
+    if not path.is_file():
+        return None
+    facts = EnsembleFacts.from_file(path)
+    folders = [directory / MEMBERS_DIR / str(n) for n in range(1, len(facts.members))]
+    missing = [f for f in folders if not f.is_dir()]
+    if missing:
+        raise LongbertError(f"{directory} is incomplete: {ENSEMBLE_FILE} names {len(facts.members)} members but "
+                            f"{missing[0].relative_to(directory)} is missing")
+    others = [model_class.from_pretrained(f) for f in folders]
+    if any(m.ensemble is not None for m in others):
+        raise LongbertError(f"{directory}: a member of an ensemble is an ensemble itself")
+    return Ensemble(others, facts)
+
+
+def refuse_ensemble(model: LongDocumentClassifier, where: str, what: str) -> None:
+    """One line for a path that cannot carry an ensemble: `what` names the command or call."""
+    if getattr(model, "ensemble", None) is not None:
+        raise LongbertError(f"{where} is an ensemble of {len(model.ensemble.facts.members)} models "
+                            f"({', '.join(model.ensemble.facts.members)}); {what}")
+
+
+def describe_ensemble(facts: EnsembleFacts, metric_name: str = "") -> list[str]:
+    """The model card's paragraph on an ensemble: its members, how they were chosen, their validation scores."""
+    lines = [f"**Ensemble.** The output is the mean of the class probabilities of {len(facts.members)} models, each "
+             f"reading the whole document its own way: {', '.join(facts.members)}. Members chosen by "
+             f"{facts.chosen_by}."]
+    if facts.validation:
+        scores = ", ".join(f"{name} {100 * value:.1f}%" for name, value in facts.validation.items())
+        lines.append(f"Validation {facts.metric or metric_name}: {scores}.")
+    return [" ".join(lines), ""]

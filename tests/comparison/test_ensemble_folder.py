@@ -1,0 +1,165 @@
+"""`longbert ensemble RUN RUN ... --output DIR`: several runs as one model folder. What the saved folder computes is
+the mean of its members' probabilities, through every path that loads a model (evaluate, predict, the transformers
+model, int8, explain); the members are chosen on validation; paths that cannot carry an ensemble say so in one line;
+bad input is one line and deletes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from longbert.cli import app
+
+runner = CliRunner()
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def texts_of(tiny_recipe, n):
+    path = next(o.split("=", 1)[1] for o in tiny_recipe if o.startswith("data.path="))
+    return [json.loads(line)["text"] for line in open(f"{path}/test.jsonl")][:n]
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory, tiny_backbone_dir, imdb_slice):
+    """Three tiny runs on the same data: chunk, truncate, and chunk with another seed."""
+    import longbert
+
+    root = tmp_path_factory.mktemp("runs")
+    base = [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
+            "data.validation_fraction=0.25", "data.max_document_tokens=400", "train.epochs=1", "train.batch_size=8",
+            "train.learning_rate=1e-3", "train.mixed_precision=no", "eval.batch_size=16", "data.seed=1"]
+    runs = {}
+    for name, extra in {"chunk": ["strategy.name=chunk", "strategy.window=62"],
+                        "truncate": ["strategy.name=truncate", "strategy.max_tokens=126", "strategy.head_tokens=32"],
+                        "chunk7": ["strategy.name=chunk", "strategy.window=62", "seed=7"]}.items():
+        recipe = longbert.load_recipe(None, base + extra + [f"output_dir={root / name}"])
+        runs[name] = longbert.train(recipe).run_dir
+    return runs
+
+
+@pytest.mark.heavy
+def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_recipe, tmp_path):
+    import longbert
+    from longbert.evaluation.command import evaluate
+
+    out = tmp_path / "ensemble"
+    answer = runner.invoke(app, ["ensemble", *map(str, three_runs.values()), "--output", str(out)])
+    assert answer.exit_code == 0, answer.output
+    summary = json.loads((out / "ensemble-summary.json").read_text())
+    members = list(summary["members"])
+    assert 2 <= len(members) <= 3 and "among 4 groups of 2 or more of 3 runs" in summary["chosen_by"]
+    # chosen on validation as compare chooses: the best-scoring group among the four
+    from longbert.comparison.ensemble import choose_members, read_validation
+
+    validation = {name: read_validation(run) for name, run in three_runs.items()}
+    assert list(choose_members(validation, summary["metric"])[0]) == members
+    # evaluate the saved folder: its probabilities are the mean of its members' (each evaluated from its own folder)
+    evaluate(out, "test", precision="fp32")
+    got = np.array([r["probabilities"] for r in rows(out / "predictions-test.jsonl")])
+    each = []
+    for name in members:
+        evaluate(three_runs[name], "test", precision="fp32")
+        each.append([r["probabilities"] for r in rows(three_runs[name] / "predictions-test.jsonl")])
+    np.testing.assert_allclose(got, np.mean(each, axis=0), atol=2e-5)
+    # predict from texts and the transformers model give the same, and the mean of the members' predict
+    model = longbert.LongDocumentClassifier.from_pretrained(out)
+    assert model.ensemble is not None and model.ensemble.facts.members == members
+    texts = texts_of(tiny_recipe, 5)
+    predicted = np.array([list(r["probabilities"].values()) for r in model.predict(texts, precision="fp32")])
+    alone = [longbert.LongDocumentClassifier.from_pretrained(three_runs[m]).predict(texts, precision="fp32")
+             for m in members]
+    np.testing.assert_allclose(predicted, np.mean([[list(r["probabilities"].values()) for r in a] for a in alone],
+                                                  axis=0), atol=1e-5)
+    hf = longbert.LongbertForSequenceClassification.from_pretrained(out, precision="fp32")
+    encoded = model.tokenizer(texts, padding=True, truncation=True, max_length=402, return_tensors="pt")
+    with torch.no_grad():
+        np.testing.assert_allclose(hf(**encoded).logits.softmax(-1).numpy(), predicted, atol=1e-5)
+    # int8 quantizes every member, and the labels stay close to fp32's
+    int8 = model.for_precision("int8")
+    for member in int8.ensemble.members(int8):
+        assert "quantized" in type(member.backbone.encoder.layer[0].attention.self.query).__module__
+    assert len(model.predict(texts, precision="int8")) == len(texts)
+    # explain names the member it shows
+    from longbert.inference.explain import explain
+
+    explained, _ = explain(model, texts[:2], precision="fp32")
+    assert all(r["member"] in members and r["decisive"] is not None for r in explained)
+    card = (out / "best" / "README.md").read_text()
+    assert "**Ensemble.**" in card and all(m in card for m in members) and "## First member" in card
+    # paths that carry one model say so in one line, and write nothing
+    answer = runner.invoke(app, ["export", str(out), "--output", str(tmp_path / "onnx")])
+    assert answer.exit_code == 2 and "ONNX export carries one model" in answer.output
+    assert not (tmp_path / "onnx").exists()
+    (tmp_path / "in.txt").write_text(texts[0] + "\n")
+    answer = runner.invoke(app, ["embed", str(out), str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")])
+    assert answer.exit_code == 2 and "one document vector per member" in answer.output
+    assert not (tmp_path / "v.npy").exists()
+    answer = runner.invoke(app, ["hybrid", str(out), "--output", str(tmp_path / "h")])
+    assert answer.exit_code == 2 and "a hybrid is made from one run" in answer.output
+
+
+@pytest.mark.heavy
+def test_all_takes_every_run_and_an_earlier_ensemble_is_replaced(three_runs, tmp_path):
+    out = tmp_path / "e"
+    for _ in range(2):  # the second time over its own earlier output
+        answer = runner.invoke(app, ["ensemble", *map(str, three_runs.values()), "--output", str(out), "--all"])
+        assert answer.exit_code == 0, answer.output
+    summary = json.loads((out / "ensemble-summary.json").read_text())
+    assert list(summary["members"]) == list(three_runs) and summary["chosen_by"] == "all the runs given (--all)"
+    assert set(summary["validation"]) == {*three_runs, "ensemble"}
+
+
+def _contents(folder):
+    return sorted((str(p.relative_to(folder)), p.read_text() if p.is_file() else None) for p in folder.rglob("*"))
+
+
+def _fake_run(path):
+    (path / "best").mkdir(parents=True)
+    (path / "recipe.yaml").write_text("x")
+    (path / "best" / "weights").write_text("w")
+    return path
+
+
+@pytest.mark.parametrize("case, message", [
+    ("one", "an ensemble takes 2 to 8 runs, got 1"),
+    ("twice", "is named twice"),
+    ("unfinished", "is not a finished longbert run folder"),
+    ("into a run", "is the run folder"),
+    ("holding a run", "is the run folder"),
+    ("other files", "already holds files this command did not write"),
+    ("empty name", "--output"),
+])
+def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case, message):
+    a, b = _fake_run(tmp_path / "runs" / "a"), _fake_run(tmp_path / "runs" / "b")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    args = {"one": [a], "twice": [a, a], "unfinished": [a, tmp_path], "into a run": [a, b],
+            "holding a run": [a, b], "other files": [a, b], "empty name": [a, b]}[case]
+    output = {"into a run": a, "holding a run": tmp_path / "runs", "other files": other, "empty name": ""}.get(
+        case, tmp_path / "new")
+    before = _contents(tmp_path)
+    answer = runner.invoke(app, ["ensemble", *map(str, args), "--output", str(output)])
+    assert answer.exit_code == 2, answer.output
+    assert message in answer.output and len(answer.output.strip().splitlines()) == 1, answer.output
+    assert _contents(tmp_path) == before
+
+
+@pytest.mark.heavy
+def test_a_run_without_validation_predictions_needs_all(three_runs, tmp_path):
+    import shutil
+
+    copy = tmp_path / "chunk"
+    shutil.copytree(three_runs["chunk"], copy)
+    (copy / "predictions-validation.jsonl").unlink()
+    answer = runner.invoke(app, ["ensemble", str(copy), str(three_runs["truncate"]), str(three_runs["chunk7"]),
+                                 "--output", str(tmp_path / "e")])
+    assert answer.exit_code == 2 and "kept no validation predictions" in answer.output
+    assert not (tmp_path / "e").exists()
