@@ -26,8 +26,10 @@ SUMMARY_FILE = "ensemble-summary.json"
 MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
 
 
-def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool = False) -> dict:
-    """Choose the members among `run_dirs` on validation (or take them all with `use_all`), and write the ensemble
+def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool = False,
+                  chosen_by: str | None = None) -> dict:
+    """Choose the members among `run_dirs` on validation (or take them all with `use_all`, or when the caller chose
+    them already, saying how in `chosen_by`), and write the ensemble
     folder to `output` (an older ensemble there is replaced whole; a run folder, a folder holding one, or any other
     folder that is not empty is refused in one line before any work). Returns the summary ensemble-summary.json
     holds: members, how they were chosen, each one's and the ensemble's validation score, and its test metrics when
@@ -56,15 +58,15 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
                                 "the members on: train it again, or take every run given with --all")
         if not missing:
             same_documents(validation, "validation")
-        if use_all or len(runs) == 2:
+        if use_all or chosen_by or len(runs) == 2:
             chosen, groups = tuple(names), 1
         else:
             chosen, _, groups = choose_members(validation, metric)
         scores = None if missing else {
             **{m: score(validation[m], averaged(validation, (m,)), metric) for m in chosen},
             "ensemble": score(validation[chosen[0]], averaged(validation, chosen), metric)}
-        chosen_by = ("all the runs given (--all)" if use_all or len(runs) == 2 else
-                     f"validation {metric} among {groups} groups of 2 or more of {len(runs)} runs")
+        chosen_by = chosen_by or ("all the runs given (--all)" if use_all or len(runs) == 2 else
+                                  f"validation {metric} among {groups} groups of 2 or more of {len(runs)} runs")
         facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
         members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]
         model = assemble_ensemble(members, facts)
@@ -161,3 +163,47 @@ def scored_rows(rows: list[dict], label_names: list[str]) -> dict:
     from longbert.comparison.ensemble import scored
 
     return scored(rows, label_names)
+
+
+def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, metric: str) -> dict | None:
+    """compare's model to deploy: of every row a folder can hold (each strategy's run; the ensemble, written here as
+    an ensemble folder under `folder`; the hybrid's folder; each strategy's seeds averaged, written as an ensemble
+    folder), the one whose validation predictions score best by `metric` (accuracy or macro_f1); ties go to the
+    earlier row, strategies first. Chosen on validation, never on test. `runs`: each strategy's run folders, its
+    base seed's first. Returns {row, folder, metric, validation: {row: score}}, or None when some run kept no
+    validation predictions."""
+    from longbert.comparison.ensemble import ENSEMBLE, averaged, read_validation, score
+    from longbert.training.hybrid import HYBRID
+
+    validation = {strategy: read_validation(dirs[0]) for strategy, dirs in runs.items()}
+    if any(rows is None for rows in validation.values()):
+        return None
+    members, scores, folders = {}, {}, {}
+    for strategy, dirs in runs.items():
+        scores[strategy], folders[strategy] = score(validation[strategy], averaged(validation, (strategy,)),
+                                                    metric), dirs[0]
+    for row in combined:
+        if row["name"] == ENSEMBLE:
+            members[ENSEMBLE] = [runs[m][0] for m in row["members"]]
+            scores[ENSEMBLE] = score(validation[row["members"][0]], averaged(validation, tuple(row["members"])),
+                                     metric)
+            folders[ENSEMBLE] = folder / ENSEMBLE
+        elif row["name"] == HYBRID:
+            rows = read_validation(Path(row["folder"]))
+            scores[HYBRID] = score(rows, averaged({HYBRID: rows}, (HYBRID,)), metric)
+            folders[HYBRID] = Path(row["folder"])
+        elif "seeds" in row:
+            dirs = runs[row["strategy"]]
+            by_seed = {str(d): read_validation(d) for d in dirs}
+            if any(rows is None for rows in by_seed.values()):
+                continue
+            members[row["name"]] = dirs
+            scores[row["name"]] = score(by_seed[str(dirs[0])], averaged(by_seed, tuple(by_seed)), metric)
+            folders[row["name"]] = folder / f"{row['strategy']}-seeds"
+    best = max(scores, key=lambda name: (scores[name], -list(scores).index(name)))
+    if best in members:
+        row = next(r for r in combined if r["name"] == best)
+        how = (f"its ensemble row, {row['chosen_by']} among {row['groups_scored']} groups" if best == ENSEMBLE
+               else f"the {len(row['members'])} seeds of {row['strategy']}, averaged")
+        make_ensemble(members[best], folders[best], chosen_by=f"compare: {how}")
+    return {"row": best, "folder": str(folders[best]), "metric": metric, "validation": scores}

@@ -96,6 +96,7 @@ def compare(
     written files."""
     from longbert.comparison.baseline import BASELINE, prediction_rows
     from longbert.comparison.ensemble import build_ensemble, build_hybrid, build_seed_ensembles
+    from longbert.comparison.ensemble_folder import deployable
     from longbert.comparison.render import REPORT_MARKER, write_report
     from longbert.comparison.results import assemble_results, read_predictions
     from longbert.comparison.speed import cached_speed, measure_speed_by_length, save_speed
@@ -204,6 +205,10 @@ def compare(
         machine=describe_machine(), long_tokens=long_tokens, label_names=label_names, baseline=baseline,
         combined=combined, combined_notes=combined_notes, seeds=seed_list,
     )
+    # The model to deploy, chosen on validation among the rows a folder can hold; an ensemble is written as a folder.
+    results["deployable"] = None if multi_label else deployable(
+        {s: [Path(by_seed[s][k].output_dir) for k in seed_list] for s in names}, combined, runs_dir / name,
+        first.train.best_metric if first.train.best_metric in ("accuracy", "macro_f1") else "macro_f1")
     folder = reports_dir / name
     results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),
                          "html": str(folder / "report.html"), "results": str(folder / "results.json")}

@@ -121,7 +121,7 @@ def verdict(results: dict) -> list[str]:
              "over truncation on data like this."]
     if decision.best is None:  # one strategy: nothing to choose between, but the baseline and combined rows stand
         tested = _baseline_sentences(results, decision) + _combined_sentences(results)
-        return lines + tested + ([CORRECTION] if tested else [])
+        return lines + tested + _deployable_sentences(results, decision) + ([CORRECTION] if tested else [])
     best, best_long, fastest = decision.best, decision.best_long, decision.fastest
     lines.append(f"Most accurate overall: {best} ({percent(s[best]['accuracy'])}"
                  f"{interval(s[best]['accuracy_ci95'])}); " + _against(results, best, "all") + ".")
@@ -155,7 +155,28 @@ def verdict(results: dict) -> list[str]:
         )
     elif best == fastest:
         lines.append(f"Choice: {best} is both the most accurate and the cheapest here.")
-    return lines + [CORRECTION]
+    return lines + _deployable_sentences(results, decision) + [CORRECTION]
+
+
+def _deployable_sentences(results: dict, decision: Verdict) -> list[str]:
+    """The model to deploy: the row chosen on validation (compare's `deployable`), its folder, its test accuracy,
+    and whether it beats the baseline after the correction; called a winner only when it does."""
+    chosen = results.get("deployable")
+    if not chosen:
+        return []
+    row, metric = chosen["row"], chosen["metric"].replace("macro_f1", "macro-F1")
+    line = (f"Model to deploy, chosen on validation {metric} (not on test) among {len(chosen['validation'])} rows: "
+            f"{row} ({metric} {number(chosen['validation'][row], 3)} on validation, "
+            f"{percent(accuracy_of(results, row))} on test), saved as a model folder: {chosen['folder']} "
+            f"(`longbert predict {chosen['folder']} FILE`).")
+    standing = decision.against_baseline.get(row)
+    if standing is not None:
+        p = baseline_p_values(results)[row]
+        line += (f" It beats the {results['baseline']['name']} baseline (Holm-adjusted p = {p:.3g}): the "
+                 "winner." if standing == "better" else
+                 f" It does not beat the {results['baseline']['name']} baseline after the correction (Holm-adjusted "
+                 f"p = {p:.3g}{', and is below it' if standing == 'worse' else ''}): no winner is named.")
+    return [line]
 
 
 def _against(results: dict, best: str, subset: str) -> str:

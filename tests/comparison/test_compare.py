@@ -5,6 +5,7 @@ the error-analysis helpers in tests/inference/test_analysis.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -123,6 +124,18 @@ def test_compare_writes_the_report_with_every_field(compared):
     assert f"Hybrid of {base_name} and TF-IDF" in (report / "report.md").read_text()
     assert "Classical baseline (TF-IDF" in (report / "report.md").read_text()
     assert "Test documents per class: neg" in (report / "report.md").read_text()
+    # The model to deploy: the row best on validation (never test), of those a folder holds, and that folder loads.
+    chosen = saved["deployable"]
+    assert set(chosen["validation"]) == {*STRATEGIES, "ensemble", "hybrid"} and chosen["metric"] == "macro_f1"
+    assert chosen["validation"][chosen["row"]] == max(chosen["validation"].values())
+    expected = {"ensemble": root / "runs" / "tiny" / "ensemble", "hybrid": Path(hybrid["folder"])}.get(
+        chosen["row"], root / "runs" / "tiny" / chosen["row"])
+    assert Path(chosen["folder"]) == expected and (expected / "best").is_dir()
+    assert f"saved as a model folder: {expected}" in (report / "report.md").read_text()
+    import longbert
+
+    loaded = longbert.LongDocumentClassifier.from_pretrained(expected)
+    assert loaded.predict(["a long review"], precision="fp32")[0]["label"] in ("neg", "pos")
     for example in saved["error_analysis"]["examples"]:  # long_tokens=128: the tiny models disagree on some
         assert example["n_tokens"] > 128 and example["right"] and example["wrong"]
         assert example["strategies"]["truncate"]["decisive"]["method"] == "kept"

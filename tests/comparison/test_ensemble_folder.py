@@ -163,3 +163,51 @@ def test_a_run_without_validation_predictions_needs_all(three_runs, tmp_path):
                                  "--output", str(tmp_path / "e")])
     assert answer.exit_code == 2 and "kept no validation predictions" in answer.output
     assert not (tmp_path / "e").exists()
+
+
+def _rewrite_validation(run, right_first_half: bool):
+    """Make a run's kept validation predictions confidently right on one half of the documents and narrowly wrong
+    on the other, so that two runs with opposite halves average to right everywhere."""
+    path = run / "predictions-validation.jsonl"
+    kept = rows(path)
+    half = len(kept) // 2
+    for i, row in enumerate(kept):
+        right = (i < half) == right_first_half
+        p_label = 0.9 if right else 0.4
+        probabilities = [1 - p_label, p_label] if row["label"] == 1 else [p_label, 1 - p_label]
+        row.update(probabilities=probabilities, predicted=int(probabilities[1] > 0.5))
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("row", ["ensemble", "seeds"])
+def test_compare_deploys_the_row_best_on_validation_as_a_folder(three_runs, tmp_path, row):
+    import shutil
+
+    import longbert
+    from longbert.comparison.ensemble_folder import deployable
+
+    copies = {name: tmp_path / "cmp" / name for name in three_runs}
+    for name, run in three_runs.items():
+        shutil.copytree(run, copies[name])
+    if row == "ensemble":
+        _rewrite_validation(copies["chunk"], True)
+        _rewrite_validation(copies["truncate"], False)
+        runs = {"chunk": [copies["chunk"]], "truncate": [copies["truncate"]]}
+        combined = [{"name": "ensemble", "members": ["chunk", "truncate"], "chosen_by": "validation accuracy",
+                     "groups_scored": 1}]
+    else:
+        _rewrite_validation(copies["chunk"], True)
+        _rewrite_validation(copies["chunk7"], False)
+        runs = {"chunk": [copies["chunk"], copies["chunk7"]]}
+        combined = [{"name": "chunk × 2 seeds", "strategy": "chunk", "members": ["seed 42", "seed 7"],
+                     "seeds": [42, 7]}]
+    chosen = deployable(runs, combined, tmp_path / "cmp", "accuracy")
+    name = combined[0]["name"]
+    assert chosen["row"] == name and chosen["validation"][name] == 1.0 and chosen["validation"]["chunk"] < 0.6
+    folder = tmp_path / "cmp" / ("ensemble" if row == "ensemble" else "chunk-seeds")
+    assert chosen["folder"] == str(folder)
+    model = longbert.LongDocumentClassifier.from_pretrained(folder)
+    assert model.ensemble is not None and len(model.ensemble.facts.members) == 2
+    assert model.ensemble.facts.chosen_by.startswith("compare: ")
+    assert all(r["predicted"] == r["label"] for r in rows(folder / "predictions-validation.jsonl"))
