@@ -31,9 +31,10 @@ with the adapter); a frozen backbone keeps them as they started.
 
 Units. With `unit_tokens: 0` the document is one unit, its pooled token states (as before units existed). With
 `unit_tokens: k` the content tokens' states (each read with the whole document's block-sparse attention) are cut into
-consecutive spans of k tokens, each span's mean is one unit, and `pooling` (mean, max, attention, transformer: the
-poolers chunk and sliding use) makes the document vector. So a learned pooler can find the part of the document
-that decides the label, as it can over chunks, while every token was read in the context of the whole document.
+consecutive spans of k tokens, each span's mean is one unit, and `pooling` (mean, max, attention, gated,
+transformer: the poolers chunk and sliding use) makes the document vector. So a learned pooler can find the part of
+the document that decides the label, as it can over chunks, while every token was read in the context of the whole
+document.
 
 How it reaches the backbone. `adapt_backbone` installs `block_sparse_attention` as the backbone's attention
 implementation `longbert_block_sparse`, through the installer shared with `recurrence` (strategies/attention.py).
@@ -343,7 +344,7 @@ class BigBirdStrategy(nn.Module):
         return [[(0, read)]]
 
     def weights_carry_content(self) -> bool:
-        """One unit weighs 1; spans' weights follow their content when the pooler's do (max, attention)."""
+        """One unit weighs 1; spans' weights follow their content when the pooler's do (max, attention, gated)."""
         return not self.config.unit_tokens or weights_carry_content(self.pooler)
 
     def checkpoint_state(self) -> dict[str, torch.Tensor]:

@@ -6,7 +6,7 @@ Token pooling: how the token states of one pass row (a window, a segment) become
 Unit pooling: how a document's unit vectors become the document vector. Pooling happens on embeddings, not on
 per-unit logits. Each pooler maps (B, N, H) vectors and a (B, N) mask to a (B, H) vector and, where it has them,
 (B, N) weights saying how much each unit counted; `build_pooler` makes any of them.
-    UNIT_POOLINGS     mean, max, attention, transformer: for units read independently (chunk, sliding)
+    UNIT_POOLINGS     mean, max, attention, gated, transformer: for units read independently (chunk, sliding)
     SEGMENT_POOLINGS  last, then the above: for segments read in order with a memory (recurrence, rmt), where
                       the last segment has read the earlier ones
 Each strategy's config says which vocabulary it accepts.
@@ -26,7 +26,7 @@ TOKEN_POOLINGS = ("cls", "mean")
 # own pooling config (`backbone.backbone_token_pooling`), and the saved model records what it became.
 TOKEN_POOLING_SETTINGS = ("auto", *TOKEN_POOLINGS)
 UNIT_WEIGHTS = ("new_tokens", "equal")
-UNIT_POOLINGS = ("mean", "max", "attention", "transformer")
+UNIT_POOLINGS = ("mean", "max", "attention", "gated", "transformer")
 SEGMENT_POOLINGS = ("last", *UNIT_POOLINGS)
 
 
@@ -81,6 +81,27 @@ class AttentionPooler(nn.Module):
         return Pooled((units.vectors * weights.unsqueeze(-1)).sum(1), weights)
 
 
+class GatedPooler(nn.Module):
+    """Learned gates over units, each in (0, 1) and set by its unit alone (a sigmoid, not a softmax across units),
+    then the gate-weighted mean. Attention's softmax lets the highest-scoring unit take nearly all the weight; a gate
+    saturates at 1, so every unit that holds evidence counts about equally however many there are, and a document
+    decided by several passages (the majority of them, the sum of their evidence) is read from all of them. One gate
+    open: that unit's vector, as attention gives; all gates equal (as at the start, bias 0): the plain mean.
+    (Multiple-instance learning's attention pooling, Ilse et al. 2018, keeps the softmax; here the gates are
+    independent.)"""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.project = nn.Linear(hidden_size, hidden_size)
+        self.score = nn.Linear(hidden_size, 1)
+
+    def forward(self, units: Units) -> Pooled:
+        gates = torch.sigmoid(self.score(torch.tanh(self.project(units.vectors)))).squeeze(-1)  # (B, N)
+        gates = gates * units.mask.to(gates.dtype)
+        weights = gates / gates.sum(1, keepdim=True).clamp(min=1e-6)  # (B, N)
+        return Pooled((units.vectors * weights.unsqueeze(-1)).sum(1), weights)
+
+
 class TransformerPooler(nn.Module):
     """A small transformer over unit vectors (ToBERT, Pappagari et al. 2019), then a masked mean.
 
@@ -121,8 +142,8 @@ class LastPooler(nn.Module):
 
 
 def weights_carry_content(pooler: nn.Module) -> bool:
-    """Whether `pooler`'s unit weights follow what the units hold (max, attention, last) rather than only how many
-    tokens each adds (mean, whose weights are known before the backbone runs). What a pooling strategy's
+    """Whether `pooler`'s unit weights follow what the units hold (max, attention, gated, last) rather than only how
+    many tokens each adds (mean, whose weights are known before the backbone runs). What a pooling strategy's
     `weights_carry_content` hook answers."""
     return not isinstance(pooler, MeanPooler)
 
@@ -137,6 +158,8 @@ def build_pooler(kind: str, hidden_size: int) -> nn.Module:
         return MaxPooler()
     if kind == "attention":
         return AttentionPooler(hidden_size)
+    if kind == "gated":
+        return GatedPooler(hidden_size)
     if kind == "transformer":
         heads = next(h for h in (8, 6, 4, 3, 2, 1) if hidden_size % h == 0)
         return TransformerPooler(hidden_size, heads=heads)

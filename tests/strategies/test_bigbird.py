@@ -402,7 +402,7 @@ def test_under_lora_the_extended_positions_train_and_are_saved_with_the_adapter(
 # -- units: spans of the block-sparse token states --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pooling", ["mean", "max", "attention"])
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated"])
 def test_a_pooler_over_one_unit_gives_todays_document_vector(tiny_backbone, pooling):
     """unit_tokens 0 is today's one unit, and every unit pooler over one unit returns that unit itself."""
     from longbert.strategies.base import Units

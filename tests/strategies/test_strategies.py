@@ -101,7 +101,7 @@ def test_chunk_equals_truncate_head_when_the_document_fits_one_chunk(tiny_backbo
     torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "transformer"])
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated", "transformer"])
 def test_sliding_with_stride_equal_to_window_equals_chunk(pooling, tiny_backbone_dir):
     chunk = build_model(tiny_backbone_dir, "chunk", ["strategy.window=40", f"strategy.pooling={pooling}"], seed=3)
     sliding = build_model(tiny_backbone_dir, "sliding", ["strategy.window=40", "strategy.stride=40",
@@ -134,7 +134,7 @@ def test_chunk_is_sliding_with_the_stride_at_the_window_and_keeps_its_own_settin
     assert sizes == [40.0, 40.0, 10.0]
 
 
-@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "transformer"])
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated", "transformer"])
 def test_every_pooler_ignores_missing_units(pooling, tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk", ["strategy.window=40", f"strategy.pooling={pooling}"])
     short, long = random_documents([30, 330], seed=4)
@@ -543,3 +543,32 @@ def test_a_pooled_vector_owns_its_memory_and_keeps_no_pass_alive():
     for how in ("cls", "mean"):
         vector = pool_tokens(hidden, torch.ones(1, 512), how)  # (1, H)
         assert vector.untyped_storage().nbytes() == vector.numel() * vector.element_size(), how
+
+
+def test_the_gated_pooler_counts_every_open_unit_equally_where_attention_settles_on_one():
+    """Gates equal (at the start): the plain mean. Gates open on two units and shut on the rest: the mean of those
+    two, however unequal their scores, where attention's softmax over the same scores gives the higher one nearly
+    all the weight. A missing unit never counts."""
+    from longbert.strategies.base import Units
+    from longbert.strategies.pooling import AttentionPooler, GatedPooler
+
+    torch.manual_seed(0)
+    vectors = torch.randn(1, 4, 8)
+    mask = torch.tensor([[True, True, True, False]])
+    gated = GatedPooler(8)
+    with torch.no_grad():
+        gated.score.weight.zero_()
+        torch.testing.assert_close(gated(Units(vectors, mask)).vector, vectors[0, :3].mean(0, keepdim=True))
+        # scores: units 0 and 1 high (72 and 76), unit 2 low (-76); the same scorer in both poolers
+        attention = AttentionPooler(8)
+        for pooler in (gated, attention):
+            pooler.project.weight.copy_(torch.eye(8))
+            pooler.project.bias.zero_()
+            pooler.score.weight.zero_()
+        units = torch.zeros(1, 4, 8)
+        units[0, :, 0] = torch.tensor([0.9, 0.99, -0.99, 0.0])  # tanh keeps the order; scores are 100 times it
+        for pooler in (gated, attention):
+            pooler.score.weight[0, 0] = 100.0
+        g, a = gated(Units(units, mask)), attention(Units(units, mask))
+    assert abs(g.weights[0, 0] - g.weights[0, 1]) < 0.01 and g.weights[0, 2] < 1e-4 and g.weights[0, 3] == 0
+    assert a.weights[0, 1] > 0.95  # the softmax: one unit takes it all
