@@ -292,7 +292,7 @@ def ensemble(
         s = make_ensemble(run_dirs, output, use_all)
         v = s["validation"]
         scores = "" if v is None else (f"; validation {s['metric']}: " + ", ".join(
-            f"{name} {100 * value:.1f}%" for name, value in v.items()))
+            f"{name} {value:.3f}" for name, value in v.items()))
         typer.echo(f"ensemble of {' + '.join(s['members'])} written to {output} (chosen by {s['chosen_by']}{scores})"
                    + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if s["test"] else ""))
 

@@ -108,3 +108,10 @@ def test_embed_and_classify_fits_a_classifier_on_real_minilm_vectors(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["vector_size"] == 384 and result["test"] == 20 and 0.5 < result["test_accuracy"] <= 1.0
+
+
+def test_check_ensemble_folder_names_a_folder_that_is_no_model_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "check_ensemble_folder.py"), str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: {tmp_path} is not a longbert model folder (no longbert_config.json)"]

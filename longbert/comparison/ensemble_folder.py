@@ -38,9 +38,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
-    from longbert.modeling.folder import save_model_folder
     from longbert.training.runs import BEST, locked
-    from longbert.utils.atomic import atomic_folder
 
     runs = [Path(r) for r in run_dirs]
     output = Path(output)
@@ -65,7 +63,8 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         scores = None if missing else {
             **{m: score(validation[m], averaged(validation, (m,)), metric) for m in chosen},
             "ensemble": score(validation[chosen[0]], averaged(validation, chosen), metric)}
-        chosen_by = chosen_by or ("all the runs given (--all)" if use_all or len(runs) == 2 else
+        chosen_by = chosen_by or ("all the runs given (--all)" if use_all else
+                                  "the 2 runs given (the only group of two or more)" if len(runs) == 2 else
                                   f"validation {metric} among {groups} groups of 2 or more of {len(runs)} runs")
         facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
         members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]
@@ -81,16 +80,24 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
             summary["test"] = scored_rows(rows["test"], model.label_names)
         if model.training_facts is not None:  # the card's results are the ensemble's, not its first member's
             model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"])
-        with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
-            save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
-            for role, role_rows in rows.items():
-                if role_rows is not None:
-                    (staging / f"predictions-{role}.jsonl").write_text(
-                        "".join(json.dumps(r) + "\n" for r in role_rows))
-            (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
-            # The recipe of the first member: `longbert evaluate OUTPUT` reads the same data from it.
-            (staging / "recipe.yaml").write_bytes((runs[names.index(chosen[0])] / "recipe.yaml").read_bytes())
+        write_folder(output, model, rows, summary, runs[names.index(chosen[0])] / "recipe.yaml")
     return summary
+
+
+def write_folder(output: Path, model, rows: dict[str, list[dict] | None], summary: dict, recipe_file: Path) -> None:
+    """Write the ensemble folder atomically, laid out as a run folder: the model in best/, its prediction rows,
+    the summary, and the first member's recipe (`longbert evaluate OUTPUT` reads the same data from it)."""
+    from longbert.modeling.folder import save_model_folder
+    from longbert.training.runs import BEST
+    from longbert.utils.atomic import atomic_folder
+
+    with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
+        save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
+        for role, role_rows in rows.items():
+            if role_rows is not None:
+                (staging / f"predictions-{role}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in role_rows))
+        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
 
 
 def check_runs(runs: list[Path], output: Path) -> None:

@@ -118,10 +118,13 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
     strategy = dataclasses.asdict(settings.strategy)
     name = strategy.pop("name")
     title = facts.recipe if facts else f"longbert {name} classifier"
+    reads = (f"a {backbone_config.model_type} encoder reads each whole document through the `{name}` strategy, "
+             "and a linear head classifies it")
+    if ensemble is not None:
+        title = f"longbert ensemble of {' + '.join(ensemble.members)}"
+        reads = f"an ensemble of {len(ensemble.members)} classifiers, each reading each whole document"
     lines = [front_matter(settings, name, facts), f"# {title}", "",
-             f"A long-document classifier made with longbert: a "
-             f"{backbone_config.model_type} encoder reads each whole document through the `{name}` strategy, "
-             f"and a linear head classifies it. Documents are not cut at 512 tokens (up to "
+             f"A long-document classifier made with longbert: {reads}. Documents are not cut at 512 tokens (up to "
              f"{settings.max_document_tokens:,} tokens are read).", "",
              *([] if ensemble is None else describe_ensemble(ensemble)),
              "## Model" if ensemble is None else "## First member", "", "| | |", "|---|---|",

@@ -159,6 +159,6 @@ def describe_ensemble(facts: EnsembleFacts, metric_name: str = "") -> list[str]:
              f"reading the whole document its own way: {', '.join(facts.members)}. Members chosen by "
              f"{facts.chosen_by}."]
     if facts.validation:
-        scores = ", ".join(f"{name} {100 * value:.1f}%" for name, value in facts.validation.items())
+        scores = ", ".join(f"{name} {value:.3f}" for name, value in facts.validation.items())
         lines.append(f"Validation {facts.metric or metric_name}: {scores}.")
     return [" ".join(lines), ""]

@@ -93,6 +93,7 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
     assert all(r["member"] in members and r["decisive"] is not None for r in explained)
     card = (out / "best" / "README.md").read_text()
     assert "**Ensemble.**" in card and all(m in card for m in members) and "## First member" in card
+    assert f"# longbert ensemble of {' + '.join(members)}" in card
     # paths that carry one model say so in one line, and write nothing
     answer = runner.invoke(app, ["export", str(out), "--output", str(tmp_path / "onnx")])
     assert answer.exit_code == 2 and "ONNX export carries one model" in answer.output
