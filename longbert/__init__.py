@@ -39,6 +39,8 @@ _LAZY = {
     "pretrain": ("longbert.training.pretrain", "pretrain"),
     "make_hybrid": ("longbert.training.hybrid", "make_hybrid"),
     "make_ensemble": ("longbert.comparison.ensemble_folder", "make_ensemble"),
+    "set_verbosity": ("longbert.utils.logs", "set_verbosity"),
+    "get_verbosity": ("longbert.utils.logs", "get_verbosity"),
     "load_pretrain_recipe": ("longbert.config", "load_pretrain_recipe"),
     "PretrainRecipe": ("longbert.config", "PretrainRecipe"),
     "PretrainResult": ("longbert.training.pretrain", "PretrainResult"),

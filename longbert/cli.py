@@ -40,10 +40,24 @@ def _version(value: bool) -> None:
 def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="status lines off: warnings and errors only (also "
+                               "LONGBERT_VERBOSITY=warning)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="debug lines too (also LONGBERT_VERBOSITY=debug)"),
 ):
     """Classify long documents with BERT: train, evaluate, predict and compare strategies."""
     from longbert.utils.hardware import keep_freed_memory
+    from longbert.utils.logs import check_environment, set_verbosity
 
+    if quiet and verbose:
+        typer.echo("error: --quiet and --verbose contradict each other: give one", err=True)
+        raise typer.Exit(2)
+    try:
+        check_environment()
+    except LongbertError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    if quiet or verbose:
+        set_verbosity("warning" if quiet else "debug")
     keep_freed_memory()  # large activations reused rather than mapped fresh per pass (faster on the CPU)
 
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
+
+from longbert.utils.logs import get_logger
 
 BASELINE_FILE = "tfidf-baseline.json"
 
 
 def say(message: str) -> None:
     """A progress line of compare's on stderr (stdout stays for the summary)."""
-    print(f"compare: {message}", file=sys.stderr, flush=True)
+    get_logger(__name__).info(f"compare: {message}")
 
 
 def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -> dict:

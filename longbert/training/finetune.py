@@ -54,7 +54,10 @@ from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.hardware import adamw, describe_machine
+from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
+
+log = main_process_logger(__name__)  # on the main process only
 
 # TrainingInterrupted and StopRequest live in longbert.training.stopping; they are named here too, where callers of
 # `train` have always imported them from.
@@ -146,20 +149,20 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
     if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
         check_labels(source, corpus.label_names)
-    accelerator.print(corpus.summary())
+    log.info(corpus.summary())
     cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
     if cut:
-        accelerator.print(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
+        log.info(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
                           + ", ".join(f"{n} in {role}" for role, n in cut.items()))
     # With train.init_from, the earlier model's weights replace the new ones where they fit (training/init_from.py);
     # a resumed run loads its checkpoint over them in _fit.
     model, started_from = build_model(recipe, corpus.label_names, (backbone, tokenizer), source)
     for note in model.notes:
-        accelerator.print(note)
+        log.info(note)
     class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
                                       corpus.label_names, multi_label)
     if class_weights is not None:
-        accelerator.print("class weights: " + ", ".join(f"{n} {w:.3f}" for n, w in zip(corpus.label_names,
+        log.info("class weights: " + ", ".join(f"{n} {w:.3f}" for n, w in zip(corpus.label_names,
                                                                                      class_weights.tolist())))
     threshold = recipe.model.multi_label_threshold
     if multi_label and not isinstance(threshold, str):
@@ -175,7 +178,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         cached = {split: frozen.cache_units(model, corpus.splits[split], recipe.eval.batch_size,
                                             f"caching {split} embeddings") for split in ("train", "validation")}
         cache_seconds = time.perf_counter() - started
-        accelerator.print(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
+        log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
 
     if accelerator.is_main_process:
         write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
@@ -207,7 +210,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
         core.settings.thresholds = tune_thresholds(validation_raw["labels"], validation_raw["probabilities"],
                                                    threshold == "tune_per_label")
-        accelerator.print("multi-label thresholds tuned on validation: " + ", ".join(
+        log.info("multi-label thresholds tuned on validation: " + ", ".join(
             f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
     # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
     validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
@@ -294,7 +297,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     state, best = LoopState(), None  # best: a CPU copy of the kept weights, taken when validation improves
     if resume:
         state, best = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
-        accelerator.print(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
+        log.info(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
 
     def evaluate_and_keep():
         nonlocal best
@@ -312,20 +315,20 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
             best = trainable_weights(core)
         else:
             state.validations_without_improvement += 1
-        accelerator.print(f"step {state.global_step}: validation {cfg.best_metric} {value:.4f}"
+        log.info(f"step {state.global_step}: validation {cfg.best_metric} {value:.4f}"
                           f"{' (best so far, kept)' if better else ''}")
         state.logged_seconds += time.perf_counter() - evaluation_started  # tokens/s counts training time only
         # Early stopping: `patience` validations in a row without a better best_metric end the training.
         if cfg.early_stopping_patience and state.validations_without_improvement >= cfg.early_stopping_patience:
             state.stopped_early_at_step = state.global_step
-            accelerator.print(f"step {state.global_step}: stopping early, {state.validations_without_improvement} "
+            log.info(f"step {state.global_step}: stopping early, {state.validations_without_improvement} "
                               f"validations without a better {cfg.best_metric} (best at step {state.best_step})")
 
     def log_training():
         """One train_log entry, printed, recorded and sent to the tracker (see close_log_window)."""
         entry = close_log_window(state, accelerator, scheduler, started, counts_tokens=cached.get("train") is None,
                                  epoch=state.epoch + 1)
-        accelerator.print(f"step {state.global_step}: train loss {entry['loss']:.4f}, "
+        log.info(f"step {state.global_step}: train loss {entry['loss']:.4f}, "
                           f"learning rate {entry['learning_rate']:.2e}{speed(entry)}")
 
     def checkpoint():

@@ -20,6 +20,7 @@ from typing import Callable
 from longbert.training.checkpoint import is_finished
 from longbert.training.init_from import open_init_from
 from longbert.training.runs import CHECKPOINT, HEAD_STAGE, open_run
+from longbert.utils.logs import get_logger
 
 
 def head_stage_recipe(recipe, run_dir: Path):
@@ -46,7 +47,7 @@ def train_head_stage(recipe, run_dir: Path, source, stop, run: Callable[..., dic
     if (head_dir / "metrics.json").is_file():
         metrics = json.loads((head_dir / "metrics.json").read_text())
     else:
-        print(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
+        get_logger(__name__).info(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
         # Opened as any run folder is (the main process locks and tidies it, every process learns how it starts).
         with open_run(head_dir, head, is_finished(head_dir / CHECKPOINT), stop) as resuming:
             metrics = run(head, resuming, source)

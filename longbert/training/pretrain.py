@@ -62,7 +62,10 @@ from longbert.training.stopping import StopRequest, interrupted
 from longbert.training.train_log import close_log_window, speed
 from longbert.training.unlabelled import batch_rows, load_documents
 from longbert.utils.hardware import adamw, describe_machine, process_state
+from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
+
+log = main_process_logger(__name__)  # on the main process only
 
 BACKBONE = "backbone"  # the run folder's trained encoder
 # Files and folders of a sentence-transformers model that describe its pooling (see backbone.backbone_token_pooling).
@@ -106,10 +109,10 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
 
     model, tokenizer, notes, untrained_head = build_model(recipe)
     for note in notes:
-        accelerator.print(note)
+        log.info(note)
     learned = model.learned_positions
     data = load_documents(recipe.data, tokenizer, recipe.seed)
-    accelerator.print(data.summary())
+    log.info(data.summary())
     masker = Masker.from_tokenizer(tokenizer, recipe.masking)
     heldout = HeldOut.mask(data.heldout, masker, recipe.seed)
     write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
@@ -132,7 +135,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
     state = LoopState()
     if resume:
         state, _ = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
-        accelerator.print(f"resuming {run_dir} at step {state.global_step}")
+        log.info(f"resuming {run_dir} at step {state.global_step}")
 
     def measure(when: str) -> None:
         """The held-out loss now, recorded once per step in state.history."""
@@ -143,11 +146,11 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
         seconds = time.perf_counter() - started_at
         state.history.append({"step": state.global_step, "when": when, **result, "seconds": seconds})
         state.logged_seconds += seconds  # tokens/s counts training time only
-        accelerator.print(f"step {state.global_step}: held-out MLM loss {describe(result, learned)} ({when})")
+        log.info(f"step {state.global_step}: held-out MLM loss {describe(result, learned)} ({when})")
 
     def log_training() -> None:
         entry = close_log_window(state, accelerator, scheduler, started)
-        accelerator.print(f"step {state.global_step}: train MLM loss {entry['loss']:.4f}, learning rate "
+        log.info(f"step {state.global_step}: train MLM loss {entry['loss']:.4f}, learning rate "
                           f"{entry['learning_rate']:.2e} (head {entry['head_learning_rate']:.2e}){speed(entry)}")
 
     def checkpoint() -> None:

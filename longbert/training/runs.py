@@ -21,6 +21,7 @@ from longbert.errors import LongbertError
 from longbert.training.curves import CURVES_FILE
 from longbert.training.stopping import StopRequest, stop_on_signals
 from longbert.utils.destinations import writable_folder
+from longbert.utils.logs import get_logger
 
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
@@ -109,7 +110,7 @@ def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
     from longbert.utils.atomic import recover
 
     for line in recover(run_dir):
-        print(f"{run_dir}: {line}")
+        get_logger(__name__).info(f"{run_dir}: {line}")
     saved = run_dir / RECIPE
     same_recipe = saved.is_file() and saved.read_text() == recipe_to_yaml(recipe)
     has_checkpoint = is_finished(run_dir / CHECKPOINT)
@@ -126,14 +127,14 @@ def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
         if not same_recipe:
             raise LongbertError(f"--resume: {run_dir} has no checkpoint to continue from (no run was started there)")
         _clear(run_dir)
-        print(f"--resume: {run_dir} has no checkpoint to continue from (its run stopped before the first one); "
-              "training from the beginning")
+        get_logger(__name__).info(f"--resume: {run_dir} has no checkpoint to continue from (its run stopped before the "
+                                  "first one); training from the beginning")
         return False
     if has_checkpoint or (run_dir / "metrics.json").exists():
         raise LongbertError(f"run folder {run_dir} already holds a run; pass --resume to continue it, or set another "
                             "output_dir (--set output_dir=...)")
     if _clear(run_dir):
-        print(f"{run_dir} holds a run that stopped before its first checkpoint; training it again")
+        get_logger(__name__).info(f"{run_dir} holds a run that stopped before its first checkpoint; training it again")
     return False
 
 

@@ -235,7 +235,7 @@ def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(
     (chunk / "checkpoint").rename(chunk / ".checkpoint.old-99999")
     capsys.readouterr()
     recovered = compare(**compared["settings"])
-    assert "restored checkpoint (a swap was interrupted)" in capsys.readouterr().out
+    assert "restored checkpoint (a swap was interrupted)" in capsys.readouterr().err
     assert recovered["strategies"]["chunk"]["accuracy"] == compared["results"]["strategies"]["chunk"]["accuracy"]
     assert (chunk / "checkpoint" / "state.json").is_file()
     assert not [p.name for p in chunk.iterdir() if p.name.startswith(".")]

@@ -212,7 +212,7 @@ def test_train_and_evaluate_a_dataframe_dict(tiny_recipe, imdb_slice, capsys):
     saved = longbert.load_recipe(result.run_dir / "recipe.yaml")
     assert saved.data.path == "in-memory dict of pandas DataFrame by split (train: 60 rows, test: 30 rows)"
     assert saved.data.label_names == ["neg", "pos"]
-    assert "15 validation (carved from train (25%), " in capsys.readouterr().out, "said at the start of training"
+    assert "15 validation (carved from train (25%), " in capsys.readouterr().err, "said at the start of training"
     metrics = result.metrics
     assert metrics["data"]["validation"]["source_split"] == "carved from train (25%)"
     assert metrics["test"]["documents"] == 30

@@ -163,7 +163,7 @@ def test_a_run_killed_while_checkpointing_resumes_and_ends_as_an_uninterrupted_o
     longbert.train(recipe, resume=True)
     if phase == "writing the first checkpoint":
         assert "has no checkpoint to continue from (its run stopped before the first one); training from the " \
-               "beginning" in capsys.readouterr().out
+               "beginning" in capsys.readouterr().err
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")], "no staging or old folders are left"
     assert_same_run(uninterrupted, run_dir, WEIGHTS, steps=4)
 
@@ -173,6 +173,6 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_on_a_plain_rerun(
     run_dir = tmp_path / "run"
     kill_during_checkpoint("writing the first checkpoint", overrides, run_dir)
     longbert.train(longbert.load_recipe(None, overrides + [f"output_dir={run_dir}"]))
-    assert "stopped before its first checkpoint; training it again" in capsys.readouterr().out
+    assert "stopped before its first checkpoint; training it again" in capsys.readouterr().err
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")], "no staging or old folders are left"
     assert_same_run(uninterrupted, run_dir, WEIGHTS, steps=4)

@@ -302,7 +302,7 @@ def test_the_training_loss_is_printed_and_recorded(tiny_recipe, capsys):
     rates = [e["learning_rate"] for e in log]
     assert rates == sorted(rates, reverse=True) and rates[-1] == 0, "linear decay to 0 after the warmup"
     assert log[0]["epoch"] == 1 and log[-1]["epoch"] == 2
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     for entry in log:
         assert f"step {entry['step']}: train loss {entry['loss']:.4f}, learning rate {entry['learning_rate']:.2e}, " \
                f"{entry['tokens_per_second']:.0f} tokens/s\n" in printed
@@ -335,7 +335,7 @@ def test_early_stopping(tiny_recipe, capsys):
     best = min(range(len(history)), key=lambda i: history[i]["loss"])
     assert len(history) - 1 - best == 2, "stopped at the second validation in a row without a lower loss"
     assert history[best]["step"] == result.metrics["best_step"]
-    assert f"step {stopped}: stopping early, 2 validations without a better loss" in capsys.readouterr().out
+    assert f"step {stopped}: stopping early, 2 validations without a better loss" in capsys.readouterr().err
     assert json.loads((result.run_dir / "metrics.json").read_text())["stopped_early_at_step"] == stopped
 
 
