@@ -17,8 +17,9 @@ import time
 
 import numpy as np
 
+from longbert.modeling.lexical import C_GRID  # the same grid as a hybrid model's TF-IDF half
+
 BASELINE = "tfidf"  # its name in comparison reports, beside the strategies' names
-C_GRID = (0.5, 2.0, 8.0, 32.0)
 SETTINGS = {"features": "TF-IDF words+bigrams (min_df=2, sublinear tf)", "classifier": "logistic regression",
             "C_grid": list(C_GRID)}
 

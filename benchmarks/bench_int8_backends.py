@@ -1,0 +1,99 @@
+"""Which int8 path for `--precision int8` on the CPU: torch's dynamic quantization (torch.ao, deprecated), or
+torchao's `quantize_` with Int8DynamicActivationInt8WeightConfig, its maintained successor, in eager mode as predict
+runs. On the packaged MiniLM backbone (real weights), a batch of 512-token windows of real IMDb text: the time of a
+forward pass (median of --repeats after one warm-up) and how far each int8 path's mean-pooled window
+vectors are from fp32's (cosine similarity, worst window).
+
+    pip install torchao==0.18.0            # not a longbert dependency; the benchmark skips it when absent
+    python benchmarks/bench_int8_backends.py --windows 16 --repeats 5 --json benchmarks/results/int8-backends.json
+
+Run it alone: it times the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import json
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from longbert.modeling.backbone import load_backbone
+from longbert.utils.hardware import describe_machine
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("--windows", type=int, default=16)
+parser.add_argument("--repeats", type=int, default=5)
+parser.add_argument("--data", type=Path, default=Path("../shared/data/imdb/test.jsonl.gz"))
+parser.add_argument("--json", type=Path, default=None)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+backbone, tokenizer = load_backbone("minilm")
+backbone.eval()
+texts = []
+with (gzip.open(args.data, "rt") if args.data.suffix == ".gz" else open(args.data)) as lines:
+    for line in lines:
+        texts.append(json.loads(line)["text"])
+        if len(texts) == args.windows:
+            break
+batch = tokenizer(texts, padding="max_length", truncation=True, max_length=512, return_tensors="pt")
+
+
+def vectors(model: nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state  # (W, L, H)
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    return (hidden * mask).sum(1) / mask.sum(1)  # (W, H)
+
+
+def timed(model: nn.Module) -> float:
+    vectors(model)  # warm-up
+    times = []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        vectors(model)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def torch_ao(model: nn.Module) -> nn.Module:
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
+def torchao_int8(model: nn.Module) -> nn.Module | None:
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    except ImportError:
+        return None
+    copied = copy.deepcopy(model)
+    quantize_(copied, Int8DynamicActivationInt8WeightConfig())
+    return copied
+
+
+reference = vectors(backbone)
+results = {"machine": describe_machine(), "windows": args.windows, "tokens_per_window": 512,
+           "repeats": args.repeats, "torch": torch.__version__, "paths": {}}
+for name, build in (("fp32", lambda m: m), ("torch.ao dynamic (per channel)", torch_ao),
+                    ("torchao Int8DynamicActivationInt8Weight", torchao_int8)):
+    model = build(backbone)
+    if model is None:
+        print(f"{name}: not installed, skipped")
+        continue
+    seconds = timed(model)
+    cosine = nn.functional.cosine_similarity(vectors(model), reference, dim=-1)
+    results["paths"][name] = {"seconds": round(seconds, 4), "worst_cosine": round(float(cosine.min()), 6)}
+    print(f"{name}: {seconds:.3f} s a batch ({args.windows} x 512 tokens), worst cosine to fp32 "
+          f"{float(cosine.min()):.5f}")
+if args.json:
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
