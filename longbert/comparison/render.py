@@ -116,6 +116,10 @@ blockquote { border-left: 4px solid #ccc; margin: 0.5em 0 1.2em; padding: 0.3em 
 mark { background: #ffe066; }
 img { max-width: 100%; }
 pre { background: #f5f5f5; padding: 0.6em; overflow-x: auto; }
+.strip { display: flex; height: 1.4em; border: 1px solid #bbb; margin: 0.4em 0 0.1em; }
+.strip div { flex: 1; }
+.strip .decisive { box-shadow: inset 0 -4px 0 #c0392b; }
+.strip-axis { display: flex; justify-content: space-between; font-size: 0.8em; color: #666; margin-bottom: 0.8em; }
 """
 
 
@@ -143,6 +147,13 @@ def render_html(blocks: list[tuple], plots: dict[str, bytes], title: str) -> str
             parts.append(f"<blockquote>{_html_inline(block[1])}</blockquote>")
         elif kind == "code":
             parts.append(f"<pre><code>{html.escape(block[1])}</code></pre>")
+        elif kind == "strip":  # (cells of (shade 0-1, decisive, tooltip), left label, right label)
+            marked = ' class="decisive"'
+            cells = "".join(f'<div{marked if decisive else ""} title="{html.escape(tip)}" '
+                            f'style="background: rgba(230, 126, 34, {shade:.3f})"></div>'
+                            for shade, decisive, tip in block[1])
+            parts.append(f'<div class="strip">{cells}</div><div class="strip-axis"><span>{html.escape(block[2])}'
+                         f'</span><span>{html.escape(block[3])}</span></div>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

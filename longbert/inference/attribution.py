@@ -133,22 +133,33 @@ def excerpt(text: str, offsets: list[tuple[int, int]], span: tuple[int, int], co
     # HTML line breaks (IMDb has many) become spaces of the same length, so the token offsets still hold.
     text = _BREAK.sub(lambda m: " " * len(m.group()), text)
 
-    def chars(a: int, b: int) -> str:  # text of tokens [a, b)
-        return text[offsets[a][0] : offsets[b - 1][1]] if a < b else ""
+    def word_start(at: int) -> int:  # a unit that starts inside a word (a WordPiece "##" piece) shows it whole
+        while at > 0 and text[at - 1].isalnum():
+            at -= 1
+        return at
+
+    def word_end(at: int) -> int:
+        while at < len(text) and text[at].isalnum():
+            at += 1
+        return at
+
+    def chars(a: int, b: int) -> str:  # text of tokens [a, b), widened to whole words
+        return text[word_start(offsets[a][0]) : word_end(offsets[b - 1][1])] if a < b else ""
 
     before_from = max(0, start - context)
     after_to = min(total, end + context)
+    low, high = word_start(offsets[start][0]), word_end(offsets[end - 1][1])
     segments = []
     prefix = "… " if before_from > 0 else ""
     # Gaps between tokens (spaces) belong to the text before the next token.
-    segments.append({"text": prefix + text[offsets[before_from][0] : offsets[start][0]], "highlight": False})
+    segments.append({"text": prefix + text[min(offsets[before_from][0], low) : low], "highlight": False})
     if end - start > head + tail:
         segments.append({"text": chars(start, start + head), "highlight": True})
         segments.append({"text": f" … [{end - start - head - tail} tokens] … ", "highlight": False})
         segments.append({"text": chars(end - tail, end), "highlight": True})
     else:
-        segments.append({"text": chars(start, end), "highlight": True})
-    after = text[offsets[end - 1][1] : offsets[after_to - 1][1]] if end < after_to else ""
+        segments.append({"text": text[low:high], "highlight": True})
+    after = text[high : offsets[after_to - 1][1]] if end < after_to else ""
     segments.append({"text": after + (" …" if after_to < total else ""), "highlight": False})
     for previous, segment in zip([None, *segments], segments):
         segment["text"] = _SPACES.sub(" ", segment["text"])
@@ -168,15 +179,16 @@ def token_offsets(tokenizer, text: str, ids: list[int]) -> list[tuple[int, int]]
 
 
 def decisive_excerpt(text: str, ids: list[int], decisive: dict | None, tokenizer,
-                     offsets: list[tuple[int, int]] | None = None) -> list[dict] | None:
+                     offsets: list[tuple[int, int]] | None = None, whole: bool = False) -> list[dict] | None:
     """The excerpt (segments [{text, highlight}], see `excerpt`) around the unit `decisive_units` chose, or None when
-    it chose none among several units. `offsets`: `token_offsets(tokenizer, text, ids)`, when already known."""
+    it chose none among several units. `offsets`: `token_offsets(tokenizer, text, ids)`, when already known.
+    `whole`: the unit in full (explain's page), not its head and tail (the comparison report's many examples)."""
     if not decisive or decisive.get("method") not in ("weight", "occlusion"):
         return None
     start, end = decisive["spans"][0]
     offsets = offsets if offsets is not None else token_offsets(tokenizer, text, ids)
     if offsets is not None:
-        return excerpt(text, offsets, (start, end))
+        return excerpt(text, offsets, (start, end), head=end - start if whole else 60)
     return [{"text": tokenizer.decode(ids[start:end]), "highlight": True}]  # a slow tokenizer: decode the tokens
 
 

@@ -145,6 +145,25 @@ def write_page(page: Path, shown: list, tokenizer, title: str, rows_note: str) -
         raise LongbertError(f"{error}; {rows_note}") from None
 
 
+def where_it_looked(units: list[dict] | None, decisive: int | None, tokens: int,
+                    cells: int = 100) -> list[tuple[float, bool, str]] | None:
+    """The document as `cells` equal stretches of tokens (fewer for a shorter one): each one's shade, the largest
+    pooling weight of a unit covering it over the largest weight of all (overlapping windows take their larger
+    weight), whether the decisive unit covers it, and a tooltip. None where there is nothing to draw: one unit, or
+    no weights."""
+    if not units or len(units) < 2 or any(u["weight"] is None for u in units) or tokens < 1:
+        return None
+    top = max(u["weight"] for u in units) or 1.0
+    cells = min(cells, tokens)
+    out = []
+    for c in range(cells):
+        a, b = c * tokens // cells, max((c + 1) * tokens // cells, c * tokens // cells + 1)
+        covering = [i for i, u in enumerate(units) if any(s < b and e > a for s, e in u["tokens"])]
+        weight = max((units[i]["weight"] for i in covering), default=0.0)
+        out.append((weight / top, decisive in covering, f"tokens {a + 1:,}–{b:,}: weight {weight:.3f}"))
+    return out
+
+
 def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str) -> str:
     """The HTML page for (text, row with units and decisive, content ids) triples: per text, its prediction, how
     the decisive unit was found, an excerpt with that unit highlighted, and every unit's token range and weight."""
@@ -162,7 +181,11 @@ def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str)
         name = f"Text {i + 1}" + (f" (id {row['id']})" if "id" in row and row["id"] != i else "")
         heading = f"{name}: {label}" + (f" (p = {p:.2f})" if p is not None else "") + f", {row['n_tokens']:,} tokens"
         blocks += [("h", 2, heading), ("p", f"Decisive part: {decisive_text(row['decisive'])}")]
-        segments = decisive_excerpt(text, ids, row["decisive"], tokenizer)
+        strip = where_it_looked(row["units"], (row["decisive"] or {}).get("unit"), len(ids))
+        if strip is not None:
+            blocks += [("p", "Where it looked, along the document (darker: more pooling weight; underlined: the "
+                        "decisive unit):"), ("strip", strip, "start", f"token {len(ids):,}")]
+        segments = decisive_excerpt(text, ids, row["decisive"], tokenizer, whole=True)
         if segments:
             blocks.append(("quote", [(s["text"], "mark" if s["highlight"] else None) for s in segments]))
         units = row["units"] or []

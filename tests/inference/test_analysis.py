@@ -131,3 +131,16 @@ def test_the_strategys_hook_says_whether_its_weights_tell_which_unit_decided(poo
     monkeypatch.setattr(type(model.strategy), "weights_carry_content", lambda self: pooling == "mean")
     assert found()["method"] == {"mean": "weight", "attention": "occlusion"}[pooling]
     assert found()["unit"] == 1 if pooling == "mean" else found()["units"] == 3
+
+
+def test_a_unit_that_starts_or_ends_inside_a_word_is_highlighted_as_whole_words(tokenizer):
+    text = "the film was impossible to decipher yet wonderful"
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    pieces = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    inner = [i for i, piece in enumerate(pieces) if piece.startswith("##")]
+    assert inner, pieces  # "decipher" is cut into pieces
+    first, last = inner[0], inner[0]  # a unit holding a word's second piece only
+    segments = excerpt(text, encoded["offset_mapping"], (first, last + 1), context=3, head=100)
+    marked = "".join(s["text"] for s in segments if s["highlight"])
+    word = next(w for w in text.split() if marked in w or w in marked)
+    assert marked == word and "".join(s["text"] for s in segments).replace("… ", "").replace(" …", "") in text

@@ -81,3 +81,19 @@ def test_a_bad_explain_path_is_one_line(attention_model, tmp_path):
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: --explain ") and message in lines[0], result.output
     assert page_path(tmp_path / "new") == tmp_path / "new" / "explain.html"
+
+
+def test_where_it_looked_shades_the_document_by_the_heaviest_unit_covering_each_stretch():
+    from longbert.inference.explain import where_it_looked
+
+    # three windows over 10 tokens, the middle one overlapping both (as sliding's do), the last decisive
+    units = [{"tokens": [[0, 4]], "weight": 0.2}, {"tokens": [[3, 7]], "weight": 0.1},
+             {"tokens": [[6, 10]], "weight": 0.7}]
+    cells = where_it_looked(units, 2, 10, cells=5)  # stretches of 2 tokens
+    assert [round(shade, 3) for shade, _, _ in cells] == [round(0.2 / 0.7, 3), round(0.2 / 0.7, 3),
+                                                         round(0.1 / 0.7, 3), 1.0, 1.0]
+    assert [decisive for _, decisive, _ in cells] == [False, False, False, True, True]
+    assert cells[0][2] == "tokens 1–2: weight 0.200"
+    assert where_it_looked(units, 2, 3, cells=100) is not None and len(where_it_looked(units, 2, 3)) == 3
+    assert where_it_looked([{"tokens": [[0, 10]], "weight": 1.0}], 0, 10) is None  # one unit: nothing to show
+    assert where_it_looked([{**u, "weight": None} for u in units], 2, 10) is None  # no weights (transformer)
