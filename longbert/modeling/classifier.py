@@ -139,6 +139,7 @@ class LongDocumentClassifier(nn.Module):
                 raise LongbertError("an ensemble's members read the documents' token ids: pass documents, not "
                                     "cached units")
             logits = self.ensemble.mean_probabilities(logits, documents).clamp_min(1e-30).log()
+            pooled = Pooled(pooled.vector, None)  # the first member's unit weights are not the ensemble's
         if self.__dict__.get("_exact") is not None and documents is not None:  # an int8 copy (`quantized_copy`)
             logits = recheck_close_calls(self, logits, documents)
         return ClassifierOutput(logits, pooled.weights, units.mask, units)
