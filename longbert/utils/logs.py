@@ -7,8 +7,7 @@ so that stdout carries only what a command gives (predictions, tables) and can b
 Levels: debug, info (the default: every status line), warning (only what may need action), error. Every module
 logs under the `longbert` logger, which has a handler of its own and does not propagate to the root logger unless
 `logging.getLogger("longbert").propagate = True`. Progress bars are not log records (LONGBERT_PROGRESS=0 turns them
-off). Where several processes train together, the training loops log on the main process only (accelerate's
-`get_logger`)."""
+off). Where several processes train together, the training loops log on the main process only."""
 
 from __future__ import annotations
 
@@ -67,12 +66,21 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
-def main_process_logger(name: str):
-    """The logger of a training module: accelerate's, which logs on the main process only."""
-    from accelerate.logging import get_logger as accelerate_logger
+class MainProcessLogger(logging.LoggerAdapter):
+    """A logger that logs on the main process only (accelerate's process state), without the '[RANK 0]' prefix
+    accelerate's own adapter puts on every line."""
 
+    def log(self, level, msg, *args, **kwargs):
+        from accelerate import PartialState
+
+        if PartialState().is_main_process:
+            self.logger.log(level, msg, *args, **kwargs)
+
+
+def main_process_logger(name: str) -> MainProcessLogger:
+    """The logger of a training module: it logs on the main process only."""
     root_logger()
-    return accelerate_logger(name)
+    return MainProcessLogger(logging.getLogger(name), {})
 
 
 def set_verbosity(level: str | int) -> None:
