@@ -229,6 +229,8 @@ class LongDocumentClassifier(nn.Module):
                       compute: Callable) -> Iterator[tuple[int, list, int]]:
         """(index, compute(model, its batch)[row] as a list, full length): predictions' and embeddings' loop."""
         check_texts(texts, batch_size)
+        if self.__dict__.get("_exact") is not None:  # an int8 copy (`for_precision("int8")`) runs as int8, whatever
+            precision = "int8"                       # it is asked: bf16 autocast cannot feed its quantized layers
         autocast = autocast_for(self, precision)
         model = self.for_precision(precision)
         documents, lengths = self.tokenize(texts)
@@ -248,7 +250,7 @@ class LongDocumentClassifier(nn.Module):
         dynamically quantized (`quantized_copy`). The copy is made at its first use, from the weights then, and
         kept (outside the module tree: never saved, never moved with the model). `recheck_gap` sets the copy's
         (see `recheck_close_calls`; None: as it is, at first use `int8_recheck_gap(self)`)."""
-        if precision != "int8":
+        if precision != "int8" or self.__dict__.get("_exact") is not None:  # (an int8 copy is its own int8 model)
             return self
         if self.__dict__.get("_int8_copy") is None:
             self.__dict__["_int8_copy"] = quantized_copy(self)

@@ -27,6 +27,11 @@ def test_int8_predicts_close_to_fp32_and_leaves_the_model_as_it_was(tiny_backbon
         assert max(abs(a["probabilities"][k] - b["probabilities"][k]) for k in a["probabilities"]) < 0.05
     copied = model.for_precision("int8")
     assert copied is model.for_precision("int8") and model.for_precision("fp32") is model
+    # the copy is a model of its own: its predict runs int8 whatever precision it is asked for (bf16 autocast cannot
+    # feed its quantized layers), and gives what predict(precision="int8") gives
+    assert copied.for_precision("int8") is copied
+    for asked in ("auto", "bf16", "int8"):
+        assert copied.predict(TEXTS, precision=asked) == quick
     quantized = [m for m in copied.backbone.modules() if isinstance(m, DynamicLinear)]
     assert quantized and not any(isinstance(m, torch.nn.Linear) for m in copied.backbone.modules())
     # one scale per output channel (torch's default for a bare {nn.Linear} is one per matrix)
