@@ -167,8 +167,8 @@ def _deployable_sentences(results: dict, decision: Verdict) -> list[str]:
     row, metric = chosen["row"], chosen["metric"].replace("macro_f1", "macro-F1")
     line = (f"Model to deploy, chosen on validation {metric} (not on test) among {len(chosen['validation'])} rows: "
             f"{row} ({metric} {number(chosen['validation'][row], 3)} on validation, "
-            f"{percent(accuracy_of(results, row))} on test), saved as a model folder: {chosen['folder']} "
-            f"(`longbert predict {chosen['folder']} FILE`).")
+            f"{percent(accuracy_of(results, row))} on test), saved as a model folder that longbert predict loads: "
+            f"{chosen['folder']}.")
     standing = decision.against_baseline.get(row)
     if standing is not None:
         p = baseline_p_values(results)[row]

@@ -131,7 +131,7 @@ def test_compare_writes_the_report_with_every_field(compared):
     expected = {"ensemble": root / "runs" / "tiny" / "ensemble", "hybrid": Path(hybrid["folder"])}.get(
         chosen["row"], root / "runs" / "tiny" / chosen["row"])
     assert Path(chosen["folder"]) == expected and (expected / "best").is_dir()
-    assert f"saved as a model folder: {expected}" in (report / "report.md").read_text()
+    assert f"saved as a model folder that longbert predict loads: {expected}." in (report / "report.md").read_text()
     import longbert
 
     loaded = longbert.LongDocumentClassifier.from_pretrained(expected)
