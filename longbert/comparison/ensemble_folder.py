@@ -29,11 +29,10 @@ MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a c
 def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool = False,
                   chosen_by: str | None = None) -> dict:
     """Choose the members among `run_dirs` on validation (or take them all with `use_all`, or when the caller chose
-    them already, saying how in `chosen_by`), and write the ensemble
-    folder to `output` (an older ensemble there is replaced whole; a run folder, a folder holding one, or any other
-    folder that is not empty is refused in one line before any work). Returns the summary ensemble-summary.json
-    holds: members, how they were chosen, each one's and the ensemble's validation score, and its test metrics when
-    every member was tested."""
+    them already, saying how in `chosen_by`), and write the ensemble folder to `output` (an older ensemble there is
+    replaced whole; a run folder, a folder holding one, or any other folder that is not empty is refused in one line
+    before any work). Returns the summary ensemble-summary.json holds: members, how they were chosen, each one's and
+    the ensemble's validation score, and its test metrics when every member was tested."""
     from longbert.comparison.ensemble import averaged, choose_members, read_validation, score
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
