@@ -29,12 +29,15 @@ VALIDATION_FILE = "predictions-validation.jsonl"
 SELECTION_METRICS = ("accuracy", "macro_f1")  # best_metric values an ensemble can be chosen by; loss falls back
 
 
+def read_kept(run_dir: Path, name: str) -> list[dict] | None:
+    """The rows of a run folder's kept prediction file `name` (predictions-<split>.jsonl), or None when it has none."""
+    path = Path(run_dir) / name
+    return read_rows(path) if path.is_file() else None
+
+
 def read_validation(run_dir: Path) -> list[dict] | None:
     """A run folder's validation prediction rows, or None for a run that has none (trained before they were kept)."""
-    path = Path(run_dir) / VALIDATION_FILE
-    if not path.is_file():
-        return None
-    return read_rows(path)
+    return read_kept(run_dir, VALIDATION_FILE)
 
 
 def validation_of(run_dirs: dict[str, Path], metric: str, row: str) -> tuple[dict | None, str, str | None]:
@@ -60,6 +63,11 @@ def score(rows: list[dict], probabilities: np.ndarray, metric: str) -> float:
         return float((predicted == truth).mean())
     return float(f1_score(truth, predicted, labels=list(range(probabilities.shape[1])), average="macro",
                           zero_division=0))
+
+
+def score_rows(rows: list[dict], metric: str) -> float:
+    """Accuracy or macro-F1 of one run's prediction rows (their own probabilities)."""
+    return score(rows, np.array([r["probabilities"] for r in rows]), metric)
 
 
 def averaged(rows_by_member: dict[str, list[dict]], members: tuple[str, ...]) -> np.ndarray:
@@ -135,7 +143,7 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
     if validation is None:
         return None, None, why
     names = list(run_dirs)
-    base = max(names, key=lambda s: (score(validation[s], averaged(validation, (s,)), metric), -names.index(s)))
+    base = max(names, key=lambda s: (score_rows(validation[s], metric), -names.index(s)))
     summary = make_hybrid(run_dirs[base], corpus=splits())
     rows = read_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
     return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],

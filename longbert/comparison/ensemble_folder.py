@@ -33,7 +33,16 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     replaced whole; a run folder, a folder holding one, or any other folder that is not empty is refused in one line
     before any work). Returns the summary ensemble-summary.json holds: members, how they were chosen, each one's and
     the ensemble's validation score, and its test metrics when every member was tested."""
-    from longbert.comparison.ensemble import averaged, choose_members, read_validation, score
+    from longbert.comparison.ensemble import (
+        averaged,
+        choose_members,
+        read_kept,
+        read_validation,
+        score,
+        score_rows,
+        scored,
+    )
+    from longbert.comparison.results import PREDICTIONS_FILE
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
@@ -60,7 +69,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         else:
             chosen, _, groups = choose_members(validation, metric)
         scores = None if missing else {
-            **{m: score(validation[m], averaged(validation, (m,)), metric) for m in chosen},
+            **{m: score_rows(validation[m], metric) for m in chosen},
             "ensemble": score(validation[chosen[0]], averaged(validation, chosen), metric)}
         chosen_by = chosen_by or ("all the runs given (--all)" if use_all else
                                   "the 2 runs given (the only group of two or more)" if len(runs) == 2 else
@@ -69,14 +78,14 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]
         model = assemble_ensemble(members, facts)
         rows = {"validation": None if missing else averaged_rows(validation, chosen, model.label_names)}
-        test = {m: test_rows(runs[names.index(m)]) for m in chosen}
+        test = {m: read_kept(runs[names.index(m)], PREDICTIONS_FILE) for m in chosen}
         if all(r is not None for r in test.values()):
             same_documents(test, "test")
             rows["test"] = averaged_rows(test, chosen, model.label_names)
         summary = {"members": {m: str(runs[names.index(m)]) for m in chosen}, "chosen_by": chosen_by,
                    "metric": metric, "validation": scores, "test": None}
         if rows.get("test") is not None:
-            summary["test"] = scored_rows(rows["test"], model.label_names)
+            summary["test"] = scored(rows["test"], model.label_names)
         if model.training_facts is not None:  # the card's results are the ensemble's, not its first member's
             model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"])
         write_folder(output, model, rows, summary, runs[names.index(chosen[0])] / "recipe.yaml")
@@ -135,12 +144,6 @@ def member_names(runs: list[Path]) -> list[str]:
     return ["/".join(r.resolve().parts[-2:]) for r in runs]
 
 
-def test_rows(run: Path) -> list[dict] | None:
-    from longbert.comparison.results import PREDICTIONS_FILE, read_rows
-
-    return read_rows(run / PREDICTIONS_FILE) if (run / PREDICTIONS_FILE).is_file() else None
-
-
 def same_documents(rows: dict[str, list[dict]], split: str) -> None:
     """Refuse members whose kept predictions of `split` are not of the same documents, in the same order."""
     names = list(rows)
@@ -165,12 +168,6 @@ def averaged_rows(rows: dict[str, list[dict]], members: tuple[str, ...], label_n
     return out
 
 
-def scored_rows(rows: list[dict], label_names: list[str]) -> dict:
-    from longbert.comparison.ensemble import scored
-
-    return scored(rows, label_names)
-
-
 def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, metric: str) -> dict | None:
     """compare's model to deploy: of every row a folder can hold (each strategy's run; the ensemble, written here as
     an ensemble folder under `folder`; the hybrid's folder; each strategy's seeds averaged, written as an ensemble
@@ -178,7 +175,7 @@ def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, 
     earlier row, strategies first. Chosen on validation, never on test. `runs`: each strategy's run folders, its
     base seed's first. Returns {row, folder, metric, validation: {row: score}}, or None when some run kept no
     validation predictions."""
-    from longbert.comparison.ensemble import ENSEMBLE, averaged, read_validation, score
+    from longbert.comparison.ensemble import ENSEMBLE, averaged, read_validation, score, score_rows
     from longbert.training.hybrid import HYBRID
 
     validation = {strategy: read_validation(dirs[0]) for strategy, dirs in runs.items()}
@@ -186,8 +183,7 @@ def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, 
         return None
     members, scores, folders = {}, {}, {}
     for strategy, dirs in runs.items():
-        scores[strategy], folders[strategy] = score(validation[strategy], averaged(validation, (strategy,)),
-                                                    metric), dirs[0]
+        scores[strategy], folders[strategy] = score_rows(validation[strategy], metric), dirs[0]
     for row in combined:
         if row["name"] == ENSEMBLE:
             members[ENSEMBLE] = [runs[m][0] for m in row["members"]]
@@ -195,8 +191,7 @@ def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, 
                                      metric)
             folders[ENSEMBLE] = folder / ENSEMBLE
         elif row["name"] == HYBRID:
-            rows = read_validation(Path(row["folder"]))
-            scores[HYBRID] = score(rows, averaged({HYBRID: rows}, (HYBRID,)), metric)
+            scores[HYBRID] = score_rows(read_validation(Path(row["folder"])), metric)
             folders[HYBRID] = Path(row["folder"])
         elif "seeds" in row:
             dirs = runs[row["strategy"]]

@@ -62,23 +62,18 @@ def surest_member_details(model, ids: list[int], row: dict, precision: str, auto
     """An ensemble's `units` and `decisive` fields: those of the member that gave the predicted label the highest
     probability (named in `member`), since each member reads the document in units of its own. `model` runs at
     `precision` already (an int8 copy's members are quantized: they are read as they are, not quantized again)."""
-    from longbert.modeling.ensemble import member_probabilities
+    from longbert.modeling.ensemble import alone, member_probabilities
 
     label = model.label_names.index(row["label"])
     with torch.no_grad(), autocast:
         probabilities = member_probabilities(model, [torch.tensor(ids, dtype=torch.long, device=device)])
     surest = max(range(len(probabilities)), key=lambda m: float(probabilities[m][0, label]))
-    held = model.ensemble
     member_precision = "fp32" if precision == "int8" else precision
+    names = model.ensemble.facts.members
     if surest == 0:  # the holding model, read without the others
-        model.ensemble = None
-        try:
-            details = unit_details(model, ids, row, member_precision)
-        finally:
-            model.ensemble = held
-    else:
-        details = unit_details(held.others[surest - 1], ids, row, member_precision)
-    return {**details, "member": held.facts.members[surest]}
+        with alone(model):
+            return {**unit_details(model, ids, row, member_precision), "member": names[0]}
+    return {**unit_details(model.ensemble.others[surest - 1], ids, row, member_precision), "member": names[surest]}
 
 
 def document_ids(model, text: str) -> list[int]:

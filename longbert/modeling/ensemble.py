@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from torch import nn
@@ -67,25 +68,34 @@ class Ensemble(nn.Module):
     def members(self, first: LongDocumentClassifier) -> list[LongDocumentClassifier]:
         return [first, *self.others]
 
+    def others_probabilities(self, documents: list[torch.Tensor], device) -> list[torch.Tensor]:
+        """Each other member's (B, C) probabilities of `documents`, on `device`."""
+        return [member.probabilities(member(documents).logits).to(device) for member in self.others]
+
     def mean_probabilities(self, first_logits: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
         """(B, C): the mean of the holding model's probabilities (from its logits) and every other member's on the
         same documents."""
-        probabilities = [first_logits.float().softmax(-1)]
-        for member in self.others:
-            probabilities.append(member.probabilities(member(documents).logits).to(first_logits.device))
+        probabilities = [first_logits.float().softmax(-1), *self.others_probabilities(documents, first_logits.device)]
         return torch.stack(probabilities).mean(0)
 
 
-def member_probabilities(model: LongDocumentClassifier, documents: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Each member's own (B, C) probabilities of `documents` (the first one the holding model's without the others):
-    what explain reads to say which member was surest."""
-    first = model.ensemble
+@contextmanager
+def alone(model: LongDocumentClassifier) -> Iterator[LongDocumentClassifier]:
+    """The model that holds an ensemble, for the block, as the first member alone (its others detached)."""
+    held = model.ensemble
     model.ensemble = None
     try:
-        out = [model.probabilities(model(documents).logits)]
+        yield model
     finally:
-        model.ensemble = first
-    return out + [m.probabilities(m(documents).logits) for m in first.others]
+        model.ensemble = held
+
+
+def member_probabilities(model: LongDocumentClassifier, documents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each member's own (B, C) probabilities of `documents`, the holding model's first: what explain reads to say
+    which member was surest."""
+    others = model.ensemble.others_probabilities(documents, documents[0].device)
+    with alone(model):
+        return [model.probabilities(model(documents).logits), *others]
 
 
 def check_members(models: list[LongDocumentClassifier], names: list[str]) -> None:
