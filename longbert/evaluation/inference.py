@@ -14,11 +14,12 @@ from longbert.utils.progress import progress
 
 
 def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shuffle_seed: int | None = None,
-                 group_by_length: bool = False):
+                 group_by_length: bool = False, order: list[int] | None = None):
     """A tokenized split in batches for the model: {'documents': B (T,) token-id tensors, 'labels'}, or, given the
     split's cached unit vectors (frozen mode, from `frozen.cache_units`), {'unit_vectors': (B, N, H), 'unit_mask':
     (B, N), 'labels'}. With `shuffle_seed`, shuffled in an order that depends on that seed only; with
-    `group_by_length` too, in batches of similar length (`data.length_grouped_order`)."""
+    `group_by_length` too, in batches of similar length (`data.length_grouped_order`); with `order` (indices into
+    the split), in that order."""
     from torch.utils.data import DataLoader
 
     from longbert.data.documents import collate, length_grouped_order
@@ -32,14 +33,20 @@ def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shu
         # seed from the global RNG, which would shift dropout between a resumed run and an uninterrupted one.
         return DataLoader(rows, batch_size=batch_size, sampler=order, collate_fn=collate_fn,
                           generator=torch.Generator().manual_seed(shuffle_seed))
-    order = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
-    return DataLoader(rows, batch_size=batch_size, shuffle=order is not None, generator=order, collate_fn=collate_fn)
+    if order is not None:
+        return DataLoader(rows, batch_size=batch_size, sampler=order, collate_fn=collate_fn)
+    generator = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
+    return DataLoader(rows, batch_size=batch_size, shuffle=generator is not None, generator=generator,
+                      collate_fn=collate_fn)
 
 
-def model_inputs(batch: dict) -> dict:
-    """The keyword arguments of LongDocumentClassifier.forward for a batch from `split_loader`."""
+def model_inputs(batch: dict, device: torch.device | None = None) -> dict:
+    """The keyword arguments of LongDocumentClassifier.forward for a batch from `split_loader`; cached unit vectors
+    moved to `device` (a loader that accelerate prepared has moved them already; token ids go to the device in the
+    strategies' passes)."""
     if "unit_vectors" in batch:
-        return {"units": Units(batch["unit_vectors"], batch["unit_mask"], batch.get("unit_sizes"))}
+        to = lambda t: t if t is None or device is None else t.to(device)
+        return {"units": Units(to(batch["unit_vectors"]), to(batch["unit_mask"]), to(batch.get("unit_sizes")))}
     return {"documents": batch["documents"]}
 
 
@@ -52,7 +59,11 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     peak memory of the pass."""
     if precision != "auto":
         model = _unwrapped(model).for_precision(precision)
-    loader = split_loader(dataset, batch_size, cached)
+    # Longest documents first, as `predict` batches them: a batch pads little, and its windows fill large passes (in
+    # the split's order a batch mixes lengths, and the pass budget splits it into many small passes, which leaves a
+    # GPU idle). The results are put back in the split's order.
+    order = longest_first_order(list(dataset["n_tokens"]))
+    loader = split_loader(dataset, batch_size, cached, order=order)
     if accelerator is not None:
         loader = accelerator.prepare(loader)
     was_training = model.training
@@ -62,7 +73,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     autocast = accelerator.autocast() if accelerator is not None else autocast_for(model, precision)
     with measure(device) as cost, autocast:
         for batch in progress(loader, description):
-            out = model(**model_inputs(batch))
+            out = model(**model_inputs(batch, device))
             p = out.unit_weights
             probs = _unwrapped(model).probabilities(out.logits)
             if accelerator is not None:
@@ -72,13 +83,15 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
             probabilities.append(probs.float().cpu())
             labels.append(batch_labels.cpu())
             if accelerator is None or accelerator.num_processes == 1:
+                p, present = (None, None) if p is None else (p.float().cpu(), out.unit_mask.cpu())  # one copy a batch
                 for b in range(len(batch["labels"])):
-                    weights.append(None if p is None else p[b][out.unit_mask[b]].float().cpu().tolist())
+                    weights.append(None if p is None else p[b][present[b]].tolist())
     model.train(was_training)
+    inverse = np.argsort(order)  # position in reading order of each document of the split
     return {
-        "probabilities": torch.cat(probabilities).numpy(),
-        "labels": torch.cat(labels).numpy(),
-        "unit_weights": weights,
+        "probabilities": torch.cat(probabilities).numpy()[inverse],
+        "labels": torch.cat(labels).numpy()[inverse],
+        "unit_weights": [weights[i] for i in inverse] if weights else weights,
         "speed": {
             **_throughput(dataset, cost["seconds"]),
             "peak_memory_mb": cost["peak_memory_mb"],
@@ -86,6 +99,11 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
             "memory_kind": cost["memory_kind"],
         },
     }
+
+
+def longest_first_order(lengths: list[int]) -> list[int]:
+    """Indices of a split's documents, longest first (ties in the split's order)."""
+    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
 def _unwrapped(model):

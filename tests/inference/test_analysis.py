@@ -3,6 +3,7 @@ prediction (for every registered strategy), and the excerpts that highlight it."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
@@ -84,6 +85,24 @@ def test_excerpt_highlights_exactly_the_decisive_tokens(tokenizer):
     assert segments[0]["text"].startswith("… ") and segments[-1]["text"].endswith(" …")
     long = excerpt(text, offsets, (0, len(offsets)), head=10, tail=5)
     assert [s["highlight"] for s in long] == [True, False, True]
+
+
+def test_an_evaluation_reads_longest_first_and_answers_in_the_splits_order(tiny_backbone_dir):
+    model = build_model(tiny_backbone_dir, "chunk")
+    lengths = [20, 300, 5, 170, 95, 40]
+    documents = random_documents(lengths, seed=4)
+    split = Dataset.from_dict({"input_ids": [d.tolist() for d in documents], "labels": [0, 1, 1, 0, 1, 0],
+                               "n_tokens": [n + 2 for n in lengths]})
+    seen = []
+    hook = model.register_forward_pre_hook(lambda m, a, k: seen.append([len(d) for d in k["documents"]]),
+                                           with_kwargs=True)
+    raw = predict_dataset(model, split, batch_size=2)
+    hook.remove()
+    assert seen == [[300, 170], [95, 40], [20, 5]], "batches of similar length, the longest first"
+    assert raw["labels"].tolist() == [0, 1, 1, 0, 1, 0]
+    alone = [predict_dataset(model, split.select([i]), batch_size=1)["probabilities"][0] for i in range(len(lengths))]
+    assert raw["probabilities"] == pytest.approx(np.stack(alone), abs=1e-5)
+    assert [len(w) for w in raw["unit_weights"]] == [1, 8, 1, 5, 3, 1], "its own 40-token chunks, in its place"
 
 
 # Long for the tiny backbone (128 positions): several chunks, windows or segments, and more than bigbird reads.
