@@ -25,6 +25,16 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DATA_ROOTS = [Path(p) for p in os.environ.get("LONGBERT_DATA_DIR", "").split(os.pathsep) if p] + [SHARED_DATA]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need CUDA: skipped where there is none."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from transformers import AutoTokenizer

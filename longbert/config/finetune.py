@@ -89,15 +89,16 @@ class BackboneConfig:
     attention_dropout: float | None = option(None, "override attention_probs_dropout_prob; 0 keeps sdpa on its fast "
                                              "path (about 2x per CPU step); null keeps the model's")
     hidden_dropout: float | None = option(None, "override hidden_dropout_prob; null keeps the model's")
-    max_windows_per_pass: int = option(64, "at most this many windows go through the backbone in one forward pass")
-    max_tokens_per_pass: int = option(16384, "at most this many (padded) tokens go through the backbone in one forward "
-                                      "pass")
-    # 0.02 rather than 0.2: on the 2-core CPU more, smaller passes cost less than padding does (96 IMDb reviews over
-    # 512 tokens, 510-token chunks, batches of 16: 84 passes with 0.9% padding against 22 with 18.9%; fp32 with AVX-512
-    # masked 6.75 -> 8.42 documents/s, 59% -> 73% of the fp32 matmul peak: benchmarks/bench_chunk.py --emulate-avx2
-    # [--max-padding 0.2]).
-    max_padding_per_pass: float = option(0.02, "a shorter window starts a new pass rather than push a pass's padding "
-                                         "share past this")
+    max_windows_per_pass: int | None = option(None, "at most this many windows go through the backbone in one forward "
+                                              "pass; null: 64 on a CPU, 512 on a GPU")
+    max_tokens_per_pass: int | None = option(None, "at most this many (padded) tokens go through the backbone in one "
+                                             "forward pass; null: 16,384 on a CPU, 262,144 on a GPU")
+    # 0.02 on the CPU rather than 0.2: on the 2-core CPU more, smaller passes cost less than padding does (96 IMDb
+    # reviews over 512 tokens, 510-token chunks, batches of 16: 84 passes with 0.9% padding against 22 with 18.9%;
+    # fp32 with AVX-512 masked 6.75 -> 8.42 documents/s, 59% -> 73% of the fp32 matmul peak: benchmarks/bench_chunk.py
+    # --emulate-avx2 [--max-padding 0.2]). On a GPU small passes leave it idle: benchmarks/bench_gpu_eval.py.
+    max_padding_per_pass: float | None = option(None, "a shorter window starts a new pass rather than push a pass's "
+                                                "padding share past this; null: 0.02 on a CPU, 0.25 on a GPU")
     gradient_checkpointing: bool = option(False, "trade compute for memory in the backbone during training")
 
     def problems(self, path: str) -> list[str]:
@@ -107,9 +108,9 @@ class BackboneConfig:
             if value is not None and not 0 <= value < 1:
                 out.append(f"{path}.{name} must be in [0, 1), got {value}")
         for name in ("max_windows_per_pass", "max_tokens_per_pass"):
-            if getattr(self, name) < 1:
-                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.max_padding_per_pass <= 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                out.append(f"{path}.{name} must be >= 1 or null, got {getattr(self, name)}")
+        if self.max_padding_per_pass is not None and not 0 <= self.max_padding_per_pass <= 1:
             out.append(f"{path}.max_padding_per_pass must be in [0, 1], got {self.max_padding_per_pass}")
         return out
 

@@ -78,9 +78,9 @@ class ModelSettings:
         for name, value in (("budget.max_windows", self.budget.max_windows),
                             ("budget.max_tokens", self.budget.max_tokens),
                             ("max_document_tokens", self.max_document_tokens)):
-            if value < 1:
+            if value is not None and value < 1:
                 out.append(f"{name} must be >= 1, got {value}")
-        if not 0 <= self.budget.max_padding <= 1:
+        if self.budget.max_padding is not None and not 0 <= self.budget.max_padding <= 1:
             out.append(f"budget.max_padding must be in [0, 1], got {self.budget.max_padding}")
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
             out.append(f"label_names must name each class once, got {self.label_names}")

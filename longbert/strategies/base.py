@@ -92,13 +92,29 @@ class SpecialTokens:
 
 @dataclass
 class PassBudget:
-    """How much goes through the backbone in one forward pass, so memory stays bounded."""
+    """How much goes through the backbone in one forward pass, so memory stays bounded. A limit left None follows
+    the device the pass runs on (`on`): a CPU's or an accelerator's default."""
 
-    max_windows: int = 64
-    max_tokens: int = 16384
+    max_windows: int | None = None
+    max_tokens: int | None = None
     # A pass is padded to its longest window; a shorter window starts a new pass rather than push the pass's
     # padding past this share (chunking leaves one short remainder per document: padding it to 512 wastes work).
-    max_padding: float = 0.2
+    max_padding: float | None = None
+
+    def on(self, device: torch.device | str | None = None) -> "PassBudget":
+        """This budget with every limit left None set to the default of `device` (None: the CPU's)."""
+        defaults = CPU_PASSES if device is None or torch.device(device).type == "cpu" else ACCELERATOR_PASSES
+        return PassBudget(*(defaults[i] if v is None else v
+                            for i, v in enumerate((self.max_windows, self.max_tokens, self.max_padding))))
+
+
+# The defaults of a pass's limits (windows, padded tokens, padding share) on a CPU and on an accelerator. On the 2-core
+# CPU more, smaller passes cost less than padding does (benchmarks/bench_chunk.py; docs/results.md, "Passes pad at most
+# 2%"). On a GPU a pass of a few windows leaves it idle between kernel launches: passes there are as large as a
+# batch of 512-token windows gets and may pad a quarter (benchmarks/bench_gpu_eval.py; docs/results.md, "Evaluation
+# at a GPU's speed").
+CPU_PASSES = (64, 16384, 0.02)
+ACCELERATOR_PASSES = (512, 262144, 0.25)
 
 
 @dataclass

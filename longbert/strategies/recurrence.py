@@ -321,8 +321,9 @@ class RecurrenceStrategy(nn.Module):
             hidden, attention_mask, memory = self.read_pass(backbone, pieces, memory)  # (E, L, H)
             return pool_tokens(hidden, attention_mask, cfg.token_pooling), memory  # (E, H)
 
-        return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
-                             run_pass, cfg.memory)
+        budget = self.budget.on(next(backbone.parameters()).device)
+        return read_segments(documents, cfg.segment, budget, cfg.backprop_segments, cfg.pooling == "last", run_pass,
+                             cfg.memory)
 
     def encode_tokens(self, backbone: nn.Module, documents: list[torch.Tensor]) -> list[torch.Tensor]:
         """Token-level reading (continued pretraining): every content token's hidden state, read segment by segment
@@ -334,7 +335,8 @@ class RecurrenceStrategy(nn.Module):
             hidden, _, memory = self.read_pass(backbone, pieces, memory)  # (E, L, H)
             return F.pad(hidden, (0, 0, 0, width - hidden.shape[1])), memory  # (E, segment + 2, H)
 
-        states = read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, False, run_pass,
+        budget = self.budget.on(next(backbone.parameters()).device)
+        states = read_segments(documents, cfg.segment, budget, cfg.backprop_segments, False, run_pass,
                                cfg.memory).vectors  # (B, N, segment + 2, H), [CLS] at 0
         return [torch.cat([states[b, n, 1 : 1 + end - start] for n, ((start, end),) in
                            enumerate(segment_spans(ids.shape[0], cfg.segment))]) for b, ids in enumerate(documents)]

@@ -127,8 +127,8 @@ class RmtStrategy(nn.Module):
             own = torch.cat([hidden[:, :1], hidden[:, 1 + k :]], 1)  # (E, L, H): the segment without its memory
             return pool_tokens(own, attention_mask, cfg.token_pooling), TokenMemory(written)
 
-        return read_segments(documents, cfg.segment, self.budget, cfg.backprop_segments, cfg.pooling == "last",
-                             run_pass, k)
+        return read_segments(documents, cfg.segment, self.budget.on(device), cfg.backprop_segments,
+                             cfg.pooling == "last", run_pass, k)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         return segment_spans(length, self.config.segment)

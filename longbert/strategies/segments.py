@@ -84,6 +84,7 @@ def _read_step(pieces, memory, budget: PassBudget, run_pass: Callable, carried_t
     pass's hidden states alive) and the joined memory."""
     rows = len(pieces)
     width = max(p.shape[0] for p in pieces) + 2 + carried_tokens
+    budget = budget.on(None)  # limits still left to the device: the CPU's (callers set them for their device)
     per_pass = max(1, min(budget.max_windows, budget.max_tokens // width))
     if per_pass >= rows:
         vectors, memory = run_pass(pieces, memory)

@@ -56,6 +56,7 @@ def plan_passes(lengths: list[int], budget: PassBudget) -> list[list[int]]:
     """Group window indices, longest first, into passes of at most `budget.max_windows` windows,
     `budget.max_tokens` padded tokens and `budget.max_padding` padding share (a single window longer than the token
     budget gets a pass of its own)."""
+    budget = budget.on(None)  # limits still left to the device: the CPU's (`run_passes` sets them for its device)
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     passes: list[list[int]] = []
     real = 0  # real tokens in the current pass
@@ -88,14 +89,17 @@ def build_pass(
     longest piece plus 2, rounded up to a multiple of `multiple` (bigbird's block size; 1: no rounding)."""
     lengths = [p.shape[0] + 2 for p in pieces]
     width = padded_width(max(lengths), multiple)
-    input_ids = torch.full((len(pieces), width), special.pad_id, dtype=torch.long, device=device)  # (W, L)
-    attention_mask = torch.zeros((len(pieces), width), dtype=torch.long, device=device)  # (W, L)
+    # Laid out where the pieces are (token ids on the CPU) and moved to the device in one copy each, not row by row:
+    # on a GPU each row's copy would be a transfer and several kernel launches of its own.
+    here = pieces[0].device
+    input_ids = torch.full((len(pieces), width), special.pad_id, dtype=torch.long, device=here)  # (W, L)
+    attention_mask = torch.zeros((len(pieces), width), dtype=torch.long, device=here)  # (W, L)
     for row, (piece, n) in enumerate(zip(pieces, lengths)):
         input_ids[row, 0] = special.cls_id
-        input_ids[row, 1 : n - 1] = piece.to(device)
+        input_ids[row, 1 : n - 1] = piece.to(here)
         input_ids[row, n - 1] = special.sep_id
         attention_mask[row, :n] = 1
-    return input_ids, attention_mask
+    return input_ids.to(device), attention_mask.to(device)
 
 
 def run_passes(
@@ -115,7 +119,7 @@ def run_passes(
     positions. `run` is the backbone and its token pooling (`encode_windows`), or an exported encoder graph."""
     lengths = [padded_width(w.shape[0] + 2, multiple) for w in windows]
     out: torch.Tensor | None = None  # (W, H), filled pass by pass
-    for indices in plan_passes(lengths, budget):
+    for indices in plan_passes(lengths, budget.on(device)):
         input_ids, attention_mask = build_pass([windows[i] for i in indices], special, device, multiple)  # (W, L)
         vectors = run(input_ids, attention_mask)  # (W, H)
         if out is None:
@@ -143,7 +147,23 @@ def encode_windows(
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state  # (W, L, H)
         return pool_tokens(hidden, attention_mask, token_pooling)  # (W, H)
 
-    return run_passes(windows, special, budget, run, next(backbone.parameters()).device, multiple)
+    device = next(backbone.parameters()).device
+    return run_passes(windows, special, budget, run, device, pass_multiple(backbone, windows, multiple, device))
+
+
+def pass_multiple(backbone: nn.Module, windows: list[torch.Tensor], multiple: int, device: torch.device) -> int:
+    """What a pass's width is rounded up to: `multiple` on a CPU; on an accelerator, also a multiple of
+    ACCELERATOR_WIDTH_MULTIPLE where the longest window so rounded still fits the backbone's positions. A GPU's
+    attention kernels plan for each shape they meet (cuDNN's, the first time, for milliseconds), so fewer widths
+    cost less than the few padding tokens they add (benchmarks/bench_gpu_eval.py)."""
+    if device.type == "cpu" or not windows:
+        return multiple
+    rounded = math.lcm(multiple, ACCELERATOR_WIDTH_MULTIPLE)
+    longest = max(w.shape[0] for w in windows) + 2
+    return rounded if padded_width(longest, rounded) <= usable_positions(backbone) else multiple
+
+
+ACCELERATOR_WIDTH_MULTIPLE = 64
 
 
 def window_token_states(

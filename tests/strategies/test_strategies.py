@@ -170,7 +170,8 @@ def test_passes_are_bounded_dynamically_padded_and_use_the_tokenizers_special_id
     record = lambda module, args, kwargs: seen.append(kwargs["input_ids"].clone())  # each pass's input ids
     hook = tiny_backbone.register_forward_pre_hook(record, with_kwargs=True)
     with torch.no_grad():
-        bounded = encode_windows(tiny_backbone, windows, special, PassBudget(max_windows=2, max_tokens=10_000))
+        bounded = encode_windows(tiny_backbone, windows, special,
+                                 PassBudget(max_windows=2, max_tokens=10_000, max_padding=0.2))
         hook.remove()
         free = encode_windows(tiny_backbone, windows, special, PassBudget(max_windows=64, max_tokens=10_000))
     assert [p.shape[0] for p in seen] == [2, 2, 1]
@@ -200,6 +201,44 @@ def test_a_short_window_gets_its_own_pass_rather_than_much_padding():
     assert plan_passes(lengths, PassBudget(max_padding=0.2)) == [[0, 1, 3], [2, 4]]
     assert plan_passes(lengths, PassBudget(max_padding=1.0)) == [[0, 1, 3, 2, 4]]
     assert plan_passes(lengths, PassBudget(max_windows=2, max_padding=1.0)) == [[0, 1], [3, 2], [4]]
+
+
+def test_a_limit_left_open_follows_the_device_and_a_limit_set_holds_everywhere():
+    from longbert.strategies.base import ACCELERATOR_PASSES, CPU_PASSES
+
+    as_tuple = lambda b: (b.max_windows, b.max_tokens, b.max_padding)
+    assert as_tuple(PassBudget().on("cpu")) == as_tuple(PassBudget().on(None)) == CPU_PASSES
+    assert as_tuple(PassBudget().on(torch.device("cuda", 0))) == ACCELERATOR_PASSES
+    assert ACCELERATOR_PASSES[2] > CPU_PASSES[2] and ACCELERATOR_PASSES[1] > CPU_PASSES[1]
+    set_here = PassBudget(max_windows=3, max_padding=0.5)
+    assert as_tuple(set_here.on("cuda")) == (3, ACCELERATOR_PASSES[1], 0.5)
+    assert as_tuple(set_here.on("cuda").on("cpu")) == (3, ACCELERATOR_PASSES[1], 0.5), "resolved once, kept"
+
+
+def test_on_an_accelerator_a_pass_is_as_wide_as_a_multiple_of_64_where_the_positions_allow(tiny_backbone):
+    from longbert.strategies.windows import ACCELERATOR_WIDTH_MULTIPLE, pass_multiple
+
+    windows = random_documents([100, 7], seed=1)  # 102 tokens with [CLS]/[SEP]: 128 fits the 128 positions
+    assert pass_multiple(tiny_backbone, windows, 1, torch.device("cpu")) == 1
+    assert pass_multiple(tiny_backbone, windows, 1, torch.device("cuda")) == ACCELERATOR_WIDTH_MULTIPLE == 64
+    assert pass_multiple(tiny_backbone, windows, 16, torch.device("cuda")) == 64
+    assert pass_multiple(tiny_backbone, windows, 48, torch.device("cuda")) == 48, "192 would pass the positions"
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_passes_are_rounded_and_read_what_the_cpu_reads(tiny_backbone, tokenizer):
+    special = SpecialTokens.from_tokenizer(tokenizer)
+    windows = random_documents([40, 3, 90, 12, 7], seed=5)
+    with torch.no_grad():
+        on_cpu = encode_windows(tiny_backbone, windows, special, PassBudget())
+        gpu = tiny_backbone.to("cuda")
+        widths = []
+        hook = gpu.register_forward_pre_hook(lambda m, a, k: widths.append(k["input_ids"].shape[1]), with_kwargs=True)
+        on_gpu = encode_windows(gpu, windows, special, PassBudget())
+        hook.remove()
+    assert widths and all(w % 64 == 0 for w in widths)
+    assert len(widths) < len(windows), "the accelerator's budget packs several windows a pass"
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu, atol=1e-4, rtol=1e-3)
 
 
 # -- the optional hooks: each a Protocol, each strategy says which it has ---------------------------------------
