@@ -178,9 +178,9 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
         if page is not None:
             raise LongbertError(f"--explain needs a PyTorch model folder; {model_dir} is an exported folder")
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
-    # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with.
+    # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with; int8, on the CPU.
     model = ExportedClassifier(model_dir) if exported else LongDocumentClassifier.from_pretrained(model_dir).to(
-        process.device)
+        "cpu" if precision == "int8" else process.device)
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
     shown: list = []  # what the --explain page shows, written once the rows are safe
     if page is not None:

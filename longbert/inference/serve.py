@@ -219,14 +219,16 @@ def load_predictor(model_dir: str | Path, precision: str = "auto"):
     was exported). A PyTorch model's `precision` is checked, and an int8 copy made, before the first request."""
     from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.hardware import autocast_for, check_precision
+    from longbert.utils.hardware import autocast_for, check_precision, process_state
 
     check_precision(precision, "--precision")
     if is_export_folder(model_dir):
         check_auto_precision(model_dir, precision)
         predictor = ExportedClassifier(model_dir)
         return predictor, f"onnx-{predictor.precision}"
-    model = LongDocumentClassifier.from_pretrained(model_dir)
+    # On the machine's accelerator where there is one, as `predict` runs; int8 runs on the CPU only.
+    device = "cpu" if precision == "int8" else process_state().device
+    model = LongDocumentClassifier.from_pretrained(model_dir).to(device)
     autocast_for(model, precision)  # refuses what the device cannot run
     model.for_precision(precision)  # the int8 copy, before the first request
     return model, "pytorch" if precision == "auto" else f"pytorch-{precision}"

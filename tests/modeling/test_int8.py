@@ -72,7 +72,9 @@ def test_the_pipeline_serve_and_predict_take_int8_and_give_what_the_model_gives(
     # Dynamic quantization scales activations per batch, so int8 rows depend slightly on what shares their batch: the
     # pipeline runs one text at a time, as predict with batch_size=1 does.
     one_by_one = model.predict(TEXTS, batch_size=1, precision="int8")
-    classify = pipeline("text-classification", model=str(saved), top_k=None, model_kwargs={"precision": "int8"})
+    # int8 runs on the CPU only: on a machine with a GPU, where the pipeline would put the model, say so.
+    classify = pipeline("text-classification", model=str(saved), top_k=None, model_kwargs={"precision": "int8"},
+                        device="cpu")
     for row, scores in zip(one_by_one, classify(TEXTS)):
         assert {s["label"]: pytest.approx(s["score"], abs=1e-5) for s in scores} == row["probabilities"]
     predictor, backend = load_predictor(saved, "int8")

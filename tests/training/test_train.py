@@ -455,7 +455,8 @@ def test_optimizer_steps_are_fused_and_followed_by_a_heap_trim_when_asked(tiny_r
     assert trims == [], "only when the recipe asks"
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + [
         "train.gradient_accumulation=2", "train.trim_heap=true", f"output_dir={tmp_path / 'trimmed'}"]))
-    assert result.metrics["steps"] == 6 and len(trims) == 6, "once per optimiser step, not per batch"
+    trimmed = 0 if torch.cuda.is_available() else 6  # the host's heap, on a run on the CPU only
+    assert result.metrics["steps"] == 6 and len(trims) == trimmed, "once per optimiser step on the CPU, not per batch"
     assert [o.defaults["fused"] for o in optimizers] == [True, True]
 
 
