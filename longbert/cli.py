@@ -372,6 +372,8 @@ def compare(
     seeds: int = typer.Option(1, "--seeds", help="runs per strategy, at the recipe's seed and the next ones, on the "
                                                  "same documents; above 1 the report adds each strategy's seeds "
                                                  "averaged and their mean ± sd"),
+    train_sizes: Optional[str] = typer.Option(None, "--train-sizes", help="a learning curve, e.g. 100,300,1000: a "
+                                              "compare per size on nested training subsets, one report over them"),
 ):
     """Train and evaluate several strategies on the same data and budget; write one report comparing them."""
     from longbert.comparison.render import print_summary
@@ -379,6 +381,11 @@ def compare(
 
     def action():
         check_counts({"--seeds": seeds})
+        if train_sizes is not None:
+            from longbert.comparison.curve import curve_command
+
+            return curve_command(strategies, train_sizes, recipe, set_, name, runs_dir, reports_dir, command_line(),
+                                 seeds)
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
                               command=command_line(), seeds=seeds)
         print_summary(results)

@@ -247,7 +247,7 @@ def test_a_full_stdout_is_one_line_naming_stdout(capsys, monkeypatch, tmp_path, 
     monkeypatch.setattr(longbert.comparison.render, "print_summary", print_summary)
     calls = {"strategies": lambda: cli.strategies(),
              "evaluate": lambda: cli.evaluate(tmp_path, "test", None, [], "auto"),
-             "compare": lambda: cli.compare("truncate", None, [], None, tmp_path, tmp_path, 1)}
+             "compare": lambda: cli.compare("truncate", None, [], None, tmp_path, tmp_path, 1, None)}
     # sys.stdout on a full disk, set in the test itself: capsys sets its own when the test starts
     with open("/dev/full", "w", encoding="utf-8") as full, pytest.raises(typer.Exit) as exited:
         monkeypatch.setattr("sys.stdout", full)

@@ -254,6 +254,11 @@ def default_recipe() -> Path:
     return Path(str(packaged))
 
 
+def recipe_name(recipe) -> str:
+    """The name a compare of `recipe` (a path, a Recipe, or None for the default) takes when --name is not given."""
+    return str(_base_recipe(recipe)[0].get("name") or "compare")
+
+
 def _base_recipe(recipe) -> tuple[dict, str, Path | None]:
     """(raw recipe mapping, a name for error messages and the report, the YAML path or None)."""
     from longbert.config import Recipe, read_recipe_file

@@ -54,6 +54,9 @@ class DataConfig:
                                         "no validation split")
     max_train_documents: int | None = option(None, "seeded random subset of train (after carving validation); null for "
                                              "all")
+    nested_train: bool = option(False, "draw the training subset as the first data.max_train_documents of one seeded "
+                                "order, so that each smaller size's documents are part of every larger one's, and "
+                                "validation's and test's draws do not depend on the size (compare --train-sizes)")
     max_eval_documents: int | None = option(None, "seeded random subset of validation and of test; null for all")
     max_test_documents: int | None = option(None, "seeded random subset of test when it should differ from "
                                             "validation's; null: data.max_eval_documents applies to test too")

@@ -24,6 +24,8 @@ from longbert.errors import LongbertError
 LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
 # Long documents reach the tokenizer in pieces of at most PIECE_CHARS characters, and no call sees more than
 # BATCH_CHARS, so tokenizing stays within a bounded memory however long a document is (see tokenize_documents).
+# With data.nested_train, the training subset is a prefix of one order drawn from the seed and this stream number.
+NESTED_TRAIN_STREAM = 1
 PIECE_CHARS = 100_000
 BATCH_CHARS = 1_000_000
 CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
@@ -242,7 +244,12 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     if data.test_split and data.test_longer_than:
         described["test"] = f"{data.test_split}, documents over {data.test_longer_than} tokens"
 
-    def subsample(rows: np.ndarray, limit: int | None) -> np.ndarray:
+    def subsample(rows: np.ndarray, limit: int | None, role: str) -> np.ndarray:
+        if role == "train" and data.nested_train:  # a generator of its own: the other splits' draws stay the same
+            if limit is not None and limit > len(rows):
+                raise LongbertError(f"data.max_train_documents={limit}: the training split has only {len(rows)} "
+                                    "documents after carving validation; a learning curve's sizes must fit in it")
+            return np.sort(np.random.default_rng([seed, NESTED_TRAIN_STREAM]).permutation(rows)[:limit])
         return rows if limit is None or limit >= len(rows) else np.sort(rng.choice(rows, limit, replace=False))
 
     from datasets import Dataset
@@ -261,7 +268,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
                                     "tokens)")
         limit = {"train": data.max_train_documents, "validation": data.max_eval_documents,
                  "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
-        rows = subsample(rows, limit)
+        rows = subsample(rows, limit, role)
         if role == "train":
             check_classes([labels[source][i] for i in rows], names,
                            "training documents (after carving validation and data.max_train_documents)")
