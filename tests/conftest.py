@@ -18,7 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # No token cache between tests (one test could otherwise see another's tokenizing skipped); the cache has its own tests.
 os.environ["LONGBERT_TOKEN_CACHE"] = "off"
-torch.set_num_threads(2)
+# Two threads, or one in each of pytest-xdist's worker processes (addopts runs one a core): more would only contend.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # The folders longbert's data loader searches (LONGBERT_DATA_DIR first), so that a worktree elsewhere finds the data.

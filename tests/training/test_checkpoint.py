@@ -73,7 +73,7 @@ DRIVER = textwrap.dedent("""
     import safetensors.torch
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ["TORCH_THREADS"]))  # the test process's: the runs it compares must match
     torch.use_deterministic_algorithms(True)
 
     function, match, nth, *overrides = sys.argv[1:]
@@ -139,7 +139,8 @@ def kill_during_checkpoint(phase: str, overrides: list[str], run_dir: Path) -> N
     function, match, nth, left, has_checkpoint = PHASES[phase]
     driver = run_dir.parent / "driver.py"
     driver.write_text(DRIVER)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LONGBERT_PROGRESS="0", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LONGBERT_PROGRESS="0", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TORCH_THREADS=str(torch.get_num_threads()))
     done = subprocess.run([sys.executable, str(driver), function, match, str(nth), *overrides, f"output_dir={run_dir}"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
