@@ -161,9 +161,11 @@ def plot_curve(curve: dict) -> bytes:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
-    for row, by_size in curve["rows"].items():
+    count = len(curve["rows"])
+    for i, (row, by_size) in enumerate(curve["rows"].items()):
         points = [(int(s), n) for s, n in by_size.items()]
-        x = [s for s, _ in points]
+        shift = 1 + 0.025 * (i - (count - 1) / 2)  # rows side by side at each size, so that their intervals show
+        x = [s * shift for s, _ in points]
         y = [100 * n["accuracy"] for _, n in points]
         low = [100 * (n["accuracy"] - n["accuracy_ci95"][0]) if n["accuracy_ci95"] else 0 for _, n in points]
         high = [100 * (n["accuracy_ci95"][1] - n["accuracy"]) if n["accuracy_ci95"] else 0 for _, n in points]
