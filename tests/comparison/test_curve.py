@@ -20,8 +20,8 @@ LABELS = ["neg", "pos"] * 20
 
 def splits_at(tokenizer, size: int | None, nested: bool = True) -> dict:
     data = DataConfig(path="not-used", validation_fraction=0.25, max_train_documents=size, max_eval_documents=6,
-                      nested_train=nested, test_split=None)
-    corpus = load_corpus(data, tokenizer, seed=7, source={"train": (TEXTS, LABELS)})
+                      nested_train=nested)
+    corpus = load_corpus(data, tokenizer, seed=7, source={"train": (TEXTS, LABELS), "test": (TEXTS[::-1], LABELS)})
     return {role: list(split["text"]) for role, split in corpus.splits.items()}
 
 
@@ -30,6 +30,7 @@ def test_nested_training_subsets_grow_and_validation_stays(tokenizer):
     assert len(small["train"]) == 8 and len(large["train"]) == 20 and len(every["train"]) == 30
     assert set(small["train"]) < set(large["train"]) < set(every["train"]), "each size holds every smaller one"
     assert small["validation"] == large["validation"] == every["validation"]
+    assert small["test"] == large["test"] == every["test"] and len(small["test"]) == 6, "6 of 40, the same 6"
     assert splits_at(tokenizer, 20) == large, "the same seed draws the same documents"
 
 
