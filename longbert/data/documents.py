@@ -294,6 +294,12 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     return Corpus(out, list(names), multi_label, stats)
 
 
+def longest_first_order(lengths: list[int]) -> list[int]:
+    """Indices of documents of these lengths, longest first (ties in their order): how inference batches them, so that
+    a batch pads little and the biggest batch comes first."""
+    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
+
+
 def length_grouped_order(lengths: list[int], batch_size: int, seed: int, group_batches: int = 50) -> list[int]:
     """A training order that batches documents of similar length: a seeded random permutation, cut into groups of
     `group_batches` batches, each group sorted by length (longest first), the batches then shuffled again (seeded)

@@ -62,6 +62,8 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     # Longest documents first, as `predict` batches them: a batch pads little, and its windows fill large passes (in
     # the split's order a batch mixes lengths, and the pass budget splits it into many small passes, which leaves a
     # GPU idle). The results are put back in the split's order.
+    from longbert.data.documents import longest_first_order
+
     order = longest_first_order(list(dataset["n_tokens"]))
     loader = split_loader(dataset, batch_size, cached, order=order)
     if accelerator is not None:
@@ -99,11 +101,6 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
             "memory_kind": cost["memory_kind"],
         },
     }
-
-
-def longest_first_order(lengths: list[int]) -> list[int]:
-    """Indices of a split's documents, longest first (ties in the split's order)."""
-    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
 def _unwrapped(model):

@@ -317,7 +317,9 @@ class LongDocumentClassifier(nn.Module):
 def longest_first(documents: list, batch_size: int) -> Iterator[list[int]]:
     """The indices of `documents` in batches of `batch_size`, longest documents first: a batch pads little, and the
     biggest batch comes first (`predictions_as_done` of a model and of an exported folder)."""
-    order = sorted(range(len(documents)), key=lambda i: len(documents[i]), reverse=True)
+    from longbert.data.documents import longest_first_order
+
+    order = longest_first_order([len(d) for d in documents])
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size]
 
