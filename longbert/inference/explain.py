@@ -175,12 +175,18 @@ def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str)
         p = row["probabilities"][row["label"]] if "label" in row else None
         name = f"Text {i + 1}" + (f" (id {row['id']})" if "id" in row and row["id"] != i else "")
         heading = f"{name}: {label}" + (f" (p = {p:.2f})" if p is not None else "") + f", {row['n_tokens']:,} tokens"
-        blocks += [("h", 2, heading), ("p", f"Decisive part: {decisive_text(row['decisive'])}")]
+        blocks.append(("h", 2, heading))
+        if row.get("member"):  # an ensemble: what follows is where its surest member looked
+            blocks.append(("p", f"Read by the ensemble's member {row['member']}, the one surest of the predicted "
+                                "label (each member reads the document in units of its own)."))
+        blocks.append(("p", f"Decisive part: {decisive_text(row['decisive'])}"))
         strip = where_it_looked(row["units"], (row["decisive"] or {}).get("unit"), len(ids))
         if strip is not None:
             blocks += [("p", "Where it looked, along the document (darker: more pooling weight; underlined: the "
                         "decisive unit):"), ("strip", strip, "start", f"token {len(ids):,}")]
-        segments = decisive_excerpt(text, ids, row["decisive"], tokenizer, whole=True)
+        kept = kept_blocks(text, ids, row["decisive"], tokenizer)
+        blocks += kept
+        segments = None if kept else decisive_excerpt(text, ids, row["decisive"], tokenizer, whole=True)
         if segments:
             blocks.append(("quote", [(s["text"], "mark" if s["highlight"] else None) for s in segments]))
         units = row["units"] or []
@@ -191,3 +197,35 @@ def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str)
                       "n/a" if unit["weight"] is None else f"{unit['weight']:.3f}"] for u, unit in enumerate(units)]
             blocks.append(("table", ["unit", "tokens", "pooling weight"], table))
     return render_html(blocks, {}, title)
+
+
+def kept_blocks(text: str, ids: list[int], decisive: dict | None, tokenizer) -> list[tuple]:
+    """For a model that reads one unit of a document it cut (truncation): a strip of which stretches it kept, and the
+    kept text with the gaps it never read named. Nothing for other models, or for a document read whole."""
+    from longbert.inference.attribution import excerpt, token_offsets
+
+    if not decisive or decisive.get("method") != "kept":
+        return []
+    spans = [(a, min(b, len(ids))) for a, b in decisive["spans"] if a < min(b, len(ids))]
+    if not spans or sum(b - a for a, b in spans) >= len(ids):
+        return []
+    cells = min(100, len(ids))
+    strip = []
+    for c in range(cells):
+        a, b = c * len(ids) // cells, max((c + 1) * len(ids) // cells, c * len(ids) // cells + 1)
+        seen = any(s < b and e > a for s, e in spans)
+        strip.append((1.0 if seen else 0.0, seen, f"tokens {a + 1:,}–{b:,}: {'read' if seen else 'not read'}"))
+    offsets = token_offsets(tokenizer, text, ids)
+    quote: list[tuple[str, str | None]] = []
+    for n, (a, b) in enumerate(spans):
+        if a > (spans[n - 1][1] if n else 0):
+            quote.append((f" … [{a - (spans[n - 1][1] if n else 0):,} tokens not read] … ", None))
+        if offsets is None:  # a slow tokenizer: decode the kept tokens
+            quote.append((tokenizer.decode(ids[a:b]), "mark"))
+        else:
+            quote += [(s["text"], "mark") for s in excerpt(text, offsets, (a, b), context=0, head=b - a)
+                      if s["highlight"]]
+    if spans[-1][1] < len(ids):
+        quote.append((f" … [{len(ids) - spans[-1][1]:,} tokens not read]", None))
+    return [("p", "What it read, along the document (dark and underlined: the tokens it kept):"),
+            ("strip", strip, "start", f"token {len(ids):,}"), ("quote", quote)]

@@ -97,3 +97,20 @@ def test_where_it_looked_shades_the_document_by_the_heaviest_unit_covering_each_
     assert where_it_looked(units, 2, 3, cells=100) is not None and len(where_it_looked(units, 2, 3)) == 3
     assert where_it_looked([{"tokens": [[0, 10]], "weight": 1.0}], 0, 10) is None  # one unit: nothing to show
     assert where_it_looked([{**u, "weight": None} for u in units], 2, 10) is None  # no weights (transformer)
+
+
+def test_a_truncating_models_page_shows_what_it_read_and_an_ensembles_names_its_member(tiny_backbone_dir):
+    from longbert.inference.explain import render_page
+
+    model = build_model(tiny_backbone_dir, "truncate")  # keeps the first 30 and the last 70 content tokens
+    rows, read = explain(model, TEXTS)
+    long = rows[1]
+    assert long["decisive"]["method"] == "kept" and len(read[1]) > 100
+    long["member"] = "truncate-seed0"  # as an ensemble's row names the member surest of its label
+    page = render_page([(TEXTS[0], rows[0], read[0]), (LONG, long, read[1])], model.tokenizer, "t")
+    assert page.count("member truncate-seed0, the one surest") == 1  # the plain row names no member
+    gap = len(read[1]) - 100
+    assert f"[{gap:,} tokens not read]" in page and page.count('class="strip"') == 1  # the short text was read whole
+    marked = page.split("<blockquote>")[1].split("</blockquote>")[0]
+    assert marked.count("<mark>") == 2 and marked.index("<mark>") == 0  # the head it kept, then the tail
+    assert "tokens not read" not in page.split("Text 1")[1].split("Text 2")[0]
