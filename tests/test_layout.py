@@ -16,6 +16,7 @@ PACKAGE = ROOT / "longbert"
 MODULES = sorted(p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py"))
 SUBPACKAGES = sorted(p.parent.relative_to(PACKAGE) for p in PACKAGE.glob("*/__init__.py"))
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60
 
 
 def module_name(path: Path) -> str:
@@ -55,6 +56,15 @@ def test_every_module_is_on_the_architecture_page(module):
 def test_no_module_is_over_the_size_limit(module):
     lines = len((PACKAGE / module).read_text().splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}: split it by concern)"
+
+
+def test_no_function_is_over_the_length_limit():
+    """Each function reads on one screen: a longer flow is a short function calling named steps."""
+    found = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+             for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(found)
 
 
 @pytest.mark.parametrize("subpackage", SUBPACKAGES, ids=str)

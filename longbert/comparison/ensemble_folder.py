@@ -33,16 +33,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     replaced whole; a run folder, a folder holding one, or any other folder that is not empty is refused in one line
     before any work). Returns the summary ensemble-summary.json holds: members, how they were chosen, each one's and
     the ensemble's validation score, and its test metrics when every member was tested."""
-    from longbert.comparison.ensemble import (
-        averaged,
-        choose_members,
-        read_kept,
-        read_validation,
-        score,
-        score_rows,
-        scored,
-    )
-    from longbert.comparison.results import PREDICTIONS_FILE
+    from longbert.comparison.ensemble import averaged, score, score_rows, scored
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
@@ -57,31 +48,18 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
             stack.enter_context(locked(run))
         recipe = load_recipe(runs[0] / "recipe.yaml")
         metric = recipe.train.best_metric if recipe.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
-        validation = {name: read_validation(run) for name, run in zip(names, runs)}
-        missing = [name for name, rows in validation.items() if rows is None]
-        if missing and not use_all:
-            raise LongbertError(f"{missing[0]} kept no validation predictions (predictions-validation.jsonl) to choose "
-                                "the members on: train it again, or take every run given with --all")
-        if not missing:
-            same_documents(validation, "validation")
-        if use_all or chosen_by or len(runs) == 2:
-            chosen, groups = tuple(names), 1
-        else:
-            chosen, _, groups = choose_members(validation, metric)
+        validation, missing = _validation_rows(runs, names, use_all)
+        chosen, chosen_by = _members(names, validation, metric, use_all, chosen_by)
         scores = None if missing else {
             **{m: score_rows(validation[m], metric) for m in chosen},
             "ensemble": score(validation[chosen[0]], averaged(validation, chosen), metric)}
-        chosen_by = chosen_by or ("all the runs given (--all)" if use_all else
-                                  "the 2 runs given (the only group of two or more)" if len(runs) == 2 else
-                                  f"validation {metric} among {groups} groups of 2 or more of {len(runs)} runs")
         facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
         members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]
         model = assemble_ensemble(members, facts)
         rows = {"validation": None if missing else averaged_rows(validation, chosen, model.label_names)}
-        test = {m: read_kept(runs[names.index(m)], PREDICTIONS_FILE) for m in chosen}
-        if all(r is not None for r in test.values()):
-            same_documents(test, "test")
-            rows["test"] = averaged_rows(test, chosen, model.label_names)
+        test_rows = _test_rows(runs, names, chosen, model.label_names)
+        if test_rows is not None:
+            rows["test"] = test_rows
         summary = {"members": {m: str(runs[names.index(m)]) for m in chosen}, "chosen_by": chosen_by,
                    "metric": metric, "validation": scores, "test": None}
         if rows.get("test") is not None:
@@ -90,6 +68,48 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
             model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"])
         write_folder(output, model, rows, summary, runs[names.index(chosen[0])] / "recipe.yaml")
     return summary
+
+
+def _validation_rows(runs: list[Path], names: list[str], use_all: bool) -> tuple[dict, list[str]]:
+    """(each run's kept validation rows by name, None where it kept none; the names of those that kept none).
+    Refused when a run kept none and the members are to be chosen, or when the rows are not of the same documents."""
+    from longbert.comparison.ensemble import read_validation
+
+    validation = {name: read_validation(run) for name, run in zip(names, runs)}
+    missing = [name for name, rows in validation.items() if rows is None]
+    if missing and not use_all:
+        raise LongbertError(f"{missing[0]} kept no validation predictions (predictions-validation.jsonl) to choose "
+                            "the members on: train it again, or take every run given with --all")
+    if not missing:
+        same_documents(validation, "validation")
+    return validation, missing
+
+
+def _members(names: list[str], validation: dict, metric: str, use_all: bool,
+             chosen_by: str | None) -> tuple[tuple[str, ...], str]:
+    """(the members' names, how they were chosen): every run given when all are taken, when the caller chose them,
+    or when there are two; else the group of two or more that scores best on validation."""
+    from longbert.comparison.ensemble import choose_members
+
+    if use_all or chosen_by or len(names) == 2:
+        chosen, groups = tuple(names), 1
+    else:
+        chosen, _, groups = choose_members(validation, metric)
+    return chosen, chosen_by or ("all the runs given (--all)" if use_all else
+                                 "the 2 runs given (the only group of two or more)" if len(names) == 2 else
+                                 f"validation {metric} among {groups} groups of 2 or more of {len(names)} runs")
+
+
+def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[dict] | None:
+    """The ensemble's test rows, when every member kept its test predictions (of the same documents); else None."""
+    from longbert.comparison.ensemble import read_kept
+    from longbert.comparison.results import PREDICTIONS_FILE
+
+    test = {m: read_kept(runs[names.index(m)], PREDICTIONS_FILE) for m in chosen}
+    if all(r is not None for r in test.values()):
+        same_documents(test, "test")
+        return averaged_rows(test, chosen, label_names)
+    return None
 
 
 def write_folder(output: Path, model, rows: dict[str, list[dict] | None], summary: dict, recipe_file: Path) -> None:

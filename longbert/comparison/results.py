@@ -130,66 +130,15 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     'seed_ensembles'; combined_notes: why one is missing, when it is. seeds: every seed each strategy was trained at
     (None: the recipe's seed alone)."""
     from longbert import __version__
-
-    strategies = {}
-    for s in names:
-        metrics = runs[s]["metrics"]
-        test = metrics["test"]
-        strategies[s] = {
-            "status": runs[s]["status"],
-            "run_dir": recipes[s].output_dir,
-            # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
-            "settings": metrics.get("strategy_settings") or dataclasses.asdict(recipes[s].strategy),
-            **test_summary(predictions[s], test, long_tokens),
-            "confusion_matrix": test["confusion_matrix"],
-            "per_class": test.get("per_class"),
-            "train_seconds": metrics["train_seconds"],
-            "steps": metrics["steps"],
-            "trainable_parameters": metrics["trainable_parameters"],
-            "speed": test["speed"],
-            "speed_by_length": speed[s],
-            "eval_batch_size": recipes[s].eval.batch_size,
-            "mixed_precision": metrics.get("mixed_precision"),
-            "machine": metrics["machine"],
-        }
-    fastest = max((strategies[s]["speed"]["documents_per_second"] or 0) for s in names) or None
-    quickest_train = min(strategies[s]["train_seconds"] or math.inf for s in names)
-    for s in names:
-        dps = strategies[s]["speed"]["documents_per_second"]
-        strategies[s]["relative_cost"] = {
-            "inference": fastest / dps if fastest and dps else None,
-            "training": (strategies[s]["train_seconds"] / quickest_train
-                         if quickest_train not in (0, math.inf) else None),
-        }
-
-    first = recipes[names[0]]
-    first_metrics = runs[names[0]]["metrics"]
-    notes = []
-    if first.model.problem_type == "multi_label":
-        notes.append("multi-label runs: 'accuracy' here is exact match (a document counts as right only when every "
-                     "label is); micro-F1, Hamming loss and the thresholds are in each run's metrics.json")
-    steps = {s: strategies[s]["steps"] for s in names}
-    if len(set(steps.values())) > 1:
-        notes.append(f"the strategies took different numbers of optimisation steps: {steps}")
-    machines = {json.dumps(strategies[s]["machine"], sort_keys=True) for s in names}
-    if len(machines) > 1:
-        notes.append("the runs were trained on different machines: training times are not comparable")
-    notes += [note for note in combined_notes if note]
-    test_rows = predictions[names[0]]
-    # Test documents per class (per label, for multi-label), all and long: the class balance the tables state.
-    classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
-    for r in test_rows:
-        hot = r["label"] if isinstance(r["label"], list) else [int(i == r["label"]) for i in range(len(label_names))]
-        for n, h in zip(label_names, hot):
-            classes[n] += h
-            long_classes[n] += h if r["n_tokens"] > long_tokens else 0
     from longbert.comparison.baseline import BASELINE
-    from longbert.comparison.formatting import COMBINED
 
-    def summarised(row: dict) -> dict:
-        return {**{k: v for k, v in row.items() if k != "metrics"},
-                **test_summary(predictions[row["name"]], row["metrics"], long_tokens)}
-
+    strategies = {s: _strategy_result(s, recipes, runs, predictions, speed, long_tokens) for s in names}
+    _add_relative_costs(strategies, names)
+    first = recipes[names[0]]
+    steps = {s: strategies[s]["steps"] for s in names}
+    notes = _notes(first, strategies, steps, combined_notes)
+    test_rows = predictions[names[0]]
+    classes, long_classes = _class_counts(test_rows, label_names, long_tokens)
     return {
         "name": name,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -201,21 +150,10 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "strategy_order": names,
         "label_names": label_names,
         "problem_type": first.model.problem_type,
-        "budget": {
-            "seed": first.seed,
-            "seeds": list(seeds) if seeds else [first.seed],
-            "backbone": first.backbone.name,
-            "finetune": first.model.finetune,
-            "epochs": first.train.epochs,
-            "max_steps": first.train.max_steps,
-            "batch_size": first.train.batch_size,
-            "gradient_accumulation": first.train.gradient_accumulation,
-            "learning_rate": first.train.learning_rate,
-            "steps": steps,
-        },
+        "budget": _budget(first, steps, seeds),
         "data": {
             "path": first.data.path,
-            "splits": first_metrics.get("data"),
+            "splits": runs[names[0]]["metrics"].get("data"),
             "test_documents": len(test_rows),
             "long_tokens": long_tokens,
             "long_documents": sum(r["n_tokens"] > long_tokens for r in test_rows),
@@ -226,12 +164,102 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "baseline": None if baseline is None else {
             "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
                                                                          long_tokens)},
-        **{key: None for key in COMBINED},
-        **{c["name"]: summarised(c) for c in combined if "seeds" not in c},
-        "seed_ensembles": [summarised(c) for c in combined if "seeds" in c],
+        **_combined_results(combined, predictions, long_tokens),
         "comparisons": paired_comparisons(predictions, long_tokens),
         "by_group": accuracy_by_group(predictions),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,
                            "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},
         "notes": notes,
+    }
+
+
+def _strategy_result(s: str, recipes, runs, predictions, speed, long_tokens: int) -> dict:
+    """Strategy `s`'s entry in results["strategies"] (its relative cost is added once every entry is made)."""
+    metrics = runs[s]["metrics"]
+    test = metrics["test"]
+    return {
+        "status": runs[s]["status"],
+        "run_dir": recipes[s].output_dir,
+        # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
+        "settings": metrics.get("strategy_settings") or dataclasses.asdict(recipes[s].strategy),
+        **test_summary(predictions[s], test, long_tokens),
+        "confusion_matrix": test["confusion_matrix"],
+        "per_class": test.get("per_class"),
+        "train_seconds": metrics["train_seconds"],
+        "steps": metrics["steps"],
+        "trainable_parameters": metrics["trainable_parameters"],
+        "speed": test["speed"],
+        "speed_by_length": speed[s],
+        "eval_batch_size": recipes[s].eval.batch_size,
+        "mixed_precision": metrics.get("mixed_precision"),
+        "machine": metrics["machine"],
+    }
+
+
+def _add_relative_costs(strategies: dict[str, dict], names) -> None:
+    """Each strategy's inference and training cost relative to the cheapest strategy's (None where unmeasured)."""
+    fastest = max((strategies[s]["speed"]["documents_per_second"] or 0) for s in names) or None
+    quickest_train = min(strategies[s]["train_seconds"] or math.inf for s in names)
+    for s in names:
+        dps = strategies[s]["speed"]["documents_per_second"]
+        strategies[s]["relative_cost"] = {
+            "inference": fastest / dps if fastest and dps else None,
+            "training": (strategies[s]["train_seconds"] / quickest_train
+                         if quickest_train not in (0, math.inf) else None),
+        }
+
+
+def _notes(first, strategies: dict[str, dict], steps: dict[str, int], combined_notes) -> list[str]:
+    """What the report says is not comparable, or reads differently, among the runs."""
+    notes = []
+    if first.model.problem_type == "multi_label":
+        notes.append("multi-label runs: 'accuracy' here is exact match (a document counts as right only when every "
+                     "label is); micro-F1, Hamming loss and the thresholds are in each run's metrics.json")
+    if len(set(steps.values())) > 1:
+        notes.append(f"the strategies took different numbers of optimisation steps: {steps}")
+    machines = {json.dumps(entry["machine"], sort_keys=True) for entry in strategies.values()}
+    if len(machines) > 1:
+        notes.append("the runs were trained on different machines: training times are not comparable")
+    return notes + [note for note in combined_notes if note]
+
+
+def _class_counts(test_rows: list[dict], label_names: list[str], long_tokens: int) -> tuple[dict, dict]:
+    """Test documents per class (per label, for multi-label), all and long: the class balance the tables state."""
+    classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
+    for r in test_rows:
+        hot = r["label"] if isinstance(r["label"], list) else [int(i == r["label"]) for i in range(len(label_names))]
+        for n, h in zip(label_names, hot):
+            classes[n] += h
+            long_classes[n] += h if r["n_tokens"] > long_tokens else 0
+    return classes, long_classes
+
+
+def _budget(first, steps: dict[str, int], seeds) -> dict:
+    """The training budget every strategy shared (from the first strategy's recipe), and the steps each took."""
+    return {
+        "seed": first.seed,
+        "seeds": list(seeds) if seeds else [first.seed],
+        "backbone": first.backbone.name,
+        "finetune": first.model.finetune,
+        "epochs": first.train.epochs,
+        "max_steps": first.train.max_steps,
+        "batch_size": first.train.batch_size,
+        "gradient_accumulation": first.train.gradient_accumulation,
+        "learning_rate": first.train.learning_rate,
+        "steps": steps,
+    }
+
+
+def _combined_results(combined, predictions: dict[str, list[dict]], long_tokens: int) -> dict:
+    """The combined rows' entries: one key per kind (None when that row is missing), and 'seed_ensembles'."""
+    from longbert.comparison.formatting import COMBINED
+
+    def summarised(row: dict) -> dict:
+        return {**{k: v for k, v in row.items() if k != "metrics"},
+                **test_summary(predictions[row["name"]], row["metrics"], long_tokens)}
+
+    return {
+        **{key: None for key in COMBINED},
+        **{c["name"]: summarised(c) for c in combined if "seeds" not in c},
+        "seed_ensembles": [summarised(c) for c in combined if "seeds" in c],
     }

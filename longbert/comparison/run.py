@@ -43,6 +43,8 @@ and longbert.inference.attribution finds, for the error analysis, which part of 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import shlex
 from importlib import resources
 from pathlib import Path
@@ -94,23 +96,72 @@ def compare(
         probabilities, with the single runs' mean ± sd.
     Returns the results dict that results.json holds (every number in the report), with `report` giving the
     written files."""
-    from longbert.comparison.baseline import BASELINE, prediction_rows
-    from longbert.comparison.ensemble import build_ensemble, build_hybrid, build_seed_ensembles
-    from longbert.comparison.ensemble_folder import deployable
-    from longbert.comparison.render import REPORT_MARKER, write_report
-    from longbert.comparison.results import assemble_results, read_predictions
-    from longbert.comparison.speed import cached_speed, measure_speed_by_length, save_speed
-    from longbert.config import PLAIN_NAME
-    from longbert.inference.attribution import build_examples, decisive_units, select_examples
-    from longbert.utils.hardware import describe_machine
-
-    names = parse_strategies(strategies)
-    overrides = list(overrides)
+    names, overrides = parse_strategies(strategies), list(overrides)
     base_raw, base_source, base_path = _base_recipe(recipe)
+    name = _report_name(name, base_raw)
+    runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
+    recipes, by_seed, base_seed = _resolve_runs(names, base_raw, base_source, overrides, name, runs_dir, seeds, data)
+    c = _Comparison(name=name, names=names, overrides=overrides, base_source=base_source, runs_dir=runs_dir,
+                    reports_dir=reports_dir, recipes=recipes, by_seed=by_seed, base_seed=base_seed, data=data,
+                    seeds=seeds, long_tokens=long_tokens, examples=examples, speed_documents=speed_documents)
+    _check_before_training(c)
+    c.command = command if command is not None else _command_of_call(c, recipe, base_path)
+    runs = _train_runs(c)
+    # Measure and analyse with the kept models, then assemble every number the report shows.
+    results, combined = _measure_and_assemble(c, runs)
+    # The model to deploy, chosen on validation among the rows a folder can hold; an ensemble is written as a folder.
+    results["deployable"] = _deployable(c, combined)
+    _write_report(results, reports_dir / name)
+    return results
+
+
+@dataclasses.dataclass
+class _Comparison:
+    """What every step of one compare shares: the strategies, their resolved recipes, where runs and the report go,
+    and the call's options."""
+
+    name: str
+    names: list[str]  # strategies in report order
+    overrides: list[str]
+    base_source: str
+    runs_dir: Path
+    reports_dir: Path
+    recipes: dict  # strategy -> its Recipe at the base seed (whose runs are the strategies' rows)
+    by_seed: dict  # strategy -> seed -> Recipe
+    base_seed: int
+    data: object
+    seeds: int
+    long_tokens: int
+    examples: int
+    speed_documents: int
+    command: str | None = None  # set once the early checks passed
+
+    @property
+    def first(self):
+        """The first strategy's recipe: the data, backbone, seed and budget every run shares."""
+        return self.recipes[self.names[0]]
+
+    @property
+    def seed_list(self) -> list[int]:
+        return sorted(self.by_seed[self.names[0]])
+
+    @property
+    def multi_label(self) -> bool:
+        return self.first.model.problem_type == "multi_label"
+
+
+def _report_name(name: str | None, base_raw: dict) -> str:
+    """The report's name: the one given, else the base recipe's; refused unless it is a plain folder name."""
+    from longbert.config import PLAIN_NAME
+
     name = name or str(base_raw.get("name") or "compare")
     if not PLAIN_NAME.match(name):
         raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
-    runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
+    return name
+
+
+def _resolve_runs(names, base_raw, base_source, overrides, name, runs_dir, seeds, data) -> tuple[dict, dict, int]:
+    """(each strategy's recipe at the base seed, strategy -> seed -> recipe, the base seed)."""
     recipes = resolve_recipes(names, base_raw, base_source, overrides, name, runs_dir)
     by_seed = seed_recipes(recipes, seeds, base_raw, base_source, overrides, name, runs_dir)
     if data is not None:  # before planning: a run folder's saved recipe names the object, so reuse still works
@@ -118,73 +169,113 @@ def compare(
 
         by_seed = {s: {k: recipe_for_data_object(r, data) for k, r in rs.items()} for s, rs in by_seed.items()}
     base_seed = recipes[names[0]].seed
-    recipes = {s: by_seed[s][base_seed] for s in names}
-    labelled = {_run_label(s, k, base_seed): r for s in names for k, r in by_seed[s].items()}
+    return {s: by_seed[s][base_seed] for s in names}, by_seed, base_seed
+
+
+def _check_before_training(c: _Comparison) -> None:
+    """Every check that can refuse the comparison, before any training."""
+    from longbert.comparison.render import REPORT_MARKER
+
+    labelled = {_run_label(s, k, c.base_seed): r for s in c.names for k, r in c.by_seed[s].items()}
     plan = plan_runs(labelled)  # every folder's conflicts, before training
     # A seed changes no shape: each strategy's model is built once, when any of its runs is about to train.
-    preflight(recipes, {s: "reuse" if all(plan[_run_label(s, k, base_seed)] == "reuse" for k in by_seed[s]) else
-                        "train" for s in names})
+    preflight(c.recipes, {s: "reuse" if all(plan[_run_label(s, k, c.base_seed)] == "reuse" for k in c.by_seed[s])
+                          else "train" for s in c.names})
     # Both folders are written after the training: a place that cannot be written fails now, not an hour later,
     # and before either is made, so that a refusal leaves nothing behind.
-    folder_to_write(runs_dir, "--runs-dir")
-    folder_to_write(reports_dir, "--reports-dir")
-    replaceable_folder(reports_dir / name, REPORT_MARKER, "report folder")  # an earlier report, or nothing
-    if command is None:
-        command = _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds)
-        if data is not None:
-            command += "  # with documents in memory (data=...)"
+    folder_to_write(c.runs_dir, "--runs-dir")
+    folder_to_write(c.reports_dir, "--reports-dir")
+    replaceable_folder(c.reports_dir / c.name, REPORT_MARKER, "report folder")  # an earlier report, or nothing
 
-    # Train what is not finished yet, one strategy after another, every strategy at one seed before the next seed.
+
+def _command_of_call(c: _Comparison, recipe, base_path: Path | None) -> str:
+    """The `longbert compare` command that repeats this call, saying so when the documents were in memory."""
+    command = _equivalent_command(c.names, base_path, recipe, c.overrides, c.name, c.runs_dir, c.reports_dir,
+                                  c.seeds)
+    if c.data is not None:
+        command += "  # with documents in memory (data=...)"
+    return command
+
+
+def _train_runs(c: _Comparison) -> dict[str, dict]:
+    """Train what is not finished yet, one strategy after another, every strategy at one seed before the next seed.
+    Returns each strategy's run ({status, metrics}) at the base seed."""
     runs: dict[str, dict] = {}
-    seed_list = sorted(by_seed[names[0]])
-    order = [(s, k) for k in seed_list for s in names]
+    order = [(s, k) for k in c.seed_list for s in c.names]
     for number, (strategy, seed) in enumerate(order, 1):
-        run = run_strategy(_run_label(strategy, seed, base_seed), by_seed[strategy][seed], command,
-                           f"[{number}/{len(order)}]", data)
-        if seed == base_seed:
+        run = run_strategy(_run_label(strategy, seed, c.base_seed), c.by_seed[strategy][seed], c.command,
+                           f"[{number}/{len(order)}]", c.data)
+        if seed == c.base_seed:
             runs[strategy] = run
         release_memory()
+    return runs
 
-    # Measure and analyse with the kept models, then assemble every number the report shows.
-    predictions = {s: read_predictions(Path(recipes[s].output_dir)) for s in names}
-    chosen = select_examples(predictions, long_tokens, examples)
-    label_names = runs[names[0]]["metrics"]["label_names"]
-    corpus = None  # every run shares the data and the backbone's tokenizer: the splits are tokenized once, if at all
 
-    def splits():
-        nonlocal corpus
-        if corpus is None:
-            corpus = load_splits(recipes[names[0]], data)
-        return corpus
+def _measure_and_assemble(c: _Comparison, runs: dict[str, dict]) -> tuple[dict, list[dict]]:
+    """(the results dict, the combined rows): the test predictions, the combined and baseline rows, speed by length
+    and the error-analysis examples, assembled into every number the report shows."""
+    from longbert.comparison.baseline import BASELINE, prediction_rows
+    from longbert.comparison.results import assemble_results, read_predictions
+    from longbert.inference.attribution import select_examples
+    from longbert.utils.hardware import describe_machine
+
+    predictions = {s: read_predictions(Path(c.recipes[s].output_dir)) for s in c.names}
+    chosen = select_examples(predictions, c.long_tokens, c.examples)
+    label_names = runs[c.names[0]]["metrics"]["label_names"]
+    # Every run shares the data and the backbone's tokenizer: the splits are tokenized once, if at all.
+    splits = functools.cache(lambda: load_splits(c.first, c.data))
+    combined, combined_notes, combined_test = _combined_rows(c, predictions, label_names, splits)
+    baseline = baseline_row(c.first, c.runs_dir / c.name, splits)
+    predictions_with_baseline = {**predictions, **combined_test,
+                                 BASELINE: prediction_rows(baseline, [r["n_tokens"] for r in predictions[c.names[0]]])}
+    speed, error_examples = _speed_and_examples(c, predictions, chosen, label_names, splits)
+    results = assemble_results(
+        name=c.name, names=c.names, recipes=c.recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,
+        examples=error_examples, command=c.command, base_source=c.base_source, overrides=c.overrides,
+        machine=describe_machine(), long_tokens=c.long_tokens, label_names=label_names, baseline=baseline,
+        combined=combined, combined_notes=combined_notes, seeds=c.seed_list,
+    )
+    return results, combined
+
+
+def _combined_rows(c: _Comparison, predictions, label_names, splits) -> tuple[list[dict], list[str], dict]:
+    """(the combined rows' summaries, why any is missing, their test rows by name)."""
+    from longbert.comparison.ensemble import build_ensemble, build_hybrid, build_seed_ensembles
+    from longbert.comparison.results import read_predictions
 
     # The rows that combine trained strategies, each chosen on validation, no training: the ensemble (test
     # probabilities averaged) and the hybrid (the best strategy mixed with TF-IDF over its token ids).
-    first = recipes[names[0]]
-    run_dirs, multi_label = {s: Path(recipes[s].output_dir) for s in names}, first.model.problem_type == "multi_label"
+    first, run_dirs = c.first, {s: Path(c.recipes[s].output_dir) for s in c.names}
     combined, combined_notes, combined_test = [], [], {}
     for summary, rows, note in (
-            build_ensemble(run_dirs, predictions, first.train.best_metric, multi_label, label_names),
-            build_hybrid(run_dirs, first.train.best_metric, multi_label, splits)):
+            build_ensemble(run_dirs, predictions, first.train.best_metric, c.multi_label, label_names),
+            build_hybrid(run_dirs, first.train.best_metric, c.multi_label, splits)):
         combined_notes.append(note)
         if summary is not None:
             combined.append(summary)
             combined_test[summary["name"]] = rows
-    if seeds > 1:  # each strategy's seeds averaged: a row per strategy
-        seed_test = {s: {k: predictions[s] if k == base_seed else read_predictions(Path(r.output_dir))
-                         for k, r in by_seed[s].items()} for s in names}
-        summaries, rows, note = build_seed_ensembles(seed_test, multi_label, label_names, long_tokens)
+    if c.seeds > 1:  # each strategy's seeds averaged: a row per strategy
+        seed_test = {s: {k: predictions[s] if k == c.base_seed else read_predictions(Path(r.output_dir))
+                         for k, r in c.by_seed[s].items()} for s in c.names}
+        summaries, rows, note = build_seed_ensembles(seed_test, c.multi_label, label_names, c.long_tokens)
         combined += summaries
         combined_test.update(rows)
         combined_notes.append(note)
-    baseline = baseline_row(first, runs_dir / name, splits)
-    predictions_with_baseline = {**predictions, **combined_test,
-                                 BASELINE: prediction_rows(baseline, [r["n_tokens"] for r in predictions[names[0]]])}
+    return combined, combined_notes, combined_test
+
+
+def _speed_and_examples(c: _Comparison, predictions, chosen, label_names, splits) -> tuple[dict, list[dict]]:
+    """Each strategy's speed by length (cached in its run folder, else measured now) and the error-analysis
+    examples; a strategy's model is loaded only when it must be timed or explain a chosen document."""
+    from longbert.comparison.speed import cached_speed, measure_speed_by_length, save_speed
+    from longbert.inference.attribution import build_examples, decisive_units
+
     test = tokenizer = None
     speed: dict[str, dict] = {}
     decisive: dict[str, dict] = {}
-    for strategy in names:
-        run_dir, batch_size = Path(recipes[strategy].output_dir), recipes[strategy].eval.batch_size
-        speed[strategy] = cached_speed(run_dir, speed_documents, batch_size)
+    for strategy in c.names:
+        run_dir, batch_size = Path(c.recipes[strategy].output_dir), c.recipes[strategy].eval.batch_size
+        speed[strategy] = cached_speed(run_dir, c.speed_documents, batch_size)
         if speed[strategy] is not None and not chosen:
             continue
         model = load_model(run_dir)
@@ -192,29 +283,33 @@ def compare(
             tokenizer, test = model.tokenizer, splits().splits["test"]
         if speed[strategy] is None:
             say(f"timing {strategy} by document length")
-            speed[strategy] = measure_speed_by_length(model, test, batch_size, speed_documents)
-            save_speed(run_dir, speed[strategy], speed_documents, batch_size)
-        decisive[strategy] = decisive_units(model, test, predictions[strategy], [c["index"] for c in chosen])
+            speed[strategy] = measure_speed_by_length(model, test, batch_size, c.speed_documents)
+            save_speed(run_dir, speed[strategy], c.speed_documents, batch_size)
+        decisive[strategy] = decisive_units(model, test, predictions[strategy], [e["index"] for e in chosen])
         del model
         release_memory()
-    error_examples = build_examples(chosen, predictions, decisive, test, tokenizer, label_names) if chosen else []
+    return speed, build_examples(chosen, predictions, decisive, test, tokenizer, label_names) if chosen else []
 
-    results = assemble_results(
-        name=name, names=names, recipes=recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,
-        examples=error_examples, command=command, base_source=base_source, overrides=overrides,
-        machine=describe_machine(), long_tokens=long_tokens, label_names=label_names, baseline=baseline,
-        combined=combined, combined_notes=combined_notes, seeds=seed_list,
-    )
-    # The model to deploy, chosen on validation among the rows a folder can hold; an ensemble is written as a folder.
-    results["deployable"] = None if multi_label else deployable(
-        {s: [Path(by_seed[s][k].output_dir) for k in seed_list] for s in names}, combined, runs_dir / name,
-        first.train.best_metric if first.train.best_metric in ("accuracy", "macro_f1") else "macro_f1")
-    folder = reports_dir / name
+
+def _deployable(c: _Comparison, combined: list[dict]) -> dict | None:
+    """The model to deploy (`ensemble_folder.deployable`); None for multi-label runs."""
+    from longbert.comparison.ensemble_folder import deployable
+
+    if c.multi_label:
+        return None
+    metric = c.first.train.best_metric if c.first.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
+    return deployable({s: [Path(c.by_seed[s][k].output_dir) for k in c.seed_list] for s in c.names}, combined,
+                      c.runs_dir / c.name, metric)
+
+
+def _write_report(results: dict, folder: Path) -> None:
+    """Name the report's files in `results` and write them to `folder`."""
+    from longbert.comparison.render import write_report
+
     results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),
                          "html": str(folder / "report.html"), "results": str(folder / "results.json")}
     write_report(results, folder)
     say(f"report written to {folder}/")
-    return results
 
 
 def _run_label(strategy: str, seed: int, base_seed: int) -> str:

@@ -184,13 +184,48 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
     documents as without `roles`). data.seed, when set, draws the carving and the subsets instead of `seed`."""
     seed = seed if data.seed is None else data.seed
+    raw, local, wanted, validation_split = _load_splits(data, source)
+    places = {split: row_places(local, split) for split in wanted}  # where each row is, for errors
+    _check_splits(data, raw, wanted, places, multi_label)
+    names = _label_names(data, raw, local, multi_label)
+    splits = {s: raw[s].select_columns(_kept_columns(data, raw[s])) for s in wanted}
+    labels = {s: encode_labels(list(splits[s][data.label_column]), names, multi_label, places[s]) for s in wanted}
+    check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
+    chosen, sources, described = _carve(data, splits, labels, validation_split, seed, multi_label)
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out, stats = {}, {}
+    for role, rows in chosen.items():
+        split = sources[role]
+        tokenized = None  # {row: (ids, length)} of a whole split tokenized to select by length
+        if role == "test" and data.test_longer_than and (roles is None or role in roles):
+            rows, tokenized = _longer_than(data, tokenizer, splits[split], rows, split)
+        rows = _subsample(data, rows, role, seed, rng)
+        if role == "train":
+            check_classes([labels[split][i] for i in rows], names,
+                           "training documents (after carving validation and data.max_train_documents)")
+        if roles is not None and role not in roles:
+            continue  # subsampled all the same, so that the roles asked for draw the same documents
+        out[role], stats[role] = _role_split(data, tokenizer, splits[split], rows, labels[split], tokenized,
+                                             described[role])
+    return Corpus(out, list(names), multi_label, stats)
+
+
+def _load_splits(data, source: Any) -> tuple[dict, Any, list[str], str | None]:
+    """(raw splits, local, the splits wanted in order, the validation split or None when it is to be carved)."""
     wanted = [data.train_split] + [s for s in (data.validation_split, data.test_split) if s]
     optional = ["validation"] if data.validation_split is None and "validation" not in wanted else []
     raw, local = load_raw_splits(data, wanted, optional, source)
     validation_split = data.validation_split or next((s for s in optional if s in raw), None)
     if validation_split and validation_split not in wanted:
         wanted.insert(1, validation_split)
-    places = {split: row_places(local, split) for split in wanted}  # where each row is, for errors
+    return raw, local, wanted, validation_split
+
+
+def _check_splits(data, raw: dict, wanted: list[str], places: dict, multi_label: bool) -> None:
+    """Every wanted split has text and label columns, every text is a non-empty string, every document a label."""
     for split in wanted:
         _check_texts(raw[split], data.text_column, split, places[split])
         if data.label_column not in raw[split].column_names:
@@ -199,24 +234,29 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
                 f"columns: {', '.join(raw[split].column_names)}"
             )
         check_labels_present(list(raw[split][data.label_column]), multi_label, places[split])
+
+
+def _label_names(data, raw: dict, local: Any, multi_label: bool) -> list[str]:
+    """The class names: data.label_names, else the data's own, else those found in train's labels (two at least)."""
     names = data.label_names or label_names_from(raw[data.train_split], data.label_column, local)
     if names is None:
         names = infer_label_names(list(raw[data.train_split][data.label_column]), multi_label)
     if len(names) < 2:
         raise LongbertError(f"data: need at least 2 classes, found {names}")
+    return names
 
-    def kept_columns(split: str) -> list[str]:
-        has_ids = data.id_column and data.id_column in raw[split].column_names
-        return [data.text_column, data.label_column] + ([data.id_column] if has_ids else [])
 
-    splits = {s: raw[s].select_columns(kept_columns(s)) for s in wanted}
-    labels = {s: encode_labels(list(splits[s][data.label_column]), names, multi_label, places[s]) for s in wanted}
-    check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
+def _kept_columns(data, dataset) -> list[str]:
+    has_ids = data.id_column and data.id_column in dataset.column_names
+    return [data.text_column, data.label_column] + ([data.id_column] if has_ids else [])
 
+
+def _carve(data, splits: dict, labels: dict, validation_split: str | None, seed: int, multi_label: bool):
+    """(rows of each role before subsampling, the split each role reads, where each came from as the stats say it).
+    Validation carved from train reads train's rows: `splits` and `labels` get it under 'validation'."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    chosen: dict[str, np.ndarray] = {}
+    chosen = {}
     train_rows = np.arange(len(splits[data.train_split]))
     validation_name = validation_split or "validation"
     if validation_split is None:
@@ -238,60 +278,64 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     if data.test_split:
         chosen["test"] = np.arange(len(splits[data.test_split]))
     sources = {"train": data.train_split, "validation": validation_name, "test": data.test_split}
-    described = dict(sources)  # where each split came from, as the stats say it
+    described = dict(sources)
     if validation_split is None:
         described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
     if data.test_split and data.test_longer_than:
         described["test"] = f"{data.test_split}, documents over {data.test_longer_than} tokens"
+    return chosen, sources, described
 
-    def subsample(rows: np.ndarray, limit: int | None, role: str) -> np.ndarray:
-        if role == "train" and data.nested_train:  # a generator of its own: the other splits' draws stay the same
-            if limit is not None and limit > len(rows):
-                raise LongbertError(f"data.max_train_documents={limit}: the training split has only {len(rows)} "
-                                    "documents after carving validation; a learning curve's sizes must fit in it")
-            return np.sort(np.random.default_rng([seed, NESTED_TRAIN_STREAM]).permutation(rows)[:limit])
-        return rows if limit is None or limit >= len(rows) else np.sort(rng.choice(rows, limit, replace=False))
 
+def _longer_than(data, tokenizer, dataset, rows, split: str):
+    """(the rows over data.test_longer_than tokens, {row: (ids, length)} of the whole split, tokenized to find them)."""
+    import numpy as np
+
+    every = list(dataset[data.text_column])
+    tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, every, data.max_document_tokens))))
+    rows = np.array([r for r in rows.tolist() if tokenized[r][1] > data.test_longer_than], dtype=np.int64)
+    if not len(rows):
+        raise LongbertError(f"data.test_longer_than={data.test_longer_than}: no document of split "
+                            f"{split!r} is that long (its longest has {max(n for _, n in tokenized.values())} "
+                            "tokens)")
+    return rows, tokenized
+
+
+def _subsample(data, rows, role: str, seed: int, rng):
+    """At most the role's data.max_*_documents of `rows`, drawn with `rng` (nested training subsets: their own)."""
+    import numpy as np
+
+    limit = {"train": data.max_train_documents, "validation": data.max_eval_documents,
+             "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
+    if role == "train" and data.nested_train:  # a generator of its own: the other splits' draws stay the same
+        if limit is not None and limit > len(rows):
+            raise LongbertError(f"data.max_train_documents={limit}: the training split has only {len(rows)} "
+                                "documents after carving validation; a learning curve's sizes must fit in it")
+        return np.sort(np.random.default_rng([seed, NESTED_TRAIN_STREAM]).permutation(rows)[:limit])
+    return rows if limit is None or limit >= len(rows) else np.sort(rng.choice(rows, limit, replace=False))
+
+
+def _role_split(data, tokenizer, dataset, rows, labels: list, tokenized: dict | None, described: str):
+    """(the tokenized Dataset of `rows` of `dataset`, its stats); `tokenized`: their ids and lengths, when known."""
+    import numpy as np
     from datasets import Dataset
 
-    out, stats = {}, {}
-    for role, rows in chosen.items():
-        source = sources[role]
-        tokenized = None  # {row: (ids, length)} of a whole split tokenized to select by length
-        if role == "test" and data.test_longer_than and (roles is None or role in roles):
-            every = list(splits[source][data.text_column])
-            tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, every, data.max_document_tokens))))
-            rows = np.array([r for r in rows.tolist() if tokenized[r][1] > data.test_longer_than], dtype=np.int64)
-            if not len(rows):
-                raise LongbertError(f"data.test_longer_than={data.test_longer_than}: no document of split "
-                                    f"{source!r} is that long (its longest has {max(n for _, n in tokenized.values())} "
-                                    "tokens)")
-        limit = {"train": data.max_train_documents, "validation": data.max_eval_documents,
-                 "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
-        rows = subsample(rows, limit, role)
-        if role == "train":
-            check_classes([labels[source][i] for i in rows], names,
-                           "training documents (after carving validation and data.max_train_documents)")
-        if roles is not None and role not in roles:
-            continue  # subsampled all the same, so that the roles asked for draw the same documents
-        chosen_rows = splits[source].select(rows)
-        texts = list(chosen_rows[data.text_column])
-        if tokenized is not None:
-            ids, lengths = [tokenized[r][0] for r in rows.tolist()], [tokenized[r][1] for r in rows.tolist()]
-        else:
-            ids, lengths = tokenize_cached(tokenizer, texts, data.max_document_tokens)
-        columns = {"text": texts, "input_ids": ids, "labels": [labels[source][i] for i in rows], "n_tokens": lengths}
-        if data.id_column in chosen_rows.column_names:  # document ids travel to the prediction files
-            columns["id"] = list(chosen_rows[data.id_column])
-        out[role] = Dataset.from_dict(columns)
-        stats[role] = {
-            "documents": len(rows),
-            "source_split": described[role],
-            "cut_by_token_cap": count_cut(lengths, data.max_document_tokens),
-            "median_tokens": int(np.median(lengths)) if lengths else 0,
-            "over_512": sum(n > 512 for n in lengths),
-        }
-    return Corpus(out, list(names), multi_label, stats)
+    chosen_rows = dataset.select(rows)
+    texts = list(chosen_rows[data.text_column])
+    if tokenized is not None:
+        ids, lengths = [tokenized[r][0] for r in rows.tolist()], [tokenized[r][1] for r in rows.tolist()]
+    else:
+        ids, lengths = tokenize_cached(tokenizer, texts, data.max_document_tokens)
+    columns = {"text": texts, "input_ids": ids, "labels": [labels[i] for i in rows], "n_tokens": lengths}
+    if data.id_column in chosen_rows.column_names:  # document ids travel to the prediction files
+        columns["id"] = list(chosen_rows[data.id_column])
+    split = Dataset.from_dict(columns)
+    return split, {
+        "documents": len(rows),
+        "source_split": described,
+        "cut_by_token_cap": count_cut(lengths, data.max_document_tokens),
+        "median_tokens": int(np.median(lengths)) if lengths else 0,
+        "over_512": sum(n > 512 for n in lengths),
+    }
 
 
 def longest_first_order(lengths: list[int]) -> list[int]:

@@ -155,8 +155,34 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     Under `accelerate launch` / torchrun the documents are split between the processes and the main process writes
     them all, in input order. `explain`: an .html file or a folder; rows also say how much each unit weighed and
     which decided, and an HTML page shows it (longbert/inference/explain.py; one process only)."""
-    from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
+    from longbert.inference.exported import ExportedClassifier
     from longbert.modeling.classifier import LongDocumentClassifier
+
+    page, process, exported = _check_options(model_dir, source, output, batch_size, precision, explain)
+    documents = read_documents(source, text_column, id_column, tuple(keep), split)
+    # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with; int8, on the CPU.
+    model = ExportedClassifier(model_dir) if exported else LongDocumentClassifier.from_pretrained(model_dir).to(
+        "cpu" if precision == "int8" else process.device)
+    rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
+    shown: list = []  # what the --explain page shows, written once the rows are safe
+    if page is not None:
+        from longbert.inference.explain import explained
+
+        rows = explained(model, documents[text_column], rows, shown, precision)
+    cut = _write_rows(rows, output, process, model, len(documents))
+    if page is not None:  # after the rows file is complete: a page that cannot be written loses no row
+        from longbert.inference.explain import write_page
+
+        write_page(page, shown, model.tokenizer, f"longbert predict --explain: {model_dir}",
+                   "the rows were written to stdout" if output is None else f"the rows were kept at {output}")
+    return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process)
+
+
+def _check_options(model_dir: str | Path, source: str, output: Path | None, batch_size: int, precision: str,
+                   explain: str | Path | None):
+    """The checks `predict_file` makes before reading the documents. Returns (the --explain page's path or None,
+    this process's state, whether `model_dir` is an exported folder)."""
+    from longbert.inference.exported import check_auto_precision, is_export_folder
 
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
@@ -177,33 +203,24 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
         check_auto_precision(model_dir, precision)
         if page is not None:
             raise LongbertError(f"--explain needs a PyTorch model folder; {model_dir} is an exported folder")
-    documents = read_documents(source, text_column, id_column, tuple(keep), split)
-    # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with; int8, on the CPU.
-    model = ExportedClassifier(model_dir) if exported else LongDocumentClassifier.from_pretrained(model_dir).to(
-        "cpu" if precision == "int8" else process.device)
-    rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
-    shown: list = []  # what the --explain page shows, written once the rows are safe
-    if page is not None:
-        from longbert.inference.explain import explained
+    return page, process, exported
 
-        rows = explained(model, documents[text_column], rows, shown, precision)
+
+def _write_rows(rows: Iterator[dict], output: Path | None, process, model, total: int) -> int:
+    """Run through the rows (on every process); the main process writes each as a JSON line to `output` (None:
+    stdout, else a file written atomically) and flushes it. Returns how many documents the token cap cut."""
     cut = 0
     with _output_stream(output) if process.is_main_process else nullcontext() as stream:
         if process.is_main_process:
             from longbert.utils.progress import progress
 
-            rows = progress(rows, "predicting", total=len(documents))
+            rows = progress(rows, "predicting", total=total)
         for row in rows:  # every process runs through its rows (each block is gathered by all of them)
             cut += count_cut([row["n_tokens"]], model.settings.max_document_tokens)
             if stream is not None:
                 stream.write(json.dumps(row, default=str) + "\n")
                 stream.flush()
-    if page is not None:  # after the rows file is complete: a page that cannot be written loses no row
-        from longbert.inference.explain import write_page
-
-        write_page(page, shown, model.tokenizer, f"longbert predict --explain: {model_dir}",
-                   "the rows were written to stdout" if output is None else f"the rows were kept at {output}")
-    return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process)
+    return cut
 
 
 def rows_in_input_order(model, documents, process, batch_size: int, precision: str, text_column: str = "text",

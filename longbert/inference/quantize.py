@@ -32,13 +32,8 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
     `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
     from longbert.config import load_recipe
     from longbert.data.documents import load_corpus
-    from longbert.evaluation.inference import predict_dataset
-    from longbert.evaluation.metrics import multi_label_predictions
-    from longbert.modeling.card import TrainingFacts, refresh_card
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.int8 import RECHECK_GAPS, close_calls
     from longbert.training.runs import BEST, locked
-    from longbert.utils.hardware import describe_machine
 
     run_dir = Path(run_dir)
     recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST
@@ -49,58 +44,90 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
         model = LongDocumentClassifier.from_pretrained(folder)
         corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data,
                              roles=["validation"])
-        dataset = corpus.splits["validation"]
         batch = batch_size or recipe.eval.batch_size
-        raw, seconds = {}, {}
-
-        def timed(name: str, precision: str, recheck_gap: float | None = None) -> None:
-            model.for_precision(precision, recheck_gap)  # the int8 copy is made before the clock starts
-            started = time.perf_counter()
-            raw[name] = predict_dataset(model, dataset, batch, description=f"validation, {name}", precision=precision)
-            seconds[name] = time.perf_counter() - started
-
-        timed("fp32", "fp32")
-        timed("plain", "int8", recheck_gap=0.0)
-        labels = raw["fp32"]["labels"]
-
-        def decide(probabilities: np.ndarray) -> np.ndarray:
-            """Each document's predicted labels as one row (a class index, or a multi-hot row at the thresholds)."""
-            return (multi_label_predictions(probabilities, model.thresholds) if model.multi_label
-                    else probabilities.argmax(1)).reshape(len(labels), -1)
-
-        fp32, plain = decide(raw["fp32"]["probabilities"]), decide(raw["plain"]["probabilities"])
-        int8_probabilities = torch.as_tensor(raw["plain"]["probabilities"])
-
-        def rechecked(gap: float) -> np.ndarray:
-            """Which documents int8 at `gap` re-reads in fp32."""
-            return close_calls(int8_probabilities, model.multi_label, model.thresholds, gap).numpy()
-
-        def agreeing(gap: float) -> float:
-            return float(np.mean((np.where(rechecked(gap)[:, None], fp32, plain) == fp32).all(1)))
-
-        gap = next(g for g in RECHECK_GAPS if agreeing(g) >= agreement or g == RECHECK_GAPS[-1])
-        timed("int8", "int8", recheck_gap=gap)
-        int8 = decide(raw["int8"]["probabilities"])
-        truth = labels.reshape(len(labels), -1)
-        measured = {
-            "split": "validation",
-            "documents": int(len(labels)),
-            "agreement_plain": float(np.mean((fp32 == plain).all(1))),
-            "accuracy_plain": float(np.mean((plain == truth).all(1))),
-            "seconds_plain": round(seconds["plain"], 3),
-            "agreement_target": agreement,
-            "recheck_gap": gap,
-            "rechecked": float(np.mean(rechecked(gap))),
-            "agreement": float(np.mean((fp32 == int8).all(1))),
-            "accuracy_fp32": float(np.mean((fp32 == truth).all(1))),
-            "accuracy_int8": float(np.mean((int8 == truth).all(1))),
-            "seconds_fp32": round(seconds["fp32"], 3),
-            "seconds_int8": round(seconds["int8"], 3),
-            "batch_size": batch,
-            "machine": describe_machine(),
-        }
-        facts = model.training_facts or TrainingFacts(recipe=recipe.name)
-        facts.int8 = measured
-        model.training_facts = facts
-        refresh_card(folder, model)
+        measured = _measure(model, corpus.splits["validation"], batch, agreement)
+        _record(folder, model, recipe, measured)
     return measured
+
+
+def _measure(model, dataset, batch: int, agreement: float) -> dict:
+    """Run `dataset` in fp32, in int8 alone, then in int8 with the recheck gap chosen for `agreement`, and compare
+    their labels: the measurement `quantize` returns."""
+    from longbert.utils.hardware import describe_machine
+
+    raw, seconds = {}, {}
+    raw["fp32"], seconds["fp32"] = _timed_pass(model, dataset, batch, "fp32", "fp32")
+    raw["plain"], seconds["plain"] = _timed_pass(model, dataset, batch, "plain", "int8", recheck_gap=0.0)
+    labels = raw["fp32"]["labels"]
+    fp32 = _decide(model, raw["fp32"]["probabilities"], len(labels))
+    plain = _decide(model, raw["plain"]["probabilities"], len(labels))
+    int8_probabilities = torch.as_tensor(raw["plain"]["probabilities"])
+    gap = _choose_gap(model, fp32, plain, int8_probabilities, agreement)
+    raw["int8"], seconds["int8"] = _timed_pass(model, dataset, batch, "int8", "int8", recheck_gap=gap)
+    int8 = _decide(model, raw["int8"]["probabilities"], len(labels))
+    truth = labels.reshape(len(labels), -1)
+    return {
+        "split": "validation",
+        "documents": int(len(labels)),
+        "agreement_plain": float(np.mean((fp32 == plain).all(1))),
+        "accuracy_plain": float(np.mean((plain == truth).all(1))),
+        "seconds_plain": round(seconds["plain"], 3),
+        "agreement_target": agreement,
+        "recheck_gap": gap,
+        "rechecked": float(np.mean(_rechecked(model, int8_probabilities, gap))),
+        "agreement": float(np.mean((fp32 == int8).all(1))),
+        "accuracy_fp32": float(np.mean((fp32 == truth).all(1))),
+        "accuracy_int8": float(np.mean((int8 == truth).all(1))),
+        "seconds_fp32": round(seconds["fp32"], 3),
+        "seconds_int8": round(seconds["int8"], 3),
+        "batch_size": batch,
+        "machine": describe_machine(),
+    }
+
+
+def _timed_pass(model, dataset, batch: int, name: str, precision: str, recheck_gap: float | None = None):
+    """(the model's predictions over `dataset` at `precision`, the seconds they took)."""
+    from longbert.evaluation.inference import predict_dataset
+
+    model.for_precision(precision, recheck_gap)  # the int8 copy is made before the clock starts
+    started = time.perf_counter()
+    predictions = predict_dataset(model, dataset, batch, description=f"validation, {name}", precision=precision)
+    return predictions, time.perf_counter() - started
+
+
+def _decide(model, probabilities: np.ndarray, documents: int) -> np.ndarray:
+    """Each document's predicted labels as one row (a class index, or a multi-hot row at the thresholds)."""
+    from longbert.evaluation.metrics import multi_label_predictions
+
+    return (multi_label_predictions(probabilities, model.thresholds) if model.multi_label
+            else probabilities.argmax(1)).reshape(documents, -1)
+
+
+def _rechecked(model, int8_probabilities: torch.Tensor, gap: float) -> np.ndarray:
+    """Which documents int8 at `gap` re-reads in fp32."""
+    from longbert.modeling.int8 import close_calls
+
+    return close_calls(int8_probabilities, model.multi_label, model.thresholds, gap).numpy()
+
+
+def _choose_gap(model, fp32: np.ndarray, plain: np.ndarray, int8_probabilities: torch.Tensor,
+                agreement: float) -> float:
+    """The smallest of RECHECK_GAPS at which int8's labels, its close calls re-read in fp32 (which gives fp32's
+    labels), agree with fp32's on at least `agreement` of the documents; the largest when none does."""
+    from longbert.modeling.int8 import RECHECK_GAPS
+
+    def agreeing(gap: float) -> float:
+        rechecked = _rechecked(model, int8_probabilities, gap)
+        return float(np.mean((np.where(rechecked[:, None], fp32, plain) == fp32).all(1)))
+
+    return next(g for g in RECHECK_GAPS if agreeing(g) >= agreement or g == RECHECK_GAPS[-1])
+
+
+def _record(folder: Path, model, recipe, measured: dict) -> None:
+    """Keep the measurement in the model's training facts, and write them into its folder's training.json and card."""
+    from longbert.modeling.card import TrainingFacts, refresh_card
+
+    facts = model.training_facts or TrainingFacts(recipe=recipe.name)
+    facts.int8 = measured
+    model.training_facts = facts
+    refresh_card(folder, model)

@@ -238,9 +238,7 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
               limits: Limits = Limits(), precision: str = "auto"):
     """The FastAPI application serving `predictor` (with `predict(texts, batch_size[, precision])`, `tokenize`,
     `settings`, `label_names`: LongDocumentClassifier, ExportedClassifier). Its batcher is `app.state.batcher`."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, PlainTextResponse
-    from starlette.exceptions import HTTPException
+    from fastapi import FastAPI
 
     check_batching(max_batch, max_wait_ms)
     limits.check()
@@ -257,6 +255,20 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     app = FastAPI(title="longbert", summary=f"classify long documents with {name}", lifespan=lifespan)
     app.state.batcher, app.state.counters = batcher, Counters()
     schemas = openapi_schemas()
+    _add_error_handlers(app)
+    _add_info_routes(app, schemas, predictor, name, backend, max_batch)
+    _add_predict_route(app, schemas["predict"], predictor, batcher, limits)
+    openapi = app.openapi
+    app.openapi = lambda: _with_definitions(openapi(), schemas["definitions"])
+    return app
+
+
+def _add_error_handlers(app) -> None:
+    """Answer an HTTP error (an unknown route or method) with its status, and any other fault with 500, as
+    {"error": "one line"}."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):
@@ -265,6 +277,11 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     @app.exception_handler(Exception)
     async def server_fault(request: Request, error: Exception):
         return JSONResponse({"error": SERVER_FAULT}, status_code=500)
+
+
+def _add_info_routes(app, schemas: dict, predictor, name: str, backend: str, max_batch: int) -> None:
+    """GET /metrics and GET /health."""
+    from fastapi.responses import PlainTextResponse
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
@@ -275,36 +292,43 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
         return {"status": "ok", "model": name, "backend": backend, "labels": list(predictor.label_names),
                 "max_batch": max_batch}
 
-    @app.post("/predict", **schemas["predict"])
+
+def _add_predict_route(app, schema: dict, predictor, batcher: Batcher, limits: Limits) -> None:
+    """POST /predict, each request counted with its status and latency."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+
+    @app.post("/predict", **schema)
     async def predict(request: Request):
         # Counted here, not in a middleware: starlette's BaseHTTPMiddleware hides a client's disconnect from
         # request.is_disconnected, which the batcher asks to drop the work of clients that went away.
         started = time.perf_counter()
-        answer = await answer_predict(request)
+        answer = await _answer_predict(request, app, predictor, batcher, limits)
         status = answer.status_code if isinstance(answer, JSONResponse) else 200
         app.state.counters.request(status, time.perf_counter() - started)
         return answer
 
-    async def answer_predict(request: Request):
-        try:
-            texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
-            await asyncio.to_thread(check_tokens, predictor, texts, limits.tokens)
-            rows = await batcher.submit(texts, request.is_disconnected)
-        except BadRequest as error:
-            return JSONResponse({"error": str(error)}, status_code=error.status)
-        except LongbertError as error:
-            return JSONResponse({"error": str(error)}, status_code=422)
-        except ClientGone:  # nobody reads this answer; 499 is what proxies log for a client that closed
-            return JSONResponse({"error": "the client disconnected"}, status_code=499)
-        except Exception:
-            log.exception("POST /predict failed")
-            return JSONResponse({"error": SERVER_FAULT}, status_code=500)
-        app.state.counters.answered(rows)
-        return rows[0] if single else {"predictions": rows}
 
-    openapi = app.openapi
-    app.openapi = lambda: _with_definitions(openapi(), schemas["definitions"])
-    return app
+async def _answer_predict(request, app, predictor, batcher: Batcher, limits: Limits):
+    """A /predict request's answer: its prediction(s), or a JSONResponse {"error": ...} with the status that says
+    why not (see the module docstring)."""
+    from fastapi.responses import JSONResponse
+
+    try:
+        texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
+        await asyncio.to_thread(check_tokens, predictor, texts, limits.tokens)
+        rows = await batcher.submit(texts, request.is_disconnected)
+    except BadRequest as error:
+        return JSONResponse({"error": str(error)}, status_code=error.status)
+    except LongbertError as error:
+        return JSONResponse({"error": str(error)}, status_code=422)
+    except ClientGone:  # nobody reads this answer; 499 is what proxies log for a client that closed
+        return JSONResponse({"error": "the client disconnected"}, status_code=499)
+    except Exception:
+        log.exception("POST /predict failed")
+        return JSONResponse({"error": SERVER_FAULT}, status_code=500)
+    app.state.counters.answered(rows)
+    return rows[0] if single else {"predictions": rows}
 
 
 def _with_definitions(document: dict, definitions: dict) -> dict:

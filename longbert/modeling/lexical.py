@@ -134,8 +134,27 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
     together on validation: the pair whose mixed validation probabilities have the smallest log loss (ties: the
     stronger regularisation, then the larger neural weight). `neural_validation` (D, C): the neural model's
     validation probabilities. scikit-learn is used for the fit only."""
+    vectorizer, x_train, x_validation = _vectorize(train, validation, vocab_size)
+    y_train, y_validation = np.asarray(train_labels), np.asarray(validation_labels)
+    present = sorted(set(y_train.tolist()))
+    if len(present) < 2:
+        raise LongbertError(f"the TF-IDF half needs training documents of two classes or more; only class "
+                            f"{present} has any")
+    neural_validation = np.asarray(neural_validation, dtype=np.float64)
+    (loss, c, _), model, mix, lexical = _best_c_and_mix(x_train, y_train, x_validation, y_validation,
+                                                        neural_validation, n_classes)
+    keys, columns, weight, bias = _buffers(vectorizer, model, n_classes)
+    facts = {"features": "TF-IDF over token-id unigrams and bigrams (min_df=2, sublinear tf) + logistic regression",
+             "n_features": int(len(keys)), "C": c, "chosen_by": "validation log loss of the mixed probabilities",
+             "training_documents": len(train), "validation_documents": len(validation),
+             "validation": _validation_facts(y_validation, neural_validation, lexical, mix, loss)}
+    return LexicalModel(torch.from_numpy(keys), torch.from_numpy(vectorizer.idf_[columns]),
+                        torch.from_numpy(weight), torch.from_numpy(bias), vocab_size, mix, facts)
+
+
+def _vectorize(train: list[torch.Tensor], validation: list[torch.Tensor], vocab_size: int):
+    """(a TfidfVectorizer fitted on the training documents' n-gram keys, the training and validation matrices)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
 
     def keys_of(documents):
         return [ngram_keys(d, vocab_size).tolist() for d in documents]
@@ -145,13 +164,15 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
         x_train = vectorizer.fit_transform(keys_of(train))
     except ValueError as error:  # no n-gram in two documents
         raise LongbertError(f"the TF-IDF half cannot be fitted on these training documents: {error}") from None
-    x_validation = vectorizer.transform(keys_of(validation))
-    y_train, y_validation = np.asarray(train_labels), np.asarray(validation_labels)
-    present = sorted(set(y_train.tolist()))
-    if len(present) < 2:
-        raise LongbertError(f"the TF-IDF half needs training documents of two classes or more; only class "
-                            f"{present} has any")
-    neural_validation = np.asarray(neural_validation, dtype=np.float64)
+    return vectorizer, x_train, vectorizer.transform(keys_of(validation))
+
+
+def _best_c_and_mix(x_train, y_train: np.ndarray, x_validation, y_validation: np.ndarray,
+                    neural_validation: np.ndarray, n_classes: int):
+    """Logistic regression fitted at each C of C_GRID, mixed at each weight of MIX_GRID: ((log loss, C, -mix), the
+    fitted model, mix, its (D, C) validation probabilities) of the best pair (see `fit_lexical`)."""
+    from sklearn.linear_model import LogisticRegression
+
     best = None
     for c in C_GRID:
         model = LogisticRegression(C=c, max_iter=2000).fit(x_train, y_train)
@@ -163,11 +184,12 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
             candidate = (loss, c, -mix)
             if best is None or candidate < best[0]:
                 best = (candidate, model, mix, lexical)
-    (loss, c, _), model, mix, lexical = best
+    return best
 
-    def accuracy(p):
-        return float((p.argmax(1) == y_validation).mean())
 
+def _buffers(vectorizer, model, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the feature keys, sorted; each one's column in the vectorizer; weight (C, F); bias (C,)) of the fitted
+    vectorizer and logistic regression, as LexicalModel holds them."""
     keys = np.fromiter(vectorizer.vocabulary_.keys(), dtype=np.int64)
     columns = np.fromiter(vectorizer.vocabulary_.values(), dtype=np.int64)
     order = np.argsort(keys)
@@ -182,11 +204,16 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
         bias[model.classes_] = model.intercept_
     absent = [k for k in range(n_classes) if k not in set(model.classes_.tolist())]
     bias[absent] = -1e4  # a class no training document has: scikit-learn gives it probability 0, and so does this
+    return keys, columns, weight, bias
+
+
+def _validation_facts(y_validation: np.ndarray, neural_validation: np.ndarray, lexical: np.ndarray, mix: float,
+                      loss: float) -> dict:
+    """How the neural, lexical and mixed validation probabilities fare: what lexical.json's `validation` says."""
+
+    def accuracy(p):
+        return float((p.argmax(1) == y_validation).mean())
+
     mixed = mix * neural_validation + (1 - mix) * lexical
-    facts = {"features": "TF-IDF over token-id unigrams and bigrams (min_df=2, sublinear tf) + logistic regression",
-             "n_features": int(len(keys)), "C": c, "chosen_by": "validation log loss of the mixed probabilities",
-             "training_documents": len(train), "validation_documents": len(validation),
-             "validation": {"neural_accuracy": accuracy(neural_validation), "lexical_accuracy": accuracy(lexical),
-                            "hybrid_accuracy": accuracy(mixed), "hybrid_log_loss": loss}}
-    return LexicalModel(torch.from_numpy(keys), torch.from_numpy(vectorizer.idf_[columns]),
-                        torch.from_numpy(weight), torch.from_numpy(bias), vocab_size, mix, facts)
+    return {"neural_accuracy": accuracy(neural_validation), "lexical_accuracy": accuracy(lexical),
+            "hybrid_accuracy": accuracy(mixed), "hybrid_log_loss": loss}

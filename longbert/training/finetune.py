@@ -22,7 +22,6 @@ optimiser step, the training log) lives in the training package's other modules.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import time
@@ -34,26 +33,24 @@ import torch
 
 from longbert.config import Recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.evaluation.command import metrics_markdown, write_json, write_predictions
 from longbert.evaluation.inference import evaluate_split, model_inputs, split_loader
-from longbert.evaluation.metrics import HISTORY_METRICS, improves, tune_thresholds
+from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
 from longbert.training.checkpoint import (
     LoopState,
     load_checkpoint,
-    load_trainable_weights,
     recipe_fingerprint,
     save_checkpoint,
     trainable_weights,
 )
-from longbert.training.curves import CURVES_FILE, write_training_curves
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
+from longbert.training.run_results import restore_kept_model, run_metrics, test_and_write_results
 from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
-from longbert.utils.hardware import adamw, describe_machine
+from longbert.utils.hardware import adamw
 from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
 
@@ -130,56 +127,15 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
            data=None, source=None, head_stage: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
     from accelerate.utils import set_seed
 
-    from longbert.data.documents import load_corpus
-    from longbert.modeling.backbone import load_backbone
-    from longbert.modeling.card import TrainingFacts, refresh_card
-    from longbert.training import frozen
+    from longbert.modeling.card import TrainingFacts
     from longbert.utils.atomic import write_text_atomically
 
     cfg = recipe.train
     tracker = None if cfg.report_to == "none" else cfg.report_to
     accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
     set_seed(recipe.seed)
-
-    # The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
-    # with that tokenizer; then the model around that backbone.
-    backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
-                                        recipe.backbone.hidden_dropout)
-    multi_label = recipe.model.problem_type == "multi_label"
-    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
-    if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
-        check_labels(source, corpus.label_names)
-    log.info(corpus.summary())
-    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
-    if cut:
-        log.info(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
-                          + ", ".join(f"{n} in {role}" for role, n in cut.items()))
-    # With train.init_from, the earlier model's weights replace the new ones where they fit (training/init_from.py);
-    # a resumed run loads its checkpoint over them in _fit.
-    model, started_from = build_model(recipe, corpus.label_names, (backbone, tokenizer), source)
-    for note in model.notes:
-        log.info(note)
-    class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
-                                      corpus.label_names, multi_label)
-    if class_weights is not None:
-        log.info("class weights: " + ", ".join(f"{n} {w:.3f}" for n, w in zip(corpus.label_names,
-                                                                                     class_weights.tolist())))
-    threshold = recipe.model.multi_label_threshold
-    if multi_label and not isinstance(threshold, str):
-        model.settings.thresholds = [float(threshold)] * len(corpus.label_names)
-
-    # Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote.
-    cached, cache_seconds = None, 0.0
-    if model.frozen:
-        if not untrained_allowed:  # a head stage leaves such weights (recurrence's biases) to the stage after it
-            frozen.refuse_untrainable(model)
-        model.to(accelerator.device)
-        started = time.perf_counter()
-        cached = {split: frozen.cache_units(model, corpus.splits[split], recipe.eval.batch_size,
-                                            f"caching {split} embeddings") for split in ("train", "validation")}
-        cache_seconds = time.perf_counter() - started
-        log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
-
+    corpus, model, started_from, class_weights = _load_data_and_model(recipe, data, source)
+    cached, cache_seconds = _cache_frozen_units(recipe, model, corpus, accelerator, untrained_allowed)
     if accelerator.is_main_process:
         write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
     accelerator.wait_for_everyone()
@@ -193,77 +149,68 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         if tracker is not None:
             accelerator.end_training()
 
-    # The kept model: its weights back into the model in memory, saved as best/, evaluated on the test split
-    # (token ids, in every mode: the test measures the whole model). No autocast wrapper from training is left on.
-    accelerator.wait_for_everyone()
-    core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-    if best is not None:
-        load_trainable_weights(core, best, "the kept weights")
-    # The kept model's validation predictions, made once: multi-label thresholds are tuned on them, and compare
-    # chooses its ensembles on them (never on the test split).
-    validation_raw = None
-    if "validation" in corpus.splits:
-        _, validation_raw = evaluate_split(core, corpus.splits["validation"], recipe.eval.batch_size,
-                                           description="validation", cached=cached["validation"] if cached else None,
-                                           process=accelerator.state)
-    if multi_label and isinstance(threshold, str):
-        # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
-        core.settings.thresholds = tune_thresholds(validation_raw["labels"], validation_raw["probabilities"],
-                                                   threshold == "tune_per_label")
-        log.info("multi-label thresholds tuned on validation: " + ", ".join(
-            f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
+    core, validation_raw = restore_kept_model(recipe, model, best, corpus, cached, accelerator)
     # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
     validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
     core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation,
                                                  started_from)
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
-    metrics = {
-        "recipe": recipe.name,
-        "strategy": recipe.strategy.name,
-        # The strategy's settings as the model was built with them (token_pooling's auto resolved).
-        "strategy_settings": dataclasses.asdict(core.settings.strategy),
-        "command": command,
-        **({"init_from": started_from} if started_from else {}),
-        "machine": describe_machine(),
-        "mixed_precision": precision,
-        "data": corpus.stats,
-        "label_names": corpus.label_names,
-        "trainable_parameters": core.trainable_parameters(),
-        # With train.head_first, the head stage's time too: what the whole recipe took to train.
-        "train_seconds": cache_seconds + state.train_seconds + (head_stage["train_seconds"] if head_stage else 0.0),
-        **({"head_stage": head_stage} if head_stage else {}),
-        "steps": state.global_step,
-        "best_step": state.best_step,
-        "best_validation": state.best_metric,
-        "best_metric": cfg.best_metric,
-        "stopped_early_at_step": state.stopped_early_at_step,
-        "train_log": state.train_log,
-        "validation_history": state.history,
-    }
-    if multi_label:
-        metrics["thresholds"] = core.thresholds
-    if validation_raw is not None and accelerator.is_main_process:
-        write_predictions(run_dir / "predictions-validation.jsonl", corpus.splits["validation"], validation_raw,
-                          corpus.label_names, multi_label, core.thresholds if multi_label else None)
-    if "test" in corpus.splits:
-        test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
-                                           process=accelerator.state)  # divided between the processes
-        metrics["test"] = test_metrics
-        if accelerator.is_main_process:
-            write_predictions(run_dir / "predictions-test.jsonl", corpus.splits["test"], raw,
-                              corpus.label_names, multi_label, core.thresholds if multi_label else None)
-    if accelerator.is_main_process:
-        write_json(run_dir / "metrics.json", metrics)
-        page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
-                                run_dir / "confusion-matrix.png") if "test" in metrics else ""
-        if write_training_curves(metrics, run_dir / CURVES_FILE):
-            page += f"\n## Training\n\n![training loss and validation {cfg.best_metric}]({CURVES_FILE})\n"
-        write_text_atomically(run_dir / "metrics.md", page)
-        if "test" in metrics:
-            core.training_facts.test = metrics["test"]
-            refresh_card(run_dir / BEST, core)
+    metrics = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, head_stage)
+    test_and_write_results(recipe, run_dir, core, corpus, metrics, validation_raw, accelerator)
     return TrainResult(run_dir, metrics)
+
+
+def _load_data_and_model(recipe: Recipe, data, source) -> tuple:
+    """The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
+    with that tokenizer; then the model around that backbone. Returns the corpus, the model, what train.init_from
+    loaded (None without it) and the loss's class weights (None without model.class_weights)."""
+    from longbert.data.documents import load_corpus
+    from longbert.modeling.backbone import load_backbone
+
+    backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
+                                        recipe.backbone.hidden_dropout)
+    multi_label = recipe.model.problem_type == "multi_label"
+    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
+    if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
+        check_labels(source, corpus.label_names)
+    log.info(corpus.summary())
+    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
+    if cut:
+        log.info(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
+                 + ", ".join(f"{n} in {role}" for role, n in cut.items()))
+    # With train.init_from, the earlier model's weights replace the new ones where they fit (training/init_from.py);
+    # a resumed run loads its checkpoint over them in _fit.
+    model, started_from = build_model(recipe, corpus.label_names, (backbone, tokenizer), source)
+    for note in model.notes:
+        log.info(note)
+    class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
+                                      corpus.label_names, multi_label)
+    if class_weights is not None:
+        log.info("class weights: " + ", ".join(f"{n} {w:.3f}" for n, w in zip(corpus.label_names,
+                                                                               class_weights.tolist())))
+    threshold = recipe.model.multi_label_threshold
+    if multi_label and not isinstance(threshold, str):
+        model.settings.thresholds = [float(threshold)] * len(corpus.label_names)
+    return corpus, model, started_from, class_weights
+
+
+def _cache_frozen_units(recipe: Recipe, model, corpus, accelerator, untrained_allowed: bool) -> tuple:
+    """Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote. Returns the
+    unit vectors per split (None when the backbone trains) and the seconds that took."""
+    from longbert.training import frozen
+
+    if not model.frozen:
+        return None, 0.0
+    if not untrained_allowed:  # a head stage leaves such weights (recurrence's biases) to the stage after it
+        frozen.refuse_untrainable(model)
+    model.to(accelerator.device)
+    started = time.perf_counter()
+    cached = {split: frozen.cache_units(model, corpus.splits[split], recipe.eval.batch_size,
+                                        f"caching {split} embeddings") for split in ("train", "validation")}
+    cache_seconds = time.perf_counter() - started
+    log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
+    return cached, cache_seconds
 
 
 def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
@@ -272,17 +219,75 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     (C,) loss weights or None. `started_trained`: the model starts from trained weights (train.init_from, or the head
     stage of train.head_first), which are then validated at step 0 and kept unless training beats them. Returns the
     loop state, the prepared model and the kept weights (from `trainable_weights`)."""
-    from transformers import get_linear_schedule_with_warmup
-
     cfg = recipe.train
     epochs = cfg.frozen_head_epochs if cached is not None else cfg.epochs
-    cached = cached or {}
-    batches_per_epoch = math.ceil(len(corpus.splits["train"]) / (cfg.batch_size * accelerator.num_processes))
+    total_steps = _total_steps(cfg, epochs, len(corpus.splits["train"]), accelerator.num_processes)
+    loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps)
+    state, model, core = loop.state, loop.model, loop.core
+    if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
+        loop.evaluate_and_keep()
+    model.train()
+    loop.started = time.perf_counter() - state.train_seconds
+    while state.epoch < epochs and state.stopped_early_at_step is None:
+        for batch in progress(loop.epoch_loader(), f"epoch {state.epoch + 1}/{epochs}"):
+            if state.global_step >= total_steps:  # max_steps reached (here too when resuming at that very step)
+                break
+            with accelerator.accumulate(model):  # accumulate: the gradients of `gradient_accumulation` batches sum
+                loss = _batch_loss(model, core, batch, class_weights, cfg.unit_loss_weight)  # forward
+                accelerator.backward(loss)  # backward
+                optimizer_step(accelerator, model, loop.optimizer, loop.scheduler, cfg.max_grad_norm,
+                               trim=cfg.trim_heap)  # clip, step, schedule: once the accumulated batches are complete
+            loop.count_batch(batch, loss)  # where a resumed run goes on from; the training log's loss and tokens
+            if not accelerator.sync_gradients:
+                continue
+            state.global_step += 1
+            state.train_seconds = time.perf_counter() - loop.started
+            if state.global_step % cfg.log_every_steps == 0:  # log every L steps
+                loop.log_training()
+            if cfg.eval_every_steps and state.global_step % cfg.eval_every_steps == 0:  # evaluate every N, if asked
+                loop.evaluate_and_keep()
+                model.train()
+            if state.stopped_early_at_step is not None:  # stop early (the epoch's end checkpoints)
+                break
+            if state.global_step % cfg.checkpoint_every_steps == 0:  # checkpoint every M steps
+                loop.checkpoint()
+            if stop.is_set():  # stop cleanly on request
+                loop.checkpoint()
+                raise interrupted("training", state.global_step, run_dir / CHECKPOINT)
+        # End of epoch (or of max_steps, or early stopping): evaluate (unless evaluating every N steps already did at
+        # this step), log the batches since the last log line when training ends here, and checkpoint.
+        state.train_seconds = time.perf_counter() - loop.started
+        if not cfg.eval_every_steps or state.global_step % cfg.eval_every_steps:
+            loop.evaluate_and_keep()
+            model.train()
+        ending = (state.epoch + 1 == epochs or state.global_step >= total_steps
+                  or state.stopped_early_at_step is not None)
+        if ending and state.loss_batches:
+            loop.log_training()
+        state.epoch += 1
+        state.batches_in_epoch = 0
+        loop.checkpoint()
+        if state.global_step >= total_steps:
+            break
+    return state, model, loop.best
+
+
+def _total_steps(cfg, epochs: int, train_documents: int, processes: int) -> int:
+    """Optimiser steps in `epochs` epochs of `train_documents` shared by `processes`, at most train.max_steps."""
+    batches_per_epoch = math.ceil(train_documents / (cfg.batch_size * processes))
     steps_per_epoch = math.ceil(batches_per_epoch / cfg.gradient_accumulation)
     total_steps = epochs * steps_per_epoch
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
+    return total_steps
 
+
+def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_dir: Path, resume: bool,
+                total_steps: int) -> _Loop:
+    """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them."""
+    from transformers import get_linear_schedule_with_warmup
+
+    cfg = recipe.train
     optimizer = adamw(param_groups(model, cfg))  # the backbone's parameters apart from the strategy's and the head's
     # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
     # processes), so the schedule is laid out in those units: the same learning rate at every optimiser step as one
@@ -293,108 +298,96 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     core = accelerator.unwrap_model(model)
     fingerprint = recipe_fingerprint(recipe)
-
-    state, best = LoopState(), None  # best: a CPU copy of the kept weights, taken when validation improves
+    state, best = LoopState(), None
     if resume:
         state, best = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
         log.info(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
+    return _Loop(recipe, corpus, cached, accelerator, run_dir, model, core, optimizer, scheduler, fingerprint, state,
+                 best)
 
-    def evaluate_and_keep():
-        nonlocal best
+
+def _batch_loss(model, core, batch: dict, class_weights: torch.Tensor | None, unit_loss_weight: float):
+    """Forward: the batch's loss (a scalar tensor)."""
+    output = model(**model_inputs(batch))
+    loss = core.loss(output.logits, batch["labels"], class_weights)  # logits (B, C)
+    if unit_loss_weight:  # each unit also learns its document's label (core.unit_loss)
+        loss = loss + unit_loss_weight * core.unit_loss(output.units, batch["labels"], class_weights)
+    return loss
+
+
+@dataclass
+class _Loop:
+    """What the steps of _fit's loop share: the prepared model, optimiser and scheduler, the loop state, and the kept
+    weights (`best`: a CPU copy of them, taken when validation improves)."""
+
+    recipe: Recipe
+    corpus: object
+    cached: dict  # frozen mode's unit vectors per split; empty when the backbone trains
+    accelerator: object
+    run_dir: Path
+    model: torch.nn.Module  # prepared
+    core: torch.nn.Module  # the model unwrapped
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    fingerprint: str
+    state: LoopState
+    best: dict | None
+    started: float = 0.0  # the loop's start (time.perf_counter), less the training time before a resume
+
+    def epoch_loader(self):
+        """The batches of this epoch not yet trained on. The epoch's order depends only on the seed and the epoch,
+        so a resumed run sees the same batches."""
+        state, cfg = self.state, self.recipe.train
+        batches = split_loader(self.corpus.splits["train"], cfg.batch_size, self.cached.get("train"),
+                               shuffle_seed=self.recipe.seed + state.epoch, group_by_length=cfg.group_by_length)
+        loader = self.accelerator.prepare(batches)
+        if state.batches_in_epoch:
+            loader = self.accelerator.skip_first_batches(loader, state.batches_in_epoch)
+        return loader
+
+    def count_batch(self, batch: dict, loss: torch.Tensor) -> None:
+        """A batch trained on: counted in the epoch (where a resumed run goes on from), its loss and tokens into the
+        training log's window."""
+        self.state.batches_in_epoch += 1
+        self.state.loss_sum += loss.item()
+        self.state.loss_batches += 1
+        self.state.tokens += sum(len(d) for d in batch.get("documents", ()))  # real tokens, not padding
+
+    def evaluate_and_keep(self) -> None:
+        """Validate; keep the weights when best_metric improves; stop early after `patience` validations without."""
+        state, cfg = self.state, self.recipe.train
         evaluation_started = time.perf_counter()
-        metrics, _ = evaluate_split(model, corpus.splits["validation"], recipe.eval.batch_size, accelerator,
-                                    description="validation", cached=cached.get("validation"))
+        metrics, _ = evaluate_split(self.model, self.corpus.splits["validation"], self.recipe.eval.batch_size,
+                                    self.accelerator, description="validation", cached=self.cached.get("validation"))
         value = metrics[cfg.best_metric]
         better = improves(value, state.best_metric, cfg.best_metric)
         entry = {k: metrics[k] for k in HISTORY_METRICS if k in metrics}
         state.history.append({"step": state.global_step, "epoch": state.epoch + 1, **entry})
-        accelerator.log({f"validation/{k}": v for k, v in entry.items()}, step=state.global_step)
+        self.accelerator.log({f"validation/{k}": v for k, v in entry.items()}, step=state.global_step)
         if better:
             state.best_metric, state.best_step = value, state.global_step
             state.validations_without_improvement = 0
-            best = trainable_weights(core)
+            self.best = trainable_weights(self.core)
         else:
             state.validations_without_improvement += 1
         log.info(f"step {state.global_step}: validation {cfg.best_metric} {value:.4f}"
-                          f"{' (best so far, kept)' if better else ''}")
+                 f"{' (best so far, kept)' if better else ''}")
         state.logged_seconds += time.perf_counter() - evaluation_started  # tokens/s counts training time only
         # Early stopping: `patience` validations in a row without a better best_metric end the training.
         if cfg.early_stopping_patience and state.validations_without_improvement >= cfg.early_stopping_patience:
             state.stopped_early_at_step = state.global_step
             log.info(f"step {state.global_step}: stopping early, {state.validations_without_improvement} "
-                              f"validations without a better {cfg.best_metric} (best at step {state.best_step})")
+                     f"validations without a better {cfg.best_metric} (best at step {state.best_step})")
 
-    def log_training():
+    def log_training(self) -> None:
         """One train_log entry, printed, recorded and sent to the tracker (see close_log_window)."""
-        entry = close_log_window(state, accelerator, scheduler, started, counts_tokens=cached.get("train") is None,
-                                 epoch=state.epoch + 1)
-        log.info(f"step {state.global_step}: train loss {entry['loss']:.4f}, "
-                          f"learning rate {entry['learning_rate']:.2e}{speed(entry)}")
+        entry = close_log_window(self.state, self.accelerator, self.scheduler, self.started,
+                                 counts_tokens=self.cached.get("train") is None, epoch=self.state.epoch + 1)
+        log.info(f"step {self.state.global_step}: train loss {entry['loss']:.4f}, "
+                 f"learning rate {entry['learning_rate']:.2e}{speed(entry)}")
 
-    def checkpoint():
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            save_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, state, fingerprint, best,
-                            accelerator.num_processes)
-
-    if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
-        evaluate_and_keep()
-    model.train()
-    started = time.perf_counter() - state.train_seconds
-    while state.epoch < epochs and state.stopped_early_at_step is None:
-        # The epoch's order depends only on the seed and the epoch, so a resumed run sees the same batches.
-        loader = accelerator.prepare(split_loader(corpus.splits["train"], cfg.batch_size, cached.get("train"),
-                                                  shuffle_seed=recipe.seed + state.epoch,
-                                                  group_by_length=cfg.group_by_length))
-        if state.batches_in_epoch:
-            loader = accelerator.skip_first_batches(loader, state.batches_in_epoch)
-        for batch in progress(loader, f"epoch {state.epoch + 1}/{epochs}"):
-            if state.global_step >= total_steps:  # max_steps reached (here too when resuming at that very step)
-                break
-            # Forward and backward; accelerate sums the gradients of `gradient_accumulation` batches, and the
-            # optimiser step (clip, step, schedule) acts once they are complete.
-            with accelerator.accumulate(model):
-                output = model(**model_inputs(batch))
-                loss = core.loss(output.logits, batch["labels"], class_weights)  # logits (B, C)
-                if cfg.unit_loss_weight:  # each unit also learns its document's label (core.unit_loss)
-                    loss = loss + cfg.unit_loss_weight * core.unit_loss(output.units, batch["labels"], class_weights)
-                accelerator.backward(loss)
-                optimizer_step(accelerator, model, optimizer, scheduler, cfg.max_grad_norm, trim=cfg.trim_heap)
-            state.batches_in_epoch += 1
-            state.loss_sum += loss.item()
-            state.loss_batches += 1
-            state.tokens += sum(len(d) for d in batch.get("documents", ()))  # real tokens, not padding
-            if not accelerator.sync_gradients:
-                continue
-            state.global_step += 1
-            state.train_seconds = time.perf_counter() - started
-            # Log every L steps; evaluate every N steps when asked; checkpoint every M steps (and when stopping
-            # early); stop cleanly on request.
-            if state.global_step % cfg.log_every_steps == 0:
-                log_training()
-            if cfg.eval_every_steps and state.global_step % cfg.eval_every_steps == 0:
-                evaluate_and_keep()
-                model.train()
-            if state.stopped_early_at_step is not None:
-                break
-            if state.global_step % cfg.checkpoint_every_steps == 0:
-                checkpoint()
-            if stop.is_set():
-                checkpoint()
-                raise interrupted("training", state.global_step, run_dir / CHECKPOINT)
-        # End of epoch (or of max_steps, or early stopping): evaluate (unless evaluating every N steps already did at
-        # this step), log the batches since the last log line when training ends here, and checkpoint.
-        state.train_seconds = time.perf_counter() - started
-        if not cfg.eval_every_steps or state.global_step % cfg.eval_every_steps:
-            evaluate_and_keep()
-            model.train()
-        ending = (state.epoch + 1 == epochs or state.global_step >= total_steps
-                  or state.stopped_early_at_step is not None)
-        if ending and state.loss_batches:
-            log_training()
-        state.epoch += 1
-        state.batches_in_epoch = 0
-        checkpoint()
-        if state.global_step >= total_steps:
-            break
-    return state, model, best
+    def checkpoint(self) -> None:
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            save_checkpoint(self.run_dir / CHECKPOINT, self.core, self.optimizer, self.scheduler, self.state,
+                            self.fingerprint, self.best, self.accelerator.num_processes)

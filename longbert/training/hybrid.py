@@ -30,35 +30,15 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
     memory the run was trained on (`train(recipe, data=...)`), needed again for such a run. Returns the summary
     hybrid.json holds: base run, mix, C, validation accuracies (neural, TF-IDF, hybrid) and, when the run was
     tested, the hybrid's test metrics."""
-    from longbert.config import load_recipe
     from longbert.data.documents import load_corpus
-    from longbert.evaluation.command import write_json, write_predictions
-    from longbert.evaluation.inference import predict_dataset
     from longbert.evaluation.metrics import compute_metrics
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.ensemble import refuse_ensemble
-    from longbert.modeling.folder import save_model_folder
-    from longbert.modeling.lexical import fit_lexical
-    from longbert.training.runs import BEST, locked
-    from longbert.utils.atomic import atomic_folder
+    from longbert.training.runs import locked
 
     run_dir = Path(run_dir)
     output = Path(output) if output is not None else run_dir / HYBRID
-    recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST
-    if not recipe_file.is_file() or not folder.is_dir():
-        raise LongbertError(f"{run_dir} is not a finished longbert run folder (it needs recipe.yaml and {BEST}/)")
-    if output.exists() and not output.is_dir():
-        raise LongbertError(f"--output {output} is a file; the hybrid is written as a folder")
-    check_output(run_dir, output)
+    recipe_file = _refuse_folders(run_dir, output)
     with locked(run_dir):
-        recipe = load_recipe(recipe_file)
-        model = LongDocumentClassifier.from_pretrained(folder)
-        if model.multi_label:
-            raise LongbertError(f"{run_dir} is multi-label; hybrid models are single-label only (the neural half's "
-                                "per-label thresholds were tuned on its own probabilities)")
-        if model.lexical is not None:
-            raise LongbertError(f"{folder} is a hybrid already")
-        refuse_ensemble(model, str(folder), "a hybrid is made from one run: name a member's run")
+        recipe, model = _load_run(run_dir, recipe_file)
         tested = (run_dir / "predictions-test.jsonl").is_file()
         if corpus is None:
             roles = ["train", "validation"] + (["test"] if tested else [])
@@ -66,37 +46,99 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         splits = corpus.splits
         if "validation" not in splits:
             raise LongbertError(f"{run_dir}'s recipe has no validation split to choose the hybrid's weight on")
-        documents = {s: [_ids(d) for d in splits[s]["input_ids"]] for s in splits}
-        neural = {"validation": _neural(run_dir / "predictions-validation.jsonl", len(documents["validation"]))}
-        if neural["validation"] is None:  # a run trained before validation predictions were kept
-            neural["validation"] = predict_dataset(model, splits["validation"], recipe.eval.batch_size,
-                                                   description="validation")["probabilities"]
-        n_classes = len(model.label_names)
-        model.lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
-                                    splits["validation"]["labels"], neural["validation"], n_classes,
-                                    model.backbone.config.vocab_size)
+        documents, neural = _fit_lexical_half(run_dir, model, splits, recipe.eval.batch_size)
         summary = {"base": str(run_dir), "mix": model.lexical.mix, **model.lexical.facts}
         roles = ["validation"] + (["test"] if tested and "test" in splits else [])
-        raws = {}
-        for role in roles:
-            probabilities = neural.get(role)
-            if probabilities is None:
-                probabilities = _neural(run_dir / f"predictions-{role}.jsonl", len(documents[role]))
-            raws[role] = {"probabilities": mix_probabilities(model.lexical, probabilities, documents[role]),
-                          "labels": np.asarray(splits[role]["labels"]), "unit_weights": []}
+        raws = _mixed_predictions(run_dir, model.lexical, splits, documents, neural, roles)
         if "test" in raws:
             summary["test"] = compute_metrics(raws["test"]["labels"], raws["test"]["probabilities"],
                                               list(splits["test"]["n_tokens"]), model.label_names, False)
         if model.training_facts is not None:  # the card's results are the hybrid's, not the run's neural model's
             model.training_facts.test = summary.get("test")
-        with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
-            save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
-            for role, raw in raws.items():
-                write_predictions(staging / f"predictions-{role}.jsonl", splits[role], raw, model.label_names, False)
-            write_json(staging / SUMMARY_FILE, summary)
-            # The recipe its neural half was trained with: `longbert evaluate OUTPUT` reads the same data from it.
-            (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
+        _write_hybrid(output, model, splits, raws, summary, recipe_file)
     return summary
+
+
+def _refuse_folders(run_dir: Path, output: Path) -> Path:
+    """Refuse, in one line before any work, a `run_dir` that is not a finished run folder and an `output` that cannot
+    be the hybrid's folder (`check_output`). Returns the run's recipe.yaml."""
+    from longbert.training.runs import BEST
+
+    recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST
+    if not recipe_file.is_file() or not folder.is_dir():
+        raise LongbertError(f"{run_dir} is not a finished longbert run folder (it needs recipe.yaml and {BEST}/)")
+    if output.exists() and not output.is_dir():
+        raise LongbertError(f"--output {output} is a file; the hybrid is written as a folder")
+    check_output(run_dir, output)
+    return recipe_file
+
+
+def _load_run(run_dir: Path, recipe_file: Path) -> tuple:
+    """The run's recipe and kept model, refused when a hybrid cannot be made from it (multi-label, a hybrid
+    already, an ensemble)."""
+    from longbert.config import load_recipe
+    from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.ensemble import refuse_ensemble
+    from longbert.training.runs import BEST
+
+    folder = run_dir / BEST
+    recipe = load_recipe(recipe_file)
+    model = LongDocumentClassifier.from_pretrained(folder)
+    if model.multi_label:
+        raise LongbertError(f"{run_dir} is multi-label; hybrid models are single-label only (the neural half's "
+                            "per-label thresholds were tuned on its own probabilities)")
+    if model.lexical is not None:
+        raise LongbertError(f"{folder} is a hybrid already")
+    refuse_ensemble(model, str(folder), "a hybrid is made from one run: name a member's run")
+    return recipe, model
+
+
+def _fit_lexical_half(run_dir: Path, model, splits: dict, batch_size: int) -> tuple:
+    """Fit the TF-IDF half into `model.lexical`, its C and mixing weight chosen on the validation split against the
+    neural half's validation predictions (the run's, else made now). Returns each split's token ids and those
+    neural predictions ({"validation": (D, C) probabilities})."""
+    from longbert.evaluation.inference import predict_dataset
+    from longbert.modeling.lexical import fit_lexical
+
+    documents = {s: [_ids(d) for d in splits[s]["input_ids"]] for s in splits}
+    neural = {"validation": _neural(run_dir / "predictions-validation.jsonl", len(documents["validation"]))}
+    if neural["validation"] is None:  # a run trained before validation predictions were kept
+        neural["validation"] = predict_dataset(model, splits["validation"], batch_size,
+                                               description="validation")["probabilities"]
+    n_classes = len(model.label_names)
+    model.lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
+                                splits["validation"]["labels"], neural["validation"], n_classes,
+                                model.backbone.config.vocab_size)
+    return documents, neural
+
+
+def _mixed_predictions(run_dir: Path, lexical, splits: dict, documents: dict, neural: dict, roles: list) -> dict:
+    """The hybrid's predictions on each of `roles` (the neural half's read from the run's predictions-<split>.jsonl
+    where `neural` lacks them), in write_predictions' form."""
+    raws = {}
+    for role in roles:
+        probabilities = neural.get(role)
+        if probabilities is None:
+            probabilities = _neural(run_dir / f"predictions-{role}.jsonl", len(documents[role]))
+        raws[role] = {"probabilities": mix_probabilities(lexical, probabilities, documents[role]),
+                      "labels": np.asarray(splits[role]["labels"]), "unit_weights": []}
+    return raws
+
+
+def _write_hybrid(output: Path, model, splits: dict, raws: dict, summary: dict, recipe_file: Path) -> None:
+    """The hybrid's folder, laid out as a run folder, written whole or not at all (an older one replaced)."""
+    from longbert.evaluation.command import write_json, write_predictions
+    from longbert.modeling.folder import save_model_folder
+    from longbert.training.runs import BEST
+    from longbert.utils.atomic import atomic_folder
+
+    with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
+        save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
+        for role, raw in raws.items():
+            write_predictions(staging / f"predictions-{role}.jsonl", splits[role], raw, model.label_names, False)
+        write_json(staging / SUMMARY_FILE, summary)
+        # The recipe its neural half was trained with: `longbert evaluate OUTPUT` reads the same data from it.
+        (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
 
 
 def check_output(run_dir: Path, output: Path) -> None:

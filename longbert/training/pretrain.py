@@ -117,88 +117,9 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
     heldout = HeldOut.mask(data.heldout, masker, recipe.seed)
     write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
 
-    # One optimiser, one schedule per part: the head warms up from step 0; the backbone gets no gradient during
-    # head_steps, then warms up and decays over the steps after them.
-    optimizer = adamw(param_groups(model, cfg, is_backbone=model.is_backbone))
-    backbone_steps = cfg.steps - cfg.head_steps
-    factors = [(lambda s: 0.0 if s < cfg.head_steps else warmup_then_decay(s - cfg.head_steps, backbone_steps,
-                                                                          cfg.warmup_ratio))
-               if group["backbone"] else (lambda s: warmup_then_decay(s, cfg.steps, cfg.warmup_ratio))
-               for group in optimizer.param_groups]
-    # Not prepared: one process steps it once per optimiser step, the units its factors count in.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    core = accelerator.unwrap_model(model)
-    backbone_params = [p for n, p in core.named_parameters() if p.requires_grad and core.is_backbone(n)]
-    fingerprint = recipe_fingerprint(recipe)
-
-    state = LoopState()
-    if resume:
-        state, _ = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
-        log.info(f"resuming {run_dir} at step {state.global_step}")
-
-    def measure(when: str) -> None:
-        """The held-out loss now, recorded once per step in state.history."""
-        if any(entry["step"] == state.global_step for entry in state.history):
-            return
-        started_at = time.perf_counter()
-        result = heldout_loss(model, heldout, recipe.eval.batch_size, learned, f"held-out loss ({when})")
-        seconds = time.perf_counter() - started_at
-        state.history.append({"step": state.global_step, "when": when, **result, "seconds": seconds})
-        state.logged_seconds += seconds  # tokens/s counts training time only
-        log.info(f"step {state.global_step}: held-out MLM loss {describe(result, learned)} ({when})")
-
-    def log_training() -> None:
-        entry = close_log_window(state, accelerator, scheduler, started)
-        log.info(f"step {state.global_step}: train MLM loss {entry['loss']:.4f}, learning rate "
-                          f"{entry['learning_rate']:.2e} (head {entry['head_learning_rate']:.2e}){speed(entry)}")
-
-    def checkpoint() -> None:
-        save_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, state, fingerprint, None,
-                        accelerator.num_processes)
-
-    started = time.perf_counter() - state.train_seconds
-    if not state.history:  # a new run: the backbone as loaded, the head as loaded (untrained if none was shipped)
-        measure("start" if cfg.head_steps else "before")
-    model.train()
-    for _ in progress(range(state.global_step, cfg.steps), "pretraining"):
-        head_only = state.global_step < cfg.head_steps
-        # Forward and backward over `gradient_accumulation` batches, each masked by its own seeded generator;
-        # accelerate sums their gradients, and the optimiser step (clip, step, schedule) acts after the last one.
-        for micro in range(cfg.gradient_accumulation):
-            index = state.global_step * cfg.gradient_accumulation + micro
-            rows = batch_rows(len(data.train), cfg.batch_size, index, recipe.seed)
-            generator = seeded(recipe.seed, TRAINING_MASKS, index)
-            inputs, targets = zip(*(masker(torch.from_numpy(data.train[r]).long(), generator) for r in rows))
-            with accelerator.accumulate(model):
-                losses, _ = model(list(inputs), list(targets), backbone_grad=not head_only)  # (M,)
-                if losses.numel():
-                    loss = losses.mean()
-                    accelerator.backward(loss)
-                    state.loss_sum += loss.item()
-                    state.loss_batches += 1
-                state.tokens += sum(len(ids) for ids in inputs)
-                if head_only and accelerator.sync_gradients:
-                    for p in backbone_params:  # the tied decoder is the word embeddings: the backbone's, unchanged
-                        p.grad = None
-                optimizer_step(accelerator, model, optimizer, scheduler, cfg.max_grad_norm)
-        state.global_step += 1
-        state.train_seconds = time.perf_counter() - started
-        # Log every L steps; measure the held-out loss once the head has trained alone, and every N steps when asked;
-        # checkpoint every M steps; stop cleanly on request.
-        if state.global_step % cfg.log_every_steps == 0 or state.global_step == cfg.steps:
-            log_training()
-        if state.global_step == cfg.head_steps:
-            measure("before")  # the backbone as loaded, with a trained head
-        elif cfg.eval_every_steps and state.global_step % cfg.eval_every_steps == 0 and state.global_step < cfg.steps:
-            measure("during")
-        if state.global_step % cfg.checkpoint_every_steps == 0 and state.global_step < cfg.steps:
-            checkpoint()
-        if stop.is_set() and state.global_step < cfg.steps:
-            checkpoint()
-            raise interrupted("pretraining", state.global_step, run_dir / CHECKPOINT)
-    measure("after")
-    checkpoint()
+    loop = _start_loop(recipe, model, accelerator, heldout, learned, run_dir, resume)
+    _fit(loop, data, masker, stop)
+    state, core = loop.state, loop.core
 
     backbone_dir = run_dir / BACKBONE
     save_backbone(core, tokenizer, recipe.backbone.name, backbone_dir)
@@ -229,6 +150,128 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
     write_text_atomically(run_dir / "metrics.md", metrics_markdown(metrics))
     return PretrainResult(run_dir, backbone_dir, metrics)
 
+
+def _start_loop(recipe: PretrainRecipe, model: MaskedLanguageModel, accelerator, heldout: HeldOut, learned: int,
+                run_dir: Path, resume: bool) -> _Loop:
+    """The optimiser and its schedule, prepared with the model; with `resume`, the checkpoint loaded over them."""
+    cfg = recipe.train
+    # One optimiser, one schedule per part: the head warms up from step 0; the backbone gets no gradient during
+    # head_steps, then warms up and decays over the steps after them.
+    optimizer = adamw(param_groups(model, cfg, is_backbone=model.is_backbone))
+    backbone_steps = cfg.steps - cfg.head_steps
+    factors = [(lambda s: 0.0 if s < cfg.head_steps else warmup_then_decay(s - cfg.head_steps, backbone_steps,
+                                                                          cfg.warmup_ratio))
+               if group["backbone"] else (lambda s: warmup_then_decay(s, cfg.steps, cfg.warmup_ratio))
+               for group in optimizer.param_groups]
+    # Not prepared: one process steps it once per optimiser step, the units its factors count in.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    core = accelerator.unwrap_model(model)
+    backbone_params = [p for n, p in core.named_parameters() if p.requires_grad and core.is_backbone(n)]
+    fingerprint = recipe_fingerprint(recipe)
+
+    state = LoopState()
+    if resume:
+        state, _ = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
+        log.info(f"resuming {run_dir} at step {state.global_step}")
+    return _Loop(recipe, accelerator, run_dir, model, core, backbone_params, optimizer, scheduler, fingerprint, state,
+                 heldout, learned)
+
+
+def _fit(loop: _Loop, data, masker: Masker, stop: StopRequest) -> None:
+    """The loop: optimiser steps up to train.steps (from a resumed run's step), then the held-out loss after training
+    and the last checkpoint."""
+    recipe, state, accelerator, model = loop.recipe, loop.state, loop.accelerator, loop.model
+    cfg = recipe.train
+    loop.started = time.perf_counter() - state.train_seconds
+    if not state.history:  # a new run: the backbone as loaded, the head as loaded (untrained if none was shipped)
+        loop.measure("start" if cfg.head_steps else "before")
+    model.train()
+    for _ in progress(range(state.global_step, cfg.steps), "pretraining"):
+        head_only = state.global_step < cfg.head_steps
+        # Forward and backward over `gradient_accumulation` batches, each masked by its own seeded generator;
+        # accelerate sums their gradients, and the optimiser step (clip, step, schedule) acts after the last one.
+        for micro in range(cfg.gradient_accumulation):
+            inputs, targets = _masked_batch(data.train, masker, cfg.batch_size, recipe.seed,
+                                            state.global_step * cfg.gradient_accumulation + micro)
+            with accelerator.accumulate(model):
+                losses, _ = model(list(inputs), list(targets), backbone_grad=not head_only)  # (M,)
+                if losses.numel():
+                    loss = losses.mean()
+                    accelerator.backward(loss)
+                    state.loss_sum += loss.item()
+                    state.loss_batches += 1
+                state.tokens += sum(len(ids) for ids in inputs)
+                if head_only and accelerator.sync_gradients:
+                    for p in loop.backbone_params:  # the tied decoder is the word embeddings: the backbone's, unchanged
+                        p.grad = None
+                optimizer_step(accelerator, model, loop.optimizer, loop.scheduler, cfg.max_grad_norm)
+        state.global_step += 1
+        state.train_seconds = time.perf_counter() - loop.started
+        # Log every L steps; measure the held-out loss once the head has trained alone, and every N steps when asked;
+        # checkpoint every M steps; stop cleanly on request.
+        if state.global_step % cfg.log_every_steps == 0 or state.global_step == cfg.steps:
+            loop.log_training()
+        if state.global_step == cfg.head_steps:
+            loop.measure("before")  # the backbone as loaded, with a trained head
+        elif cfg.eval_every_steps and state.global_step % cfg.eval_every_steps == 0 and state.global_step < cfg.steps:
+            loop.measure("during")
+        if state.global_step % cfg.checkpoint_every_steps == 0 and state.global_step < cfg.steps:
+            loop.checkpoint()
+        if stop.is_set() and state.global_step < cfg.steps:
+            loop.checkpoint()
+            raise interrupted("pretraining", state.global_step, loop.run_dir / CHECKPOINT)
+    loop.measure("after")
+    loop.checkpoint()
+
+
+def _masked_batch(documents: list, masker: Masker, batch_size: int, seed: int, index: int) -> tuple:
+    """Batch `index` of the training documents, masked by its own seeded generator: (inputs, targets)."""
+    rows = batch_rows(len(documents), batch_size, index, seed)
+    generator = seeded(seed, TRAINING_MASKS, index)
+    return tuple(zip(*(masker(torch.from_numpy(documents[r]).long(), generator) for r in rows)))
+
+
+@dataclass
+class _Loop:
+    """What the steps of _fit's loop share: the prepared model, optimiser and scheduler, the loop state, and the
+    held-out documents the loss is measured on."""
+
+    recipe: PretrainRecipe
+    accelerator: object
+    run_dir: Path
+    model: torch.nn.Module  # prepared
+    core: MaskedLanguageModel  # the model unwrapped
+    backbone_params: list  # the backbone's trainable parameters, which get no gradient during head_steps
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    fingerprint: str
+    state: LoopState
+    heldout: HeldOut
+    learned: int  # positions the backbone had learned
+    started: float = 0.0  # the loop's start (time.perf_counter), less the training time before a resume
+
+    def measure(self, when: str) -> None:
+        """The held-out loss now, recorded once per step in state.history."""
+        state = self.state
+        if any(entry["step"] == state.global_step for entry in state.history):
+            return
+        started_at = time.perf_counter()
+        result = heldout_loss(self.model, self.heldout, self.recipe.eval.batch_size, self.learned,
+                              f"held-out loss ({when})")
+        seconds = time.perf_counter() - started_at
+        state.history.append({"step": state.global_step, "when": when, **result, "seconds": seconds})
+        state.logged_seconds += seconds  # tokens/s counts training time only
+        log.info(f"step {state.global_step}: held-out MLM loss {describe(result, self.learned)} ({when})")
+
+    def log_training(self) -> None:
+        entry = close_log_window(self.state, self.accelerator, self.scheduler, self.started)
+        log.info(f"step {self.state.global_step}: train MLM loss {entry['loss']:.4f}, learning rate "
+                 f"{entry['learning_rate']:.2e} (head {entry['head_learning_rate']:.2e}){speed(entry)}")
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.run_dir / CHECKPOINT, self.core, self.optimizer, self.scheduler, self.state,
+                        self.fingerprint, None, self.accelerator.num_processes)
 
 
 # --------------------------------------------------------------------------------------------------------------
