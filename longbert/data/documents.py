@@ -183,6 +183,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     null, a split named 'validation' is the validation split when the data has one; otherwise validation is carved
     from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
     documents as without `roles`). data.seed, when set, draws the carving and the subsets instead of `seed`."""
+    import numpy as np
+
     seed = seed if data.seed is None else data.seed
     raw, local, wanted, validation_split = _load_splits(data, source)
     places = {split: row_places(local, split) for split in wanted}  # where each row is, for errors
@@ -192,9 +194,6 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     labels = {s: encode_labels(list(splits[s][data.label_column]), names, multi_label, places[s]) for s in wanted}
     check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
     chosen, sources, described = _carve(data, splits, labels, validation_split, seed, multi_label)
-
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     out, stats = {}, {}
     for role, rows in chosen.items():
