@@ -140,6 +140,13 @@ def write_page(page: Path, shown: list, tokenizer, title: str, rows_note: str) -
         raise LongbertError(f"{error}; {rows_note}") from None
 
 
+def stretches(tokens: int, cells: int = 100) -> list[tuple[int, int]]:
+    """A document of `tokens` tokens as `cells` equal stretches [a, b) (one a token for a shorter one): the cells of
+    a page's strip."""
+    cells = min(cells, tokens)
+    return [(c * tokens // cells, max((c + 1) * tokens // cells, c * tokens // cells + 1)) for c in range(cells)]
+
+
 def where_it_looked(units: list[dict] | None, decisive: int | None, tokens: int,
                     cells: int = 100) -> list[tuple[float, bool, str]] | None:
     """The document as `cells` equal stretches of tokens (fewer for a shorter one): each one's shade, the largest
@@ -149,10 +156,8 @@ def where_it_looked(units: list[dict] | None, decisive: int | None, tokens: int,
     if not units or len(units) < 2 or any(u["weight"] is None for u in units) or tokens < 1:
         return None
     top = max(u["weight"] for u in units) or 1.0
-    cells = min(cells, tokens)
     out = []
-    for c in range(cells):
-        a, b = c * tokens // cells, max((c + 1) * tokens // cells, c * tokens // cells + 1)
+    for a, b in stretches(tokens, cells):
         covering = [i for i, u in enumerate(units) if any(s < b and e > a for s, e in u["tokens"])]
         weight = max((units[i]["weight"] for i in covering), default=0.0)
         out.append((weight / top, decisive in covering, f"tokens {a + 1:,}–{b:,}: weight {weight:.3f}"))
@@ -209,23 +214,23 @@ def kept_blocks(text: str, ids: list[int], decisive: dict | None, tokenizer) -> 
     spans = [(a, min(b, len(ids))) for a, b in decisive["spans"] if a < min(b, len(ids))]
     if not spans or sum(b - a for a, b in spans) >= len(ids):
         return []
-    cells = min(100, len(ids))
     strip = []
-    for c in range(cells):
-        a, b = c * len(ids) // cells, max((c + 1) * len(ids) // cells, c * len(ids) // cells + 1)
+    for a, b in stretches(len(ids)):
         seen = any(s < b and e > a for s, e in spans)
         strip.append((1.0 if seen else 0.0, seen, f"tokens {a + 1:,}–{b:,}: {'read' if seen else 'not read'}"))
     offsets = token_offsets(tokenizer, text, ids)
     quote: list[tuple[str, str | None]] = []
-    for n, (a, b) in enumerate(spans):
-        if a > (spans[n - 1][1] if n else 0):
-            quote.append((f" … [{a - (spans[n - 1][1] if n else 0):,} tokens not read] … ", None))
+    read_to = 0  # where the previous kept span ended
+    for a, b in spans:
+        if a > read_to:
+            quote.append((f" … [{a - read_to:,} tokens not read] … ", None))
+        read_to = b
         if offsets is None:  # a slow tokenizer: decode the kept tokens
             quote.append((tokenizer.decode(ids[a:b]), "mark"))
         else:
             quote += [(s["text"], "mark") for s in excerpt(text, offsets, (a, b), context=0, head=b - a)
                       if s["highlight"]]
-    if spans[-1][1] < len(ids):
-        quote.append((f" … [{len(ids) - spans[-1][1]:,} tokens not read]", None))
+    if read_to < len(ids):
+        quote.append((f" … [{len(ids) - read_to:,} tokens not read]", None))
     return [("p", "What it read, along the document (dark and underlined: the tokens it kept):"),
             ("strip", strip, "start", f"token {len(ids):,}"), ("quote", quote)]
