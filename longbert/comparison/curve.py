@@ -44,8 +44,7 @@ def learning_curve(strategies: Sequence[str] | str, sizes: Sequence[int], recipe
                    command: str | None = None, seeds: int = 1) -> dict:
     """Run `compare` at every training size (smallest first) and write the curve's report; returns what curve.json
     holds. The curve's report folder is checked before any training: only an earlier curve, or nothing, is replaced."""
-    from longbert.comparison.run import compare, recipe_name
-    from longbert.config import PLAIN_NAME
+    from longbert.comparison.run import compare, report_name
     from longbert.utils.atomic import replaceable_folder
 
     overrides = list(overrides)
@@ -53,9 +52,7 @@ def learning_curve(strategies: Sequence[str] | str, sizes: Sequence[int], recipe
         if o.split("=", 1)[0].strip() in ("data.max_train_documents", "data.nested_train"):
             raise LongbertError(f"--set {o}: --train-sizes sets data.max_train_documents and data.nested_train for "
                                 "each size; leave them out")
-    name = name or recipe_name(recipe)
-    if not PLAIN_NAME.match(name):
-        raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
+    name = report_name(name, recipe)
     folder = replaceable_folder(Path(reports_dir) / name, CURVE_MARKER, "learning-curve report folder")
     per_size = {}
     for size in sizes:

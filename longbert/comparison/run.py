@@ -349,9 +349,10 @@ def default_recipe() -> Path:
     return Path(str(packaged))
 
 
-def recipe_name(recipe) -> str:
-    """The name a compare of `recipe` (a path, a Recipe, or None for the default) takes when --name is not given."""
-    return str(_base_recipe(recipe)[0].get("name") or "compare")
+def report_name(name: str | None, recipe) -> str:
+    """The report name a compare of `recipe` (a path, a Recipe, or None for the default) takes: `name`, else the
+    recipe's; refused unless it is a plain folder name."""
+    return _report_name(name, _base_recipe(recipe)[0])
 
 
 def _base_recipe(recipe) -> tuple[dict, str, Path | None]:
