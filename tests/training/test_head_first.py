@@ -46,6 +46,16 @@ def test_the_whole_model_starts_from_the_head_stage_which_a_resumed_run_keeps(ti
     assert set(head) == set(final) and same == (metrics["best_step"] == 0)
 
 
+def test_max_steps_caps_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny_recipe):
+    """train.max_steps is the end-to-end budget: a head stage cut to it would leave the pooler near its uniform start
+    (a bigbird run on the depth probe with max_steps=105 stopped its head stage at 105 of 630 cached steps)."""
+    recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST + ["train.max_steps=3"])
+    metrics = longbert.train(recipe).metrics
+    stage = json.loads((Path(recipe.output_dir) / "head_stage" / "metrics.json").read_text())
+    assert stage["steps"] == 12, "2 epochs of 6 batches over the cache, whatever max_steps says"
+    assert metrics["steps"] == 3
+
+
 def test_a_start_that_fine_tuning_does_not_beat_is_kept(tiny_recipe, monkeypatch):
     """Model selection counts the start: a run from train.init_from (as the main stage of head_first is) validates
     its starting weights at step 0, and when no later validation beats them, the kept model is the one it started
