@@ -32,11 +32,12 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
     """One document's content ids (as read: cut at max_document_tokens) and its prediction row -> the `units` and
     `decisive` fields (see the module docstring)."""
     from longbert.inference.attribution import decisive_units
+    from longbert.inference.int8 import reading_classifier
     from longbert.strategies.base import unit_spans
     from longbert.utils.hardware import autocast_for
 
     autocast = autocast_for(model, precision)
-    model = model.for_precision(precision)  # the weights as the prediction used them (int8: the quantized copy)
+    model = reading_classifier(model, precision)  # the weights as the prediction used them (int8: the quantized copy)
     device = next(model.parameters()).device
     if model.ensemble is not None:  # the member surest of the predicted label, and where it looked
         return surest_member_details(model, ids, row, precision, autocast, device)

@@ -216,7 +216,7 @@ def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | Non
 
 def load_predictor(model_dir: str | Path, precision: str = "auto"):
     """(the model, its backend name) for a run folder, a saved model folder or an exported folder (which runs as it
-    was exported). A PyTorch model's `precision` is checked, and an int8 copy made, before the first request."""
+    was exported). A PyTorch model's `precision` is checked, and its int8 wrapper made, before the first request."""
     from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.utils.hardware import autocast_for, check_precision, process_state
@@ -230,7 +230,7 @@ def load_predictor(model_dir: str | Path, precision: str = "auto"):
     device = "cpu" if precision == "int8" else process_state().device
     model = LongDocumentClassifier.from_pretrained(model_dir).to(device)
     autocast_for(model, precision)  # refuses what the device cannot run
-    model.for_precision(precision)  # the int8 copy, before the first request
+    model.for_precision(precision)  # the int8 wrapper (its quantized copy), before the first request
     return model, "pytorch" if precision == "auto" else f"pytorch-{precision}"
 
 

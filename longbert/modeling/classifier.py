@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 from torch import nn
@@ -33,10 +33,12 @@ from longbert.modeling.folder import (
     save_model_folder,
     wrap_lora,
 )
-from longbert.modeling.int8 import quantized_copy, recheck_close_calls
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import Pooled, SpecialTokens, Units, build_strategy, lora_modules_to_save
 from longbert.utils.hardware import autocast_for
+
+if TYPE_CHECKING:
+    from longbert.inference.int8 import Int8Model
 
 
 @dataclass
@@ -140,8 +142,6 @@ class LongDocumentClassifier(nn.Module):
                                     "cached units")
             logits = self.ensemble.mean_probabilities(logits, documents).clamp_min(1e-30).log()
             pooled = Pooled(pooled.vector, None)  # the first member's unit weights are not the ensemble's
-        if self.__dict__.get("_exact") is not None and documents is not None:  # an int8 copy (`quantized_copy`)
-            logits = recheck_close_calls(self, logits, documents)
         return ClassifierOutput(logits, pooled.weights, units.mask, units)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
@@ -206,8 +206,7 @@ class LongDocumentClassifier(nn.Module):
         """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
         All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
         biggest batch comes first; hence rows arrive out of order."""
-        probabilities = lambda model, documents: model.probabilities(model(documents).logits)  # (B, C)
-        for index, p, length in self._read_as_done(texts, batch_size, precision, probabilities):
+        for index, p, length in self._read_as_done(texts, batch_size, precision, batch_probabilities):
             yield index, prediction_row(self.settings, p, length)
 
     def embed(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> torch.Tensor:
@@ -222,41 +221,32 @@ class LongDocumentClassifier(nn.Module):
                            precision: str = "auto") -> Iterator[tuple[int, list[float]]]:
         """(index into `texts`, its document vector) for every text, out of order as `predictions_as_done`."""
         refuse_ensemble(self, "this model", "it has one document vector per member, not one: embed a member")
-        pooled = lambda model, documents: model.strategy.pool(model.encode(documents)).vector.float()  # (B, H)
-        yield from ((index, vector) for index, vector, _ in self._read_as_done(texts, batch_size, precision, pooled))
+        yield from ((index, vector) for index, vector, _ in
+                    self._read_as_done(texts, batch_size, precision, batch_vectors))
 
     def _read_as_done(self, texts: list[str], batch_size: int, precision: str,
                       compute: Callable) -> Iterator[tuple[int, list, int]]:
-        """(index, compute(model, its batch)[row] as a list, full length): predictions' and embeddings' loop."""
+        """(index, compute(the model that runs at `precision`, its batch)[row] as a list, full length): predictions'
+        and embeddings' loop."""
         check_texts(texts, batch_size)
-        if self.__dict__.get("_exact") is not None:  # an int8 copy (`for_precision("int8")`) runs as int8, whatever
-            precision = "int8"                       # it is asked: bf16 autocast cannot feed its quantized layers
         autocast = autocast_for(self, precision)
         model = self.for_precision(precision)
-        documents, lengths = self.tokenize(texts)
-        was_training = self.training
-        self.eval()
-        try:
-            for batch in longest_first(documents, batch_size):
-                with torch.no_grad(), autocast:
-                    values = compute(model, [documents[i] for i in batch])  # (B, ...)
-                for index, value in zip(batch, values.tolist()):
-                    yield index, value, lengths[index]
-        finally:
-            self.train(was_training)
+        yield from read_in_batches(self, texts, batch_size, autocast, lambda documents: compute(model, documents))
 
-    def for_precision(self, precision: str, recheck_gap: float | None = None) -> LongDocumentClassifier:
-        """The model that runs at `precision`: this one, or for int8 a copy whose backbone Linear layers are
-        dynamically quantized (`quantized_copy`). The copy is made at its first use, from the weights then, and
-        kept (outside the module tree: never saved, never moved with the model). `recheck_gap` sets the copy's
-        (see `recheck_close_calls`; None: as it is, at first use `int8_recheck_gap(self)`)."""
-        if precision != "int8" or self.__dict__.get("_exact") is not None:  # (an int8 copy is its own int8 model)
+    def for_precision(self, precision: str, recheck_gap: float | None = None) -> LongDocumentClassifier | Int8Model:
+        """The model that runs at `precision`: this one, or for int8 its `Int8Model` (longbert.inference.int8: a copy
+        whose backbone Linear layers are dynamically quantized, its close calls read again by this model). The
+        wrapper is made at its first use, from the weights then, and kept (outside the module tree: never saved, never
+        moved with the model). `recheck_gap` sets the wrapper's (None: as it is, at first use `int8_recheck_gap`)."""
+        if precision != "int8":
             return self
-        if self.__dict__.get("_int8_copy") is None:
-            self.__dict__["_int8_copy"] = quantized_copy(self)
+        from longbert.inference.int8 import Int8Model  # int8 is inference's; the classifier only keeps its wrapper
+
+        if self.__dict__.get("_int8_model") is None:
+            self.__dict__["_int8_model"] = Int8Model(self)
         if recheck_gap is not None:
-            self.__dict__["_int8_copy"].__dict__["_recheck_gap"] = recheck_gap
-        return self.__dict__["_int8_copy"]
+            self.__dict__["_int8_model"].recheck_gap = recheck_gap
+        return self.__dict__["_int8_model"]
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -322,6 +312,35 @@ def longest_first(documents: list, batch_size: int) -> Iterator[list[int]]:
     order = longest_first_order([len(d) for d in documents])
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size]
+
+
+def read_in_batches(model, texts: list[str], batch_size: int, autocast,
+                    compute: Callable) -> Iterator[tuple[int, list, int]]:
+    """(index into `texts`, compute(its batch of documents)[row] as a list, the text's full length) for every text:
+    all texts tokenized by `model` first, then read in batches longest first (`longest_first`), without gradients,
+    under `autocast`, with `model` in eval mode meanwhile. The loop of `predict` and `embed`, shared by every model
+    that reads texts as the classifier does (its int8 wrapper too)."""
+    documents, lengths = model.tokenize(texts)
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in longest_first(documents, batch_size):
+            with torch.no_grad(), autocast:
+                values = compute([documents[i] for i in batch])  # (B, ...)
+            for index, value in zip(batch, values.tolist()):
+                yield index, value, lengths[index]
+    finally:
+        model.train(was_training)
+
+
+def batch_probabilities(model, documents: list[torch.Tensor]) -> torch.Tensor:
+    """(B, C): what `predict` reads of a batch, with the model that runs."""
+    return model.probabilities(model(documents).logits)
+
+
+def batch_vectors(model, documents: list[torch.Tensor]) -> torch.Tensor:
+    """(B, H) float32: what `embed` reads of a batch (each document's pooled vector), with the model that runs."""
+    return model.strategy.pool(model.encode(documents)).vector.float()
 
 
 def check_texts(texts: list, batch_size: int = 1) -> None:

@@ -82,7 +82,7 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
     with torch.no_grad():
         np.testing.assert_allclose(hf(**encoded).logits.softmax(-1).numpy(), predicted, atol=1e-5)
     # int8 quantizes every member, and the labels stay close to fp32's
-    int8 = model.for_precision("int8")
+    int8 = model.for_precision("int8").quantized
     for member in int8.ensemble.members(int8):
         assert "quantized" in type(member.backbone.encoder.layer[0].attention.self.query).__module__
     assert len(model.predict(texts, precision="int8")) == len(texts)

@@ -114,3 +114,16 @@ def test_a_truncating_models_page_shows_what_it_read_and_an_ensembles_names_its_
     marked = page.split("<blockquote>")[1].split("</blockquote>")[0]
     assert marked.count("<mark>") == 2 and marked.index("<mark>") == 0  # the head it kept, then the tail
     assert "tokens not read" not in page.split("Text 1")[1].split("Text 2")[0]
+
+
+def test_explain_at_int8_reads_its_units_in_the_quantized_copy(attention_model):
+    """At int8 the rows are predict's at int8, and the units are read where that prediction was made: in the quantized
+    copy that the int8 wrapper runs (its recheck re-reads whole documents, not units)."""
+    from longbert.inference.int8 import reading_classifier
+
+    assert reading_classifier(attention_model, "int8") is attention_model.for_precision("int8").quantized
+    assert reading_classifier(attention_model, "fp32") is attention_model
+    rows, _ = explain(attention_model, TEXTS, precision="int8")
+    for row, same in zip(rows, attention_model.predict(TEXTS, precision="int8")):
+        assert {k: row[k] for k in same} == same
+    assert all(row["units"] and row["decisive"] is not None for row in rows)

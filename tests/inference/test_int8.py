@@ -1,5 +1,6 @@
-"""int8 inference: the backbone's Linear layers dynamically quantized on a copy (LoRA merged first), everything else
-fp32; the model itself is left as it was; the copy is made once; a GPU model is refused in one line."""
+"""int8 inference (longbert.inference.int8): the backbone's Linear layers dynamically quantized on a copy (LoRA merged
+first), everything else fp32, wrapped with the model itself, which re-reads the close calls; the model is left as it
+was; the wrapper is made once; a GPU model is refused in one line."""
 
 from __future__ import annotations
 
@@ -27,19 +28,24 @@ def test_int8_predicts_close_to_fp32_and_leaves_the_model_as_it_was(tiny_backbon
         assert max(abs(a["probabilities"][k] - b["probabilities"][k]) for k in a["probabilities"]) < 0.05
     copied = model.for_precision("int8")
     assert copied is model.for_precision("int8") and model.for_precision("fp32") is model
-    # the copy is a model of its own: its predict runs int8 whatever precision it is asked for (bf16 autocast cannot
-    # feed its quantized layers), and gives what predict(precision="int8") gives
+    assert copied.exact is model and not any(p is q for p in copied.parameters() for q in model.parameters())
+    # the wrapper is a model of its own: its predict runs int8 whatever precision it is asked for (bf16 autocast
+    # cannot feed its quantized layers), and gives what predict(precision="int8") gives
     assert copied.for_precision("int8") is copied
     for asked in ("auto", "bf16", "int8"):
         assert copied.predict(TEXTS, precision=asked) == quick
-    quantized = [m for m in copied.backbone.modules() if isinstance(m, DynamicLinear)]
-    assert quantized and not any(isinstance(m, torch.nn.Linear) for m in copied.backbone.modules())
+    assert torch.equal(copied.embed(TEXTS, precision="bf16"), model.embed(TEXTS, precision="int8"))
+    # its quantized copy is a plain classifier: nothing of int8 planted in it
+    assert type(copied.quantized) is type(model)
+    assert not any("int8" in name or "exact" in name for name in vars(copied.quantized))
+    quantized = [m for m in copied.quantized.backbone.modules() if isinstance(m, DynamicLinear)]
+    assert quantized and not any(isinstance(m, torch.nn.Linear) for m in copied.quantized.backbone.modules())
     # one scale per output channel (torch's default for a bare {nn.Linear} is one per matrix)
     assert {m.weight().qscheme() for m in quantized} == {torch.per_channel_affine}
     assert not any(isinstance(m, DynamicLinear) for m in model.modules())  # the model itself is untouched
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
-    assert "_int8_copy" not in dict(model.named_modules())
+    assert "_int8_model" not in dict(model.named_modules())
 
 
 def test_int8_is_refused_on_a_gpu_in_one_line(tiny_backbone_dir, monkeypatch):
@@ -78,7 +84,7 @@ def test_the_pipeline_serve_and_predict_take_int8_and_give_what_the_model_gives(
     for row, scores in zip(one_by_one, classify(TEXTS)):
         assert {s["label"]: pytest.approx(s["score"], abs=1e-5) for s in scores} == row["probabilities"]
     predictor, backend = load_predictor(saved, "int8")
-    assert backend == "pytorch-int8" and predictor.__dict__.get("_int8_copy") is not None  # quantized at startup
+    assert backend == "pytorch-int8" and predictor.__dict__.get("_int8_model") is not None  # quantized at startup
     with TestClient(build_app(predictor, backend=backend, precision="int8")) as client:
         assert client.get("/health").json()["backend"] == "pytorch-int8"
         answer = client.post("/predict", json={"texts": TEXTS}).json()["predictions"]
@@ -113,7 +119,7 @@ def test_evaluate_at_int8_records_it_and_agrees_with_fp32(tiny_recipe):
 
 
 def test_close_calls_are_the_two_likeliest_classes_near_each_other_or_a_label_near_its_threshold():
-    from longbert.modeling.int8 import close_calls
+    from longbert.inference.int8 import close_calls
 
     single = torch.tensor([[0.55, 0.3, 0.15], [0.9, 0.05, 0.05], [0.2, 0.35, 0.45], [0.6, 0.25, 0.15]])
     # the two likeliest apart: 0.25, 0.85, 0.10, 0.35
@@ -147,12 +153,12 @@ def test_int8_reads_its_close_calls_again_in_fp32_and_only_those(tiny_backbone_d
 
 
 def test_int8_takes_its_recheck_gap_from_the_quantize_measurement(saved):
+    from longbert.inference.int8 import DEFAULT_RECHECK_GAP
     from longbert.modeling.card import TrainingFacts
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.int8 import DEFAULT_RECHECK_GAP
 
     model = LongDocumentClassifier.from_pretrained(saved)
-    assert model.for_precision("int8").__dict__["_recheck_gap"] == DEFAULT_RECHECK_GAP == 0  # never measured
+    assert model.for_precision("int8").recheck_gap == DEFAULT_RECHECK_GAP == 0  # never measured
     measured = LongDocumentClassifier.from_pretrained(saved)
     measured.training_facts = TrainingFacts(recipe="tiny", int8={"recheck_gap": 0.05})
-    assert measured.for_precision("int8").__dict__["_recheck_gap"] == 0.05
+    assert measured.for_precision("int8").recheck_gap == 0.05
