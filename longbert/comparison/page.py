@@ -36,7 +36,8 @@ def build_blocks(results: dict) -> list[tuple]:
     sizes = ", ".join(f"{v['documents']:,} {k}" for k, v in splits.items()) if splits else "see results.json"
     steps = sorted(set(budget["steps"].values()))
     blocks.append(("p", (
-        f"{len(names)} strategies ({', '.join(names)}) trained and evaluated on the same documents ({sizes} from "
+        f"{len(names)} {'strategy' if len(names) == 1 else 'strategies'} ({', '.join(names)}) trained and "
+        f"evaluated on the same documents ({sizes} from "
         f"{data['path']}), the same backbone ({budget['backbone']}, {budget['finetune']} fine-tuning), "
         f"{_seeds_text(budget)} and budget ({budget['epochs']} epoch(s), batch {budget['batch_size']}, "
         f"{'/'.join(str(x) for x in steps)} optimisation steps each). Created {results['created']}."

@@ -95,3 +95,12 @@ def test_a_bucket_holding_every_test_document_is_not_drawn_twice(figures):
     ax = figures[0].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["all\n(n=2000)"]
     assert "%" in ax.yaxis.get_major_formatter()(0.625, 0) and "62.5" in ax.yaxis.get_major_formatter()(0.625, 0)
+
+
+def test_the_page_counts_its_strategies_in_words_that_agree():
+    from longbert.comparison.page import build_blocks
+
+    one = json.loads((REPORT.parent.parent / "reach_depth_bigbird105" / "results.json").read_text())
+    three = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
+    assert build_blocks(one)[1][1].startswith("1 strategy (bigbird) trained")
+    assert build_blocks(three)[1][1].startswith("3 strategies (chunk, bigbird, recurrence) trained")
