@@ -21,6 +21,7 @@ from longbert.comparison.formatting import (
     percent,
 )
 from longbert.comparison.verdict import verdict
+from longbert.config import is_multi_label
 from longbert.evaluation.metrics import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
 
 
@@ -113,7 +114,7 @@ def _confusion_blocks(results: dict) -> list[tuple]:
     blocks: list[tuple] = [("h", 2, "Confusion matrices (rows: true label, columns: predicted)")]
     if "confusion_matrices" in results.get("plots", {}):
         blocks.append(("img", "confusion_matrices", "confusion matrix per strategy"))
-    if results["problem_type"] == "multi_label":
+    if is_multi_label(results["problem_type"]):
         return blocks
     labels = results["label_names"]
     many = len(labels) > MANY_CLASSES

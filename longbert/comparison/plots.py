@@ -9,6 +9,7 @@ import itertools
 
 from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, combined_label, combined_rows
 from longbert.comparison.statistics import wilson_interval
+from longbert.config import is_multi_label
 
 # The file each plot is written to beside report.md (report.html embeds the same bytes).
 PLOTS = {
@@ -30,7 +31,7 @@ def make_plots(results: dict) -> dict[str, bytes]:
     plots = {"accuracy_by_length": _accuracy_by_length(plt, results, colours)}
     if any(results["strategies"][n].get("speed_by_length") for n in names):
         plots["speed_by_length"] = _speed_by_length(plt, results, colours)
-    if results["problem_type"] != "multi_label":
+    if not is_multi_label(results["problem_type"]):
         plots["confusion_matrices"] = _confusion_matrices(plt, results)
     return plots
 

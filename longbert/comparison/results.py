@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
+from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 
 LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
@@ -212,7 +213,7 @@ def _add_relative_costs(strategies: dict[str, dict], names) -> None:
 def _notes(first, strategies: dict[str, dict], steps: dict[str, int], combined_notes) -> list[str]:
     """What the report says is not comparable, or reads differently, among the runs."""
     notes = []
-    if first.model.problem_type == "multi_label":
+    if is_multi_label(first.model.problem_type):
         notes.append("multi-label runs: 'accuracy' here is exact match (a document counts as right only when every "
                      "label is); micro-F1, Hamming loss and the thresholds are in each run's metrics.json")
     if len(set(steps.values())) > 1:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from longbert.config import is_multi_label
 from longbert.utils.logs import get_logger
 
 BASELINE_FILE = "tfidf-baseline.json"
@@ -95,7 +96,7 @@ def load_splits(recipe, data=None):
     from longbert.modeling.backbone import load_tokenizer
 
     return load_corpus(recipe.data, load_tokenizer(recipe.backbone.name), recipe.seed,
-                       recipe.model.problem_type == "multi_label", source=data)
+                       is_multi_label(recipe.model.problem_type), source=data)
 
 
 def baseline_row(recipe, folder: Path, splits) -> dict:

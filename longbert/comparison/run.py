@@ -53,6 +53,7 @@ from typing import Iterable, Sequence
 from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed_recipes
 from longbert.comparison.results import LONG_TOKENS
 from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
+from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 from longbert.utils.atomic import replaceable_folder
 from longbert.utils.destinations import folder_to_write
@@ -147,7 +148,7 @@ class _Comparison:
 
     @property
     def multi_label(self) -> bool:
-        return self.first.model.problem_type == "multi_label"
+        return is_multi_label(self.first.model.problem_type)
 
 
 def _report_name(name: str | None, base_raw: dict) -> str:

@@ -14,8 +14,10 @@ from longbert.config.finetune import (
     BEST_METRICS,
     CLASS_WEIGHTS,
     FINETUNE_MODES,
+    MULTI_LABEL,
     MULTI_LABEL_METRICS,
     PROBLEM_TYPES,
+    SINGLE_LABEL,
     SINGLE_LABEL_METRICS,
     THRESHOLD_TUNING,
     TRACKERS,
@@ -24,8 +26,10 @@ from longbert.config.finetune import (
     EvalConfig,
     LoraConfig,
     ModelConfig,
+    ProblemType,
     Recipe,
     TrainConfig,
+    is_multi_label,
     load_recipe,
     recipe_from_dict,
 )
@@ -58,6 +62,8 @@ __all__ = [
     "load_recipe", "recipe_from_dict",
     "FINETUNE_MODES", "PROBLEM_TYPES", "BEST_METRICS", "SINGLE_LABEL_METRICS", "MULTI_LABEL_METRICS", "TRACKERS",
     "CLASS_WEIGHTS", "THRESHOLD_TUNING",
+    # the problem type
+    "ProblemType", "SINGLE_LABEL", "MULTI_LABEL", "is_multi_label",
     # pretraining recipes
     "PretrainRecipe", "PretrainDataConfig", "MaskingConfig", "PretrainTrainConfig", "load_pretrain_recipe",
     "pretrain_recipe_from_dict",

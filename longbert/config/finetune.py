@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from longbert.config.loader import (
     OVERRIDES,
@@ -26,13 +26,22 @@ from longbert.utils.fields import one_of, option
 
 FINETUNE_MODES = ("full", "lora", "frozen")
 BEST = "best"  # <output_dir>/best: a run's kept model, written by training, read wherever a run folder means a model
-PROBLEM_TYPES = ("single_label", "multi_label")
+# The problem type, as recipes, longbert_config.json and results.json spell it; `is_multi_label` is the one test of it.
+ProblemType = Literal["single_label", "multi_label"]
+SINGLE_LABEL = "single_label"
+MULTI_LABEL = "multi_label"
+PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
 BEST_METRICS = ("accuracy", "macro_f1", "loss", "micro_f1", "exact_match")
 SINGLE_LABEL_METRICS = ("accuracy",)  # a best_metric that only single-label metrics have
 MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only multi-label metrics have
 TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
 CLASS_WEIGHTS = ("balanced",)
 THRESHOLD_TUNING = ("tune", "tune_per_label")
+
+
+def is_multi_label(problem_type: str) -> bool:
+    """Whether a problem type (a recipe's, a saved model's, a results.json's) is multi-label: one sigmoid per class."""
+    return problem_type == MULTI_LABEL
 
 
 @dataclass
@@ -146,8 +155,8 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    problem_type: str = option("single_label", "single_label (softmax over classes) or multi_label (one sigmoid per "
-                               "class)")
+    problem_type: ProblemType = option(SINGLE_LABEL, "single_label (softmax over classes) or multi_label (one "
+                                       "sigmoid per class)")
     finetune: str = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached "
                            "embeddings, head only)")
     classifier_dropout: float = option(0.1, "dropout before the classification head")
@@ -285,7 +294,7 @@ class Recipe(RecipeCompletion):
     def problems(self, path: str) -> list[str]:
         out = plain_name_problems(self.name)
         # The metric that picks the kept model must be one the problem type measures.
-        multi_label = self.model.problem_type == "multi_label"
+        multi_label = is_multi_label(self.model.problem_type)
         if self.train.best_metric in (SINGLE_LABEL_METRICS if multi_label else MULTI_LABEL_METRICS):
             out.append(f"train.best_metric {self.train.best_metric} is not measured for model.problem_type "
                        f"{self.model.problem_type}")

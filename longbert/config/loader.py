@@ -87,6 +87,8 @@ def _type_problem(value: Any, annotation: Any, path: str) -> tuple[Any, str | No
             return None, None
         inner = [a for a in options if a is not type(None)]
         return _type_problem(value, inner[0], path)
+    if origin is typing.Literal:  # a fixed set of strings (ProblemType): typed as a string, the set is checked by
+        annotation = str          # the dataclass's problems(), with the one message that names the choices
     if origin is list:
         (item,) = typing.get_args(annotation)
         if not isinstance(value, list) or not all(isinstance(v, item) for v in value):

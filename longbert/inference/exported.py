@@ -29,6 +29,7 @@ from typing import Iterator
 
 import torch
 
+from longbert.config import is_multi_label
 from longbert.errors import LongbertError, first_line
 
 EXPORT_FILE = "export.json"
@@ -97,7 +98,7 @@ class ExportedClassifier:
 
     @property
     def multi_label(self) -> bool:
-        return self.settings.problem_type == "multi_label"
+        return is_multi_label(self.settings.problem_type)
 
     def tokenize(self, texts: list[str]) -> tuple[list[torch.Tensor], list[int]]:
         """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER
 from longbert.modeling.settings import CONFIG_FILE, ModelSettings
@@ -227,7 +228,7 @@ def describe_finetune(settings: ModelSettings) -> str:
 
 
 def describe_task(settings: ModelSettings) -> str:
-    if settings.problem_type == "multi_label":
+    if is_multi_label(settings.problem_type):
         thresholds = settings.thresholds or [0.5] * len(settings.label_names)
         return ("multi-label: each label is given when its probability reaches its threshold ("
                 + ", ".join(f"{n} {t:.2f}" for n, t in zip(settings.label_names, thresholds)) + ")")

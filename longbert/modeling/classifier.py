@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import torch
 from torch import nn
 
+from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import (
     backbone_token_pooling,
@@ -108,7 +109,7 @@ class LongDocumentClassifier(nn.Module):
 
     @property
     def multi_label(self) -> bool:
-        return self.settings.problem_type == "multi_label"
+        return is_multi_label(self.settings.problem_type)
 
     @property
     def frozen(self) -> bool:
@@ -358,7 +359,7 @@ def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens
     settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}. Shared by every way of running a model."""
     names = settings.label_names
     row = {"probabilities": dict(zip(names, probabilities))}
-    if settings.problem_type == "multi_label":
+    if is_multi_label(settings.problem_type):
         thresholds = settings.thresholds or [0.5] * len(names)
         row["labels"] = [n for n, q, t in zip(names, probabilities, thresholds) if q >= t]
     else:

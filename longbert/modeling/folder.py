@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from longbert.config import LoraConfig
+from longbert.config import LoraConfig, is_multi_label
 from longbert.config.finetune import BEST
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import (
@@ -140,7 +140,7 @@ def load_folder_lexical(directory: Path, settings: ModelSettings, vocab_size: in
     from longbert.modeling.lexical import LexicalModel
 
     lexical = LexicalModel.load(directory, vocab_size)
-    if lexical is not None and settings.problem_type == "multi_label":
+    if lexical is not None and is_multi_label(settings.problem_type):
         raise LongbertError(f"{directory} holds a TF-IDF half, but hybrid models are single-label only and "
                             f"{CONFIG_FILE} says multi_label")
     return lexical

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, LoraConfig, build
+from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, SINGLE_LABEL, LoraConfig, ProblemType, build
 from longbert.errors import LongbertError
 from longbert.strategies.base import REGISTRY, PassBudget
 from longbert.utils.fields import one_of, option
@@ -41,7 +41,7 @@ class ModelSettings:
     hidden_dropout: float | None = option(None, "hidden_dropout_prob override; null keeps the model's")
     budget: PassBudget = option(None, "how much goes through the backbone in one pass", default_factory=PassBudget)
     strategy: Any = option(None, "the strategy's settings; `name` picks it")
-    problem_type: str = option("single_label", "single_label or multi_label")
+    problem_type: ProblemType = option(SINGLE_LABEL, "single_label or multi_label")
     finetune: str = option("full", "full, lora or frozen")
     classifier_dropout: float = option(0.1, "dropout before the classification head")
     lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)

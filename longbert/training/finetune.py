@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longbert.config import Recipe, recipe_to_yaml
+from longbert.config import Recipe, is_multi_label, recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.evaluation.inference import evaluate_split, model_inputs, split_loader
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
@@ -170,7 +170,7 @@ def _load_data_and_model(recipe: Recipe, data, source) -> tuple:
 
     backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
                                         recipe.backbone.hidden_dropout)
-    multi_label = recipe.model.problem_type == "multi_label"
+    multi_label = is_multi_label(recipe.model.problem_type)
     corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
     if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
         check_labels(source, corpus.label_names)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from longbert.config import Recipe
+from longbert.config import Recipe, is_multi_label
 from longbert.evaluation.command import metrics_markdown, write_json, write_predictions
 from longbert.evaluation.inference import evaluate_split
 from longbert.evaluation.metrics import tune_thresholds
@@ -36,7 +36,7 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
                                            description="validation", cached=cached["validation"] if cached else None,
                                            process=accelerator.state)
     threshold = recipe.model.multi_label_threshold
-    if recipe.model.problem_type == "multi_label" and isinstance(threshold, str):
+    if is_multi_label(recipe.model.problem_type) and isinstance(threshold, str):
         # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
         core.settings.thresholds = tune_thresholds(validation_raw["labels"], validation_raw["probabilities"],
                                                    threshold == "tune_per_label")
@@ -71,7 +71,7 @@ def run_metrics(recipe: Recipe, core, corpus, state: LoopState, command: str | N
         "train_log": state.train_log,
         "validation_history": state.history,
     }
-    if recipe.model.problem_type == "multi_label":
+    if is_multi_label(recipe.model.problem_type):
         metrics["thresholds"] = core.thresholds
     return metrics
 
@@ -83,7 +83,7 @@ def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, metrics:
     from longbert.modeling.card import refresh_card
     from longbert.utils.atomic import write_text_atomically
 
-    multi_label = recipe.model.problem_type == "multi_label"
+    multi_label = is_multi_label(recipe.model.problem_type)
     if validation_raw is not None and accelerator.is_main_process:
         write_predictions(run_dir / "predictions-validation.jsonl", corpus.splits["validation"], validation_raw,
                           corpus.label_names, multi_label, core.thresholds if multi_label else None)

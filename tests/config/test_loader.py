@@ -4,9 +4,22 @@ traceback or an unbounded message."""
 
 from __future__ import annotations
 
+import re
+import typing
+
 import pytest
 
-from longbert.config import load_recipe, parse_override, recipe_to_yaml
+from longbert.config import (
+    MULTI_LABEL,
+    PROBLEM_TYPES,
+    SINGLE_LABEL,
+    ProblemType,
+    is_multi_label,
+    load_recipe,
+    parse_override,
+    recipe_from_dict,
+    recipe_to_yaml,
+)
 from longbert.config.loader import MAX_YAML_VALUES, short_repr
 from longbert.errors import LongbertError
 
@@ -251,3 +264,17 @@ def test_short_repr_of_a_value_shared_a_billion_times_is_instant():
     for _ in range(9):
         value = [value] * 10
     assert short_repr(value).startswith("[[[[[[[[[['lol'], ['lol']") and len(short_repr(value)) <= 83
+
+
+def test_the_problem_type_is_one_literal_read_as_a_string():
+    """ProblemType names the choices PROBLEM_TYPES validates; a recipe spells them as before, and the messages for a
+    wrong value are the string field's."""
+    assert typing.get_args(ProblemType) == PROBLEM_TYPES == (SINGLE_LABEL, MULTI_LABEL) == ("single_label",
+                                                                                              "multi_label")
+    assert is_multi_label("multi_label") and not is_multi_label("single_label")
+    recipe = recipe_from_dict({"model": {"problem_type": "multi_label"}, "train": {"best_metric": "macro_f1"}})
+    assert recipe.model.problem_type == "multi_label"
+    for value, message in ((3, "model.problem_type must be a string, got 3"),
+                           ("both", "model.problem_type must be one of single_label, multi_label, got 'both'")):
+        with pytest.raises(LongbertError, match=re.escape(message)):
+            recipe_from_dict({"model": {"problem_type": value}})
