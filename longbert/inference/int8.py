@@ -19,13 +19,9 @@ from torch import nn
 from longbert.modeling.classifier import (
     ClassifierOutput,
     LongDocumentClassifier,
-    batch_probabilities,
-    batch_vectors,
     check_texts,
-    prediction_row,
     read_in_batches,
 )
-from longbert.modeling.ensemble import refuse_ensemble
 from longbert.utils.hardware import autocast_for
 
 if TYPE_CHECKING:
@@ -112,6 +108,15 @@ class Int8Model(nn.Module):
         return self.quantized.thresholds
 
     @property
+    def head(self) -> nn.Linear:
+        return self.quantized.head
+
+    @property
+    def ensemble(self):
+        """The quantized copy's ensemble (None for a single model): `embed` refuses one, as the classifier does."""
+        return self.quantized.ensemble
+
+    @property
     def tokenizer(self):
         return self.quantized.tokenizer
 
@@ -160,35 +165,20 @@ class Int8Model(nn.Module):
         logits[close] = again.to(logits.device, logits.dtype)
         return logits
 
-    def predict(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> list[dict]:
-        """`LongDocumentClassifier.predict` at int8, whatever `precision` says."""
-        rows = dict(self.predictions_as_done(texts, batch_size))
-        return [rows[index] for index in range(len(texts))]
+    # Reading texts: the classifier's own methods (same rows, same order, same refusal of an ensemble's embed), whose
+    # one loop, `_read_as_done`, runs here at int8 whatever precision they are given.
+    predict = LongDocumentClassifier.predict
+    predictions_as_done = LongDocumentClassifier.predictions_as_done
+    embed = LongDocumentClassifier.embed
+    embeddings_as_done = LongDocumentClassifier.embeddings_as_done
 
-    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
-                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
-        """`LongDocumentClassifier.predictions_as_done` at int8, whatever `precision` says."""
-        for index, p, length in self._read_as_done(texts, batch_size, batch_probabilities):
-            yield index, prediction_row(self.settings, p, length)
-
-    def embed(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> torch.Tensor:
-        """`LongDocumentClassifier.embed` at int8, whatever `precision` says: (N, H) float32."""
-        vectors = dict(self.embeddings_as_done(texts, batch_size))
-        return torch.tensor([vectors[index] for index in range(len(texts))],
-                            dtype=torch.float32).reshape(len(texts), self.quantized.head.in_features)
-
-    def embeddings_as_done(self, texts: list[str], batch_size: int = 16,
-                           precision: str = "auto") -> Iterator[tuple[int, list[float]]]:
-        """`LongDocumentClassifier.embeddings_as_done` at int8, whatever `precision` says."""
-        refuse_ensemble(self.quantized, "this model", "it has one document vector per member, not one: embed a member")
-        yield from ((index, vector) for index, vector, _ in self._read_as_done(texts, batch_size, batch_vectors))
-
-    def _read_as_done(self, texts: list[str], batch_size: int, compute: Callable) -> Iterator[tuple[int, list, int]]:
-        """(index, compute(self, its batch)[row] as a list, full length), read with autocast off (int8's)."""
+    def _read_as_done(self, texts: list[str], batch_size: int, precision: str,
+                      compute: Callable) -> Iterator[tuple[int, list, int]]:
+        """(index, compute(self, its batch)[row] as a list, full length), read with autocast off (int8's), whatever
+        `precision` says: no bf16 autocast may feed the quantized layers."""
         check_texts(texts, batch_size)
         autocast = autocast_for(self, "int8")
         yield from read_in_batches(self, texts, batch_size, autocast, lambda documents: compute(self, documents))
-
 
 def reading_classifier(model, precision: str):
     """The classifier whose layers read a document when `model` predicts at `precision`, for what looks inside a
