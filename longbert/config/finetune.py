@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from longbert.config.loader import (
     OVERRIDES,
@@ -30,7 +30,7 @@ BEST = "best"  # <output_dir>/best: a run's kept model, written by training, rea
 ProblemType = Literal["single_label", "multi_label"]
 SINGLE_LABEL = "single_label"
 MULTI_LABEL = "multi_label"
-PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
+PROBLEM_TYPES = get_args(ProblemType)  # the choices a recipe is checked against
 BEST_METRICS = ("accuracy", "macro_f1", "loss", "micro_f1", "exact_match")
 SINGLE_LABEL_METRICS = ("accuracy",)  # a best_metric that only single-label metrics have
 MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only multi-label metrics have
