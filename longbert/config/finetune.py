@@ -243,6 +243,16 @@ class TrainConfig:
     unit_loss_weight: float = option(0.0, "unit-level supervision: add this times the mean loss of every unit (chunk, "
                                           "window, segment, span) classified on its own as its document, to the "
                                           "document's loss; 0 turns it off")
+    contrastive_pairs: int = option(0, "SetFit-style contrastive tuning of the backbone before anything else "
+                                    "(Tunstall et al. 2022): pairs drawn per training document, alternately of its "
+                                    "own class and of another, whose windows' vectors learn a cosine of 1 or 0; the "
+                                    "run then starts from the tuned backbone (with model.finetune frozen: SetFit's "
+                                    "recipe). 0 turns it off; SetFit draws 40 (20 iterations)")
+    contrastive_max_pairs: int = option(4000, "train.contrastive_pairs: at most this many pairs in all")
+    contrastive_window: int = option(254, "train.contrastive_pairs: tokens of a document each side of a pair reads, "
+                                     "a window at a random place drawn anew for every pair")
+    contrastive_learning_rate: float = option(2e-5, "train.contrastive_pairs: the backbone's AdamW learning rate "
+                                              "in that stage (SetFit's default)")
     init_from: str | None = option(None, "start from an earlier model: a run folder (its best/) or a saved model "
                                    "folder with the same labels and backbone architecture; its backbone, and its "
                                    "pooler and head where the shapes match, replace the new initialisation; null: "
@@ -253,7 +263,7 @@ class TrainConfig:
         if self.init_from is not None and not self.init_from.strip():
             out.append(f"{path}.init_from must name an earlier run folder or a saved model folder, or be null")
         for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs",
-                     "log_every_steps"):
+                     "log_every_steps", "contrastive_max_pairs", "contrastive_window"):
             if getattr(self, name) < 1:
                 out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_steps", "eval_every_steps", "early_stopping_patience"):
@@ -261,6 +271,11 @@ class TrainConfig:
             if value is not None and value < 1:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
         out += optimiser_problems(self, path)
+        if self.contrastive_pairs < 0:
+            out.append(f"{path}.contrastive_pairs must be >= 0 (0 turns the contrastive stage off), got "
+                       f"{self.contrastive_pairs}")
+        if not self.contrastive_learning_rate > 0:
+            out.append(f"{path}.contrastive_learning_rate must be > 0, got {self.contrastive_learning_rate}")
         if self.unit_loss_weight < 0:
             out.append(f"{path}.unit_loss_weight must be >= 0, got {self.unit_loss_weight}")
         if not 0 < self.layer_decay <= 1:

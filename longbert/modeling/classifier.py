@@ -63,6 +63,9 @@ class LongDocumentClassifier(nn.Module):
         self.dropout = nn.Dropout(settings.classifier_dropout)
         self.head = nn.Linear(backbone.config.hidden_size, len(settings.label_names))
         self.notes: list[str] = []
+        # The backbone's weights are no longer those settings.backbone names (train.init_from loaded trained ones
+        # into it), so a saved folder must hold them even where the backbone stays frozen.
+        self.backbone_weights_changed = False
         # what `longbert train` knew about this model (longbert.modeling.card.TrainingFacts), if any
         self.training_facts = None
         # a hybrid model's TF-IDF half (longbert.modeling.lexical.LexicalModel), mixed into `forward`'s output

@@ -57,7 +57,8 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
     from longbert.hf.config import LongbertConfig
     from longbert.modeling.ensemble import save_ensemble
 
-    reference = portable_reference(model.settings.backbone)
+    # A backbone whose weights are not its name's (train.init_from loaded trained ones) is saved, whatever the mode.
+    reference = None if model.backbone_weights_changed else portable_reference(model.settings.backbone)
     settings = dataclasses.replace(model.settings, backbone=reference or SAVED_IN_FOLDER)
     # A folder holding other files than an earlier model's is refused, not replaced with all it holds.
     with atomic_folder(directory, CONFIG_FILE, "model folder") as staging:

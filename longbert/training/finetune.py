@@ -43,6 +43,7 @@ from longbert.training.checkpoint import (
     save_checkpoint,
     trainable_weights,
 )
+from longbert.training.contrastive import train_contrastive_stage
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
@@ -87,14 +88,16 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     check_tracker(recipe.train.report_to)
     source = open_init_from(recipe)  # train.init_from, checked before the run folder is touched
     with open_run(run_dir, recipe, resume, stop) as resuming:
-        head_stage = None
+        stages = {}
+        if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
+            stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop)
         if recipe.train.head_first:  # the pooler and head first, on the frozen backbone; the whole model from there
             def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:
                 return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
                               untrained_allowed=True).metrics
 
-            head_stage, source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
-        return _train(recipe, run_dir, resuming, command, stop, data, source, head_stage)
+            stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
+        return _train(recipe, run_dir, resuming, command, stop, data, source, stages)
 
 
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
@@ -124,7 +127,7 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
-           data=None, source=None, head_stage: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
+           data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
     from accelerate.utils import set_seed
 
     from longbert.modeling.card import TrainingFacts
@@ -144,7 +147,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
     try:
         state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, class_weights,
-                                  started_trained=started_from is not None)
+                                  started_trained=source is not None and source.head_trained)
     finally:
         if tracker is not None:
             accelerator.end_training()
@@ -156,7 +159,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
                                                  started_from)
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
-    metrics = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, head_stage)
+    metrics = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
     test_and_write_results(recipe, run_dir, core, corpus, metrics, validation_raw, accelerator)
     return TrainResult(run_dir, metrics)
 

@@ -29,7 +29,8 @@ def head_stage_recipe(recipe, run_dir: Path):
     model). train.max_steps caps the end-to-end stage only: the head stage's length is frozen_head_epochs."""
     head = dataclasses.replace(recipe, output_dir=str(run_dir / HEAD_STAGE),
                                model=dataclasses.replace(recipe.model, finetune="frozen"),
-                               train=dataclasses.replace(recipe.train, head_first=False, max_steps=None),
+                               train=dataclasses.replace(recipe.train, head_first=False, max_steps=None,
+                                                         contrastive_pairs=0),
                                data=dataclasses.replace(recipe.data, test_split=None))
     head.strategy = dataclasses.replace(recipe.strategy)  # its own copy: building a model resolves token_pooling
     return head

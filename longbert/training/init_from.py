@@ -32,6 +32,9 @@ class InitSource:
     path: str  # train.init_from as the recipe gives it
     folder: Path  # the model folder it names (a run folder's best/)
     settings: object  # that folder's ModelSettings
+    # Whether its pooler and head were trained (a contrastive stage's were not): a run starting from trained ones
+    # validates them at step 0 as a candidate to keep.
+    head_trained: bool = True
 
 
 def open_init_from(recipe) -> InitSource | None:
@@ -100,7 +103,7 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
 
     if source is None:
         return LongDocumentClassifier.from_recipe(recipe, label_names, loaded=loaded), None
-    from longbert.modeling.folder import wrap_lora
+    from longbert.modeling.folder import backbone_is_saved, wrap_lora
     from longbert.strategies.base import lora_modules_to_save
 
     check_labels(source, label_names)
@@ -115,6 +118,8 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
     head = model.head_state()
     into_head = {k for k, v in earlier_head.items() if k in head and head[k].shape == v.shape}
     model.load_head_state({**head, **{k: earlier_head[k] for k in into_head}})
+    # The earlier backbone's own weights (fine-tuned, pretrained, or LoRA merged), not its name's: saved with the model.
+    model.backbone_weights_changed = bool(into_backbone) and (merged or backbone_is_saved(source.settings))
     kept = ([f"backbone.{k}" for k in model.backbone.state_dict() if k not in into_backbone]
             + [k for k in head if k not in into_head])
     if lora:

@@ -46,7 +46,7 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
 
 
 def run_metrics(recipe: Recipe, core, corpus, state: LoopState, command: str | None, started_from, precision: str,
-                 cache_seconds: float, head_stage: dict | None) -> dict:
+                 cache_seconds: float, stages: dict) -> dict:
     """What metrics.json holds, but the test metrics."""
     metrics = {
         "recipe": recipe.name,
@@ -60,9 +60,10 @@ def run_metrics(recipe: Recipe, core, corpus, state: LoopState, command: str | N
         "data": corpus.stats,
         "label_names": corpus.label_names,
         "trainable_parameters": core.trainable_parameters(),
-        # With train.head_first, the head stage's time too: what the whole recipe took to train.
-        "train_seconds": cache_seconds + state.train_seconds + (head_stage["train_seconds"] if head_stage else 0.0),
-        **({"head_stage": head_stage} if head_stage else {}),
+        # With the stages before the main one (train.contrastive_pairs, train.head_first), their time too: what the
+        # whole recipe took to train.
+        "train_seconds": cache_seconds + state.train_seconds + sum(s["train_seconds"] for s in stages.values()),
+        **stages,  # contrastive_stage, head_stage: what each stage did
         "steps": state.global_step,
         "best_step": state.best_step,
         "best_validation": state.best_metric,
