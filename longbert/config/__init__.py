@@ -24,6 +24,7 @@ from longbert.config.finetune import (
     BackboneConfig,
     DataConfig,
     EvalConfig,
+    FinetuneMode,
     LoraConfig,
     ModelConfig,
     ProblemType,
@@ -63,7 +64,7 @@ __all__ = [
     "FINETUNE_MODES", "PROBLEM_TYPES", "BEST_METRICS", "SINGLE_LABEL_METRICS", "MULTI_LABEL_METRICS", "TRACKERS",
     "CLASS_WEIGHTS", "THRESHOLD_TUNING",
     # the problem type
-    "ProblemType", "SINGLE_LABEL", "MULTI_LABEL", "is_multi_label",
+    "ProblemType", "FinetuneMode", "SINGLE_LABEL", "MULTI_LABEL", "is_multi_label",
     # pretraining recipes
     "PretrainRecipe", "PretrainDataConfig", "MaskingConfig", "PretrainTrainConfig", "load_pretrain_recipe",
     "pretrain_recipe_from_dict",

@@ -24,7 +24,9 @@ from longbert.config.optim import max_grad_norm_option, mixed_precision_option, 
 from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option
 
-FINETUNE_MODES = ("full", "lora", "frozen")
+# How much of the model trains, as recipes and longbert_config.json spell it.
+FinetuneMode = Literal["full", "lora", "frozen"]
+FINETUNE_MODES = get_args(FinetuneMode)  # the choices a recipe is checked against
 BEST = "best"  # <output_dir>/best: a run's kept model, written by training, read wherever a run folder means a model
 # The problem type, as recipes, longbert_config.json and results.json spell it; `is_multi_label` is the one test of it.
 ProblemType = Literal["single_label", "multi_label"]
@@ -56,6 +58,9 @@ class DataConfig:
     text_column: str = option("text", "column holding the document text")
     label_column: str = option("label", "column holding the label (an int index, a label name, or a list of them for "
                                "multi-label)")
+    unlabelled_split: str | None = option(None, "a split of documents without labels (IMDb's unsupervised) that "
+                                          "train.self_training_documents draws from; its labels, if any, are "
+                                          "ignored")
     id_column: str | None = option("id", "column of document ids, copied into prediction files when the data has it "
                                    "(else the row index)")
     label_names: list[str] | None = option(None, "class names in index order; null reads them from the data")
@@ -157,7 +162,7 @@ class LoraConfig:
 class ModelConfig:
     problem_type: ProblemType = option(SINGLE_LABEL, "single_label (softmax over classes) or multi_label (one "
                                        "sigmoid per class)")
-    finetune: str = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached "
+    finetune: FinetuneMode = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached "
                            "embeddings, head only)")
     classifier_dropout: float = option(0.1, "dropout before the classification head")
     lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
@@ -253,6 +258,13 @@ class TrainConfig:
                                      "a window at a random place drawn anew for every pair")
     contrastive_learning_rate: float = option(2e-5, "train.contrastive_pairs: the backbone's AdamW learning rate "
                                               "in that stage (SetFit's default)")
+    self_training_documents: int = option(0, "self-training: a teacher (this recipe without it, in the run's "
+                                          "self_training/) labels this many documents drawn from "
+                                          "data.unlabelled_split, and those it labels with probability >= "
+                                          "self_training_threshold (as many per class as of the rarest) join the "
+                                          "training documents; 0 turns it off")
+    self_training_threshold: float = option(0.9, "train.self_training_documents: the teacher's probability a "
+                                            "pseudo-label needs")
     init_from: str | None = option(None, "start from an earlier model: a run folder (its best/) or a saved model "
                                    "folder with the same labels and backbone architecture; its backbone, and its "
                                    "pooler and head where the shapes match, replace the new initialisation; null: "
@@ -276,6 +288,11 @@ class TrainConfig:
                        f"{self.contrastive_pairs}")
         if not self.contrastive_learning_rate > 0:
             out.append(f"{path}.contrastive_learning_rate must be > 0, got {self.contrastive_learning_rate}")
+        if self.self_training_documents < 0:
+            out.append(f"{path}.self_training_documents must be >= 0 (0 turns self-training off), got "
+                       f"{self.self_training_documents}")
+        if not 0 < self.self_training_threshold < 1:
+            out.append(f"{path}.self_training_threshold must be in (0, 1), got {self.self_training_threshold}")
         if self.unit_loss_weight < 0:
             out.append(f"{path}.unit_loss_weight must be >= 0, got {self.unit_loss_weight}")
         if not 0 < self.layer_decay <= 1:
@@ -313,6 +330,12 @@ class Recipe(RecipeCompletion):
         if self.train.best_metric in (SINGLE_LABEL_METRICS if multi_label else MULTI_LABEL_METRICS):
             out.append(f"train.best_metric {self.train.best_metric} is not measured for model.problem_type "
                        f"{self.model.problem_type}")
+        if self.train.self_training_documents and self.data.unlabelled_split is None:
+            out.append("train.self_training_documents needs data.unlabelled_split: the split of unlabelled documents "
+                       "the teacher labels")
+        if self.train.self_training_documents and multi_label:
+            out.append("train.self_training_documents is for single-label problems; set it to 0 for "
+                       "model.problem_type multi_label")
         if self.train.head_first and self.model.finetune == "frozen":
             out.append("train.head_first trains the head before the backbone; with model.finetune frozen the backbone "
                        "never trains: set model.finetune to full or lora, or head_first to false")

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longbert.config import FINETUNE_MODES, PROBLEM_TYPES, SINGLE_LABEL, LoraConfig, ProblemType, build
+from longbert.config import (
+    FINETUNE_MODES,
+    PROBLEM_TYPES,
+    SINGLE_LABEL,
+    FinetuneMode,
+    LoraConfig,
+    ProblemType,
+    build,
+)
 from longbert.errors import LongbertError
 from longbert.strategies.base import REGISTRY, PassBudget
 from longbert.utils.fields import one_of, option
@@ -42,7 +50,7 @@ class ModelSettings:
     budget: PassBudget = option(None, "how much goes through the backbone in one pass", default_factory=PassBudget)
     strategy: Any = option(None, "the strategy's settings; `name` picks it")
     problem_type: ProblemType = option(SINGLE_LABEL, "single_label or multi_label")
-    finetune: str = option("full", "full, lora or frozen")
+    finetune: FinetuneMode = option("full", "full, lora or frozen")
     classifier_dropout: float = option(0.1, "dropout before the classification head")
     lora: LoraConfig = option(None, "LoRA settings, used when finetune is lora", default_factory=LoraConfig)
     max_document_tokens: int = option(16384, "per-document token cap applied when tokenizing texts")

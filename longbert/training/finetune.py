@@ -44,11 +44,13 @@ from longbert.training.checkpoint import (
     trainable_weights,
 )
 from longbert.training.contrastive import train_contrastive_stage
+from longbert.training.frozen import cache_splits
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_results import restore_kept_model, run_metrics, test_and_write_results
-from longbert.training.runs import BEST, CHECKPOINT, RECIPE, open_run
+from longbert.training.runs import BEST, CHECKPOINT, RECIPE, SELF_TRAINING, open_run
+from longbert.training.self_training import PSEUDO_FILE, add_pseudo_labelled, train_teacher
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.hardware import adamw
@@ -88,16 +90,31 @@ def train(recipe: Recipe, resume: bool = False, command: str | None = None,
     check_tracker(recipe.train.report_to)
     source = open_init_from(recipe)  # train.init_from, checked before the run folder is touched
     with open_run(run_dir, recipe, resume, stop) as resuming:
-        stages = {}
-        if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
-            stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop)
-        if recipe.train.head_first:  # the pooler and head first, on the frozen backbone; the whole model from there
-            def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:
-                return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
-                              untrained_allowed=True).metrics
+        return _train_in_stages(recipe, run_dir, resuming, command, stop, data, source)
 
-            stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
-        return _train(recipe, run_dir, resuming, command, stop, data, source, stages)
+
+def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest, data,
+                     source) -> TrainResult:
+    """The stages a recipe asks for, in order, each starting from what the one before left, then the run itself:
+    contrastive tuning of the backbone (train.contrastive_pairs), a teacher that pseudo-labels unlabelled documents
+    (train.self_training_documents; itself trained in stages), the pooler and head alone (train.head_first)."""
+    stages, pseudo_labels = {}, None
+    if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
+        stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop)
+    if recipe.train.self_training_documents:  # a teacher from the same start; its confident labels join training
+        def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> dict:
+            return _train_in_stages(teacher, Path(teacher.output_dir), resume_teacher, command, stop, data,
+                                    source).metrics
+
+        stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher)
+        pseudo_labels = run_dir / SELF_TRAINING / PSEUDO_FILE
+    if recipe.train.head_first:  # the pooler and head first, on the frozen backbone; the whole model from there
+        def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:
+            return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
+                          untrained_allowed=True, pseudo_labels=pseudo_labels).metrics
+
+        stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
+    return _train(recipe, run_dir, resume, command, stop, data, source, stages, pseudo_labels=pseudo_labels)
 
 
 def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
@@ -127,7 +144,8 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
-           data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
+           data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False,
+           pseudo_labels: Path | None = None) -> TrainResult:
     from accelerate.utils import set_seed
 
     from longbert.modeling.card import TrainingFacts
@@ -137,8 +155,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     tracker = None if cfg.report_to == "none" else cfg.report_to
     accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
     set_seed(recipe.seed)
-    corpus, model, started_from, class_weights = _load_data_and_model(recipe, data, source)
-    cached, cache_seconds = _cache_frozen_units(recipe, model, corpus, accelerator, untrained_allowed)
+    corpus, model, started_from, class_weights = _load_data_and_model(recipe, data, source, pseudo_labels)
+    cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed)
     if accelerator.is_main_process:
         write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
     accelerator.wait_for_everyone()
@@ -164,7 +182,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     return TrainResult(run_dir, metrics)
 
 
-def _load_data_and_model(recipe: Recipe, data, source) -> tuple:
+def _load_data_and_model(recipe: Recipe, data, source, pseudo_labels: Path | None = None) -> tuple:
     """The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
     with that tokenizer; then the model around that backbone. Returns the corpus, the model, what train.init_from
     loaded (None without it) and the loss's class weights (None without model.class_weights)."""
@@ -175,6 +193,8 @@ def _load_data_and_model(recipe: Recipe, data, source) -> tuple:
                                         recipe.backbone.hidden_dropout)
     multi_label = is_multi_label(recipe.model.problem_type)
     corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
+    if pseudo_labels is not None:  # train.self_training_documents: the teacher's pseudo-labelled documents too
+        corpus = add_pseudo_labelled(corpus, pseudo_labels, tokenizer, recipe.data)
     if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
         check_labels(source, corpus.label_names)
     log.info(corpus.summary())
@@ -196,24 +216,6 @@ def _load_data_and_model(recipe: Recipe, data, source) -> tuple:
     if multi_label and not isinstance(threshold, str):
         model.settings.thresholds = [float(threshold)] * len(corpus.label_names)
     return corpus, model, started_from, class_weights
-
-
-def _cache_frozen_units(recipe: Recipe, model, corpus, accelerator, untrained_allowed: bool) -> tuple:
-    """Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote. Returns the
-    unit vectors per split (None when the backbone trains) and the seconds that took."""
-    from longbert.training import frozen
-
-    if not model.frozen:
-        return None, 0.0
-    if not untrained_allowed:  # a head stage leaves such weights (recurrence's biases) to the stage after it
-        frozen.refuse_untrainable(model)
-    model.to(accelerator.device)
-    started = time.perf_counter()
-    cached = {split: frozen.cache_units(model, corpus.splits[split], recipe.eval.batch_size,
-                                        f"caching {split} embeddings") for split in ("train", "validation")}
-    cache_seconds = time.perf_counter() - started
-    log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
-    return cached, cache_seconds
 
 
 def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,

@@ -7,13 +7,18 @@ instead of token ids (see `longbert.evaluation.inference.split_loader`)."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from longbert.errors import LongbertError
 from longbert.strategies.base import Units
 from longbert.strategies.windows import gather_units
 from longbert.utils.hardware import autocast_for
+from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
+
+log = main_process_logger(__name__)  # on the main process only
 
 
 @torch.no_grad()
@@ -74,3 +79,19 @@ def refuse_untrainable(model) -> None:
             "the document, which frozen mode does once, before training; use model.finetune=lora or full, or turn "
             "that part of the strategy off"
         )
+
+
+def cache_splits(recipe, model, corpus, accelerator, untrained_allowed: bool) -> tuple:
+    """Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote. Returns the
+    unit vectors per split (None when the backbone trains) and the seconds that took."""
+    if not model.frozen:
+        return None, 0.0
+    if not untrained_allowed:  # a head stage leaves such weights (recurrence's biases) to the stage after it
+        refuse_untrainable(model)
+    model.to(accelerator.device)
+    started = time.perf_counter()
+    cached = {split: cache_units(model, corpus.splits[split], recipe.eval.batch_size,
+                                        f"caching {split} embeddings") for split in ("train", "validation")}
+    cache_seconds = time.perf_counter() - started
+    log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
+    return cached, cache_seconds

@@ -26,13 +26,14 @@ from longbert.utils.logs import get_logger
 RECIPE = "recipe.yaml"
 CHECKPOINT = "checkpoint"
 CONTRASTIVE_STAGE = "contrastive_stage"  # train.contrastive_pairs: the backbone tuned on pairs first (.contrastive)
+SELF_TRAINING = "self_training"  # train.self_training_documents: the teacher and its pseudo-labels (.self_training)
 HEAD_STAGE = "head_stage"  # train.head_first: the run of the pooler and head on the frozen backbone, before the rest
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
                CURVES_FILE,
                "logs",  # logs/: what a tracker (train.report_to) writes
                "backbone",  # the encoder a pretraining run (longbert.training.pretrain) writes
-               HEAD_STAGE, CONTRASTIVE_STAGE)
+               HEAD_STAGE, CONTRASTIVE_STAGE, SELF_TRAINING)
 
 
 @contextmanager
