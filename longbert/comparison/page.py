@@ -32,9 +32,8 @@ def build_blocks(results: dict) -> list[tuple]:
     s = results["strategies"]
     data = results["data"]
     budget = results["budget"]
-    splits = data.get("splits") or {}
     blocks: list[tuple] = [("h", 1, f"Which long-document strategy? {results['name']}")]
-    sizes = ", ".join(f"{v['documents']:,} {k}" for k, v in splits.items()) if splits else "see results.json"
+    sizes = _split_sizes(data.get("splits") or {})
     steps = sorted(set(budget["steps"].values()))
     blocks.append(("p", (
         f"{len(names)} {'strategy' if len(names) == 1 else 'strategies'} ({', '.join(names)}) trained and "
@@ -217,6 +216,14 @@ def _settings_blocks(results: dict) -> list[tuple]:
         "mixed precision: " + ", ".join(f"{n} {s[n]['mixed_precision']}" for n in names),
     ]), ("code", results["command"])]
     return blocks
+
+
+def _split_sizes(splits: dict) -> str:
+    """'200 validation, 100 train (and 1,572 pseudo-labelled by a teacher), 2,000 test' from the runs' data stats."""
+    if not splits:
+        return "see results.json"
+    return ", ".join(f"{v['documents']:,} {k}" + (f" (and {v['pseudo_labelled']:,} pseudo-labelled by a teacher)"
+                                                  if v.get("pseudo_labelled") else "") for k, v in splits.items())
 
 
 def _seeds_text(budget: dict) -> str:

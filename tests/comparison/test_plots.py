@@ -104,3 +104,14 @@ def test_the_page_counts_its_strategies_in_words_that_agree():
     three = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
     assert build_blocks(one)[1][1].startswith("1 strategy (bigbird) trained")
     assert build_blocks(three)[1][1].startswith("3 strategies (chunk, bigbird, recurrence) trained")
+
+
+def test_the_page_counts_the_pseudo_labelled_training_documents_apart():
+    """A run with train.self_training_documents trained on its labelled documents and a teacher's pseudo-labelled
+    ones: the page's first line says both (imdb_selftrain-n100: 100 labelled, 1,572 pseudo-labelled)."""
+    from longbert.comparison.page import build_blocks
+
+    results = json.loads((REPORT.parent.parent / "imdb_selftrain-n100" / "results.json").read_text())
+    assert "100 train (and 1,572 pseudo-labelled by a teacher), 2,000 test" in build_blocks(results)[1][1]
+    plain = json.loads((REPORT.parent.parent / "imdb_curve_setfit-n100" / "results.json").read_text())
+    assert "pseudo-labelled" not in build_blocks(plain)[1][1]
