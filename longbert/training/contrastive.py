@@ -95,10 +95,11 @@ def stage_recipe(recipe, run_dir: Path):
                                train=dataclasses.replace(recipe.train, contrastive_pairs=0, head_first=False))
 
 
-def train_contrastive_stage(recipe, run_dir: Path, source, stop):
+def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
     """Run the stage (or read it where a resumed run finished it). Returns what the run records of it ({pairs,
     steps, train_seconds, first_loss, last_loss}) and the InitSource the rest of the run starts from: the tuned
-    model. `source`: what train.init_from names, if anything (the stage starts from it)."""
+    model. `source`: what train.init_from names, if anything (the stage starts from it). `data`: the documents in
+    memory that `train` was given instead of data.path, if any."""
     from accelerate.utils import set_seed
 
     from longbert.training.accelerator import start_accelerator
@@ -111,7 +112,7 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop):
     if not (folder / SUMMARY_FILE).is_file() and accelerator.is_main_process:
         log.info(f"train.contrastive_pairs: tuning the backbone on pairs of training documents first, in {folder}")
         set_seed(recipe.seed)
-        summary = _tune(stage, recipe.train, source, accelerator, stop)
+        summary = _tune(stage, recipe.train, source, accelerator, stop, data)
         if summary is None:
             raise TrainingInterrupted("the contrastive stage stopped on request; nothing of it was kept: start "
                                       "the run again (it takes minutes)")
@@ -121,7 +122,7 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop):
     return summary, dataclasses.replace(open_init_from(started), head_trained=False)  # its head never trained
 
 
-def _tune(stage, cfg, source, accelerator, stop) -> dict | None:
+def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
     """The stage's loop, top to bottom; writes the tuned model and its summary. None when `stop` was set."""
     from longbert.config import is_multi_label
     from longbert.data.documents import load_corpus
@@ -134,7 +135,7 @@ def _tune(stage, cfg, source, accelerator, stop) -> dict | None:
 
     loaded = load_backbone(stage.backbone.name, stage.backbone.attention_dropout, stage.backbone.hidden_dropout)
     corpus = load_corpus(stage.data, loaded[1], stage.seed, is_multi_label(stage.model.problem_type),
-                         roles=["train"])
+                         source=data, roles=["train"])
     model, _ = build_model(stage, corpus.label_names, loaded, source)
     backbone = model.backbone.to(accelerator.device)
     pooling = getattr(model.settings.strategy, "token_pooling", None) or backbone_token_pooling(backbone)[0]

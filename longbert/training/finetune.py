@@ -100,13 +100,13 @@ def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str |
     (train.self_training_documents; itself trained in stages), the pooler and head alone (train.head_first)."""
     stages, pseudo_labels = {}, None
     if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
-        stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop)
+        stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop, data)
     if recipe.train.self_training_documents:  # a teacher from the same start; its confident labels join training
         def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> dict:
             return _train_in_stages(teacher, Path(teacher.output_dir), resume_teacher, command, stop, data,
                                     source).metrics
 
-        stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher)
+        stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher, data)
         pseudo_labels = run_dir / SELF_TRAINING / PSEUDO_FILE
     if recipe.train.head_first:  # the pooler and head first, on the frozen backbone; the whole model from there
         def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:

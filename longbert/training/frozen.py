@@ -90,8 +90,8 @@ def cache_splits(recipe, model, corpus, accelerator, untrained_allowed: bool) ->
         refuse_untrainable(model)
     model.to(accelerator.device)
     started = time.perf_counter()
-    cached = {split: cache_units(model, corpus.splits[split], recipe.eval.batch_size,
-                                        f"caching {split} embeddings") for split in ("train", "validation")}
+    cached = {split: cache_units(model, corpus.splits[split], recipe.eval.batch_size, f"caching {split} embeddings")
+              for split in ("train", "validation")}
     cache_seconds = time.perf_counter() - started
     log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")
     return cached, cache_seconds

@@ -56,12 +56,13 @@ def choose_confident(probabilities: np.ndarray, threshold: float) -> list[int]:
     return sorted(int(r) for rows in by_class for r in rows[:keep])
 
 
-def unlabelled_texts(data, count: int, seed: int) -> list[str]:
-    """`count` texts drawn (seeded) from data.unlabelled_split (all of them when it has fewer); empty ones left out."""
+def unlabelled_texts(data, count: int, seed: int, documents=None) -> list[str]:
+    """`count` texts drawn (seeded) from data.unlabelled_split (all of them when it has fewer); empty ones left out.
+    `documents`: the object in memory the run was given instead of data.path, if any (the split is one of its)."""
     from longbert.data.sources import load_raw_splits
 
     split = data.unlabelled_split
-    raw, _ = load_raw_splits(data, [split])
+    raw, _ = load_raw_splits(data, [split], source=documents)
     table = raw[split]
     if data.text_column not in table.column_names:
         raise LongbertError(f"data.unlabelled_split {split!r} has no text column {data.text_column!r}; columns: "
@@ -71,11 +72,11 @@ def unlabelled_texts(data, count: int, seed: int) -> list[str]:
     return [t for t in texts if isinstance(t, str) and t.strip()]
 
 
-def train_teacher(recipe, run_dir: Path, source, stop, run: Callable[..., dict]) -> dict:
+def train_teacher(recipe, run_dir: Path, source, stop, run: Callable[..., dict], data=None) -> dict:
     """Train the teacher (or read it where a resumed run finished it) and write its pseudo-labels. `run(recipe,
     resume, source) -> metrics` trains a recipe with the fine-tuning loop. Returns what the run records of the
     stage: {train_seconds (the teacher's training and labelling), unlabelled, kept, per_class, threshold,
-    teacher_validation}."""
+    teacher_validation}. `data`: the documents in memory that `train` was given, if any."""
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.training.checkpoint import is_finished
     from longbert.training.runs import CHECKPOINT
@@ -91,7 +92,7 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable[..., dict])
     with open_run(folder, teacher, is_finished(folder / CHECKPOINT), stop) as resuming:
         metrics = run(teacher, resuming, source)
     started = time.perf_counter()
-    texts = unlabelled_texts(recipe.data, recipe.train.self_training_documents, recipe.seed)
+    texts = unlabelled_texts(recipe.data, recipe.train.self_training_documents, recipe.seed, data)
     model = LongDocumentClassifier.from_pretrained(folder / BEST)
     rows = model.predict(texts, batch_size=recipe.eval.batch_size)
     names = model.label_names

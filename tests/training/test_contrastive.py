@@ -114,3 +114,13 @@ def test_a_stop_in_the_stage_keeps_nothing_and_a_resumed_run_does_not_tune_again
 def test_bad_contrastive_settings_are_named(setting, message):
     with pytest.raises(LongbertError, match=message):
         longbert.load_recipe(None, [setting])
+
+
+@pytest.mark.heavy
+def test_documents_given_in_memory_reach_the_stage(tiny_recipe, imdb_slice):
+    import pandas as pd
+
+    data = {split: pd.read_json(imdb_slice / f"{split}.jsonl", lines=True) for split in ("train", "test")}
+    recipe = longbert.load_recipe(None, tiny_recipe + CONTRASTIVE + ["data.path=nowhere-at-all", "train.max_steps=2"])
+    metrics = longbert.train(recipe, data=data).metrics
+    assert metrics["contrastive_stage"]["pairs"] == 24 and metrics["steps"] == 2
