@@ -8,9 +8,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from pathlib import Path
+from typing import Literal
 
 from longbert.comparison.rows import release_memory
 from longbert.errors import LongbertError
+
+# What a strategy's run folder allows, decided when its turn comes (`plan_runs`).
+PlanAction = Literal["reuse", "resume", "restart", "train"]
 
 
 def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[str]]:
@@ -112,12 +116,13 @@ def preflight(recipes: dict, plan: dict[str, str]) -> None:
     _raise_problems(problems, list(recipes))
 
 
-def plan_runs(recipes: dict) -> dict[str, str]:
+def plan_runs(recipes: dict) -> dict[str, PlanAction]:
     """strategy -> 'reuse', 'resume', 'restart' or 'train', from what its run folder holds. A folder holding a run
     with a different recipe is an error (raised for every such folder at once, before anything trains)."""
     from longbert.config import recipe_to_yaml
 
-    plan, problems = {}, []
+    plan: dict[str, PlanAction] = {}
+    problems = []
     for strategy, recipe in recipes.items():
         run_dir = Path(recipe.output_dir)
         saved = run_dir / "recipe.yaml"

@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Literal
 
 from longbert.config import is_multi_label
 from longbert.utils.logs import get_logger
 
 BASELINE_FILE = "tfidf-baseline.json"
+# How a strategy's row came to be, as the report's settings table says: its run reused, resumed or trained.
+RunStatus = Literal["reused", "resumed", "trained"]
 
 
 def say(message: str) -> None:
@@ -32,9 +35,11 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
 
     run_dir = Path(recipe.output_dir)
     action = plan_runs({strategy: recipe})[strategy]
+    status: RunStatus
     if action == "reuse":
         say(f"{counter} {strategy}: finished run in {run_dir} has the same recipe; reused")
-        return {"status": "reused", "metrics": json.loads((run_dir / "metrics.json").read_text())}
+        status = "reused"
+        return {"status": status, "metrics": json.loads((run_dir / "metrics.json").read_text())}
     refuse_if_in_use(strategy, run_dir)
     if action == "restart":
         say(f"{counter} {strategy}: {run_dir} stopped before its first checkpoint; training it again")
@@ -47,7 +52,8 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
     except TrainingInterrupted as error:
         raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
                                   "command again to continue where it stopped") from None
-    return {"status": "resumed" if action == "resume" else "trained", "metrics": result.metrics}
+    status = "resumed" if action == "resume" else "trained"
+    return {"status": status, "metrics": result.metrics}
 
 
 def refuse_if_in_use(strategy: str, run_dir: Path) -> None:
