@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from longbert.training.init_from import open_init_from
-from longbert.training.optim import warmup_then_decay
+from longbert.training.optim import optimizer_step, warmup_then_decay
 from longbert.training.runs import CONTRASTIVE_STAGE
 from longbert.utils.logs import get_logger
 
@@ -160,11 +160,7 @@ def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
         with accelerator.autocast():
             loss = pair_loss(backbone, sides[0], sides[1], targets, pooling)  # forward
         loss.backward()  # backward
-        if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(backbone.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
+        optimizer_step(accelerator, backbone, optimizer, scheduler, cfg.max_grad_norm)  # clip, step, schedule
         losses.append(loss.item())
         if (step + 1) % cfg.log_every_steps == 0:
             get_logger(__name__).info(f"contrastive step {step + 1}/{steps}: loss "
