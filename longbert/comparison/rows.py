@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from longbert.config import is_multi_label
 from longbert.utils.logs import get_logger
@@ -17,12 +17,17 @@ BASELINE_FILE = "tfidf-baseline.json"
 RunStatus = Literal["reused", "resumed", "trained"]
 
 
+class StrategyRun(TypedDict):
+    status: RunStatus
+    metrics: dict  # the run's metrics.json
+
+
 def say(message: str) -> None:
     """A progress line of compare's on stderr (stdout stays for the summary)."""
     get_logger(__name__).info(f"compare: {message}")
 
 
-def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -> dict:
+def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -> StrategyRun:
     """Train, reuse or continue one strategy's run, as its folder decides now (`plan.plan_runs`: 'reuse', 'resume',
     'restart' or 'train'); `counter` ('[1/3]') prefixes what is said. Returns {'status': reused/resumed/trained,
     'metrics'}.
@@ -35,11 +40,9 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
 
     run_dir = Path(recipe.output_dir)
     action = plan_runs({strategy: recipe})[strategy]
-    status: RunStatus
     if action == "reuse":
         say(f"{counter} {strategy}: finished run in {run_dir} has the same recipe; reused")
-        status = "reused"
-        return {"status": status, "metrics": json.loads((run_dir / "metrics.json").read_text())}
+        return {"status": "reused", "metrics": json.loads((run_dir / "metrics.json").read_text())}
     refuse_if_in_use(strategy, run_dir)
     if action == "restart":
         say(f"{counter} {strategy}: {run_dir} stopped before its first checkpoint; training it again")
@@ -52,8 +55,7 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
     except TrainingInterrupted as error:
         raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
                                   "command again to continue where it stopped") from None
-    status = "resumed" if action == "resume" else "trained"
-    return {"status": status, "metrics": result.metrics}
+    return {"status": "resumed" if action == "resume" else "trained", "metrics": result.metrics}
 
 
 def refuse_if_in_use(strategy: str, run_dir: Path) -> None:
