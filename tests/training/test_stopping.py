@@ -91,3 +91,35 @@ def test_three_quick_ctrl_c_end_train_with_130_and_no_traceback(tiny_recipe, tmp
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert "interrupted" in stderr or "stopped:" in stderr, stderr
+
+
+def test_a_process_of_several_leaves_with_the_status_its_command_has(monkeypatch):
+    """Under torchrun a command tears its process group down and leaves at once (gloo's threads would otherwise be
+    destroyed unjoined at the interpreter's exit and abort the process): with 0 when it succeeds, with the status of
+    its one-line error when it fails; an unexpected error keeps its traceback."""
+    import typer
+
+    import longbert.commands
+    from longbert.errors import LongbertError
+
+    left = []
+    monkeypatch.setattr(longbert.commands, "end_process_group", lambda: True)
+    monkeypatch.setattr(longbert.commands, "leave_after_process_group", left.append)
+
+    assert longbert.commands.run_command(lambda: "done") == "done"
+
+    def refused():
+        raise LongbertError("no such run")
+
+    with pytest.raises(typer.Exit):
+        longbert.commands.run_command(refused)
+
+    def broken():
+        raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        longbert.commands.run_command(broken)
+    assert left == [0, 2]
+    monkeypatch.setattr(longbert.commands, "end_process_group", lambda: False)  # one process: a normal exit
+    longbert.commands.run_command(lambda: None)
+    assert left == [0, 2]
