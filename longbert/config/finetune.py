@@ -77,6 +77,10 @@ class DataConfig:
     test_longer_than: int = option(0, "evaluate only the test documents longer than this many tokens ([CLS]/[SEP] "
                                    "included; 512: every document truncation cuts), before any subset is drawn; 0 "
                                    "keeps all")
+    validation_longer_than: int = option(0, "select checkpoints and rows only on the validation documents longer "
+                                         "than this many tokens (as data.test_longer_than), so that validation "
+                                         "resembles a test of long documents; the carving of train is unchanged, so "
+                                         "the training documents are the same; 0 keeps all")
     max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut "
                                       "is reported")
     seed: int | None = option(None, "seed of the data's carving and subsets; null: the recipe's seed. Pinned, runs "
@@ -92,8 +96,9 @@ class DataConfig:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
         if self.max_document_tokens < 1:
             out.append(f"{path}.max_document_tokens must be >= 1, got {self.max_document_tokens}")
-        if self.test_longer_than < 0:
-            out.append(f"{path}.test_longer_than must be >= 0, got {self.test_longer_than}")
+        for name in ("test_longer_than", "validation_longer_than"):
+            if getattr(self, name) < 0:
+                out.append(f"{path}.{name} must be >= 0, got {getattr(self, name)}")
         if self.label_names is not None and len(set(self.label_names)) != len(self.label_names):
             out.append(f"{path}.label_names has duplicates: {short_repr(self.label_names)}")
         return out

@@ -26,6 +26,7 @@ LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">102
 # BATCH_CHARS, so tokenizing stays within a bounded memory however long a document is (see tokenize_documents).
 # With data.nested_train, the training subset is a prefix of one order drawn from the seed and this stream number.
 NESTED_TRAIN_STREAM = 1
+LONG_VALIDATION_STREAM = 2  # data.validation_longer_than's draw
 PIECE_CHARS = 100_000
 BATCH_CHARS = 1_000_000
 CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, where tokenizers split words anyway
@@ -200,8 +201,16 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
         split = sources[role]
         tokenized = None  # {row: (ids, length)} of a whole split tokenized to select by length
         if role == "test" and data.test_longer_than and (roles is None or role in roles):
-            rows, tokenized = _longer_than(data, tokenizer, splits[split], rows, split)
-        rows = _subsample(data, rows, role, seed, rng)
+            rows, tokenized = _longer_than(data, tokenizer, splits[split], rows, f"split {split!r}", "test")
+        drawn = _subsample(data, rows, role, seed, rng)
+        if role == "validation" and data.validation_longer_than and (roles is None or role in roles):
+            # Drawn from a generator of its own: the draw above moved `rng` as it does without the option, so the
+            # test documents drawn after it stay the same and runs with and without long validation pair.
+            where = (f"split {split!r}" if validation_split else
+                     f"the validation carved from split {data.train_split!r}")
+            rows, tokenized = _longer_than(data, tokenizer, splits[split], rows, where, "validation")
+            drawn = _subsample(data, rows, role, seed, np.random.default_rng([seed, LONG_VALIDATION_STREAM]))
+        rows = drawn
         if role == "train":
             check_classes([labels[split][i] for i in rows], names,
                            "training documents (after carving validation and data.max_train_documents)")
@@ -282,21 +291,24 @@ def _carve(data, splits: dict, labels: dict, validation_split: str | None, seed:
         described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
     if data.test_split and data.test_longer_than:
         described["test"] = f"{data.test_split}, documents over {data.test_longer_than} tokens"
+    if data.validation_longer_than:
+        described["validation"] += f", documents over {data.validation_longer_than} tokens"
     return chosen, sources, described
 
 
-def _longer_than(data, tokenizer, dataset, rows, split: str):
-    """(the rows over data.test_longer_than tokens, {row: (ids, length)} of the whole split, tokenized to find them)."""
+def _longer_than(data, tokenizer, dataset, rows, where: str, role: str):
+    """(the rows over data.<role>_longer_than tokens, {row: (ids, length)} of every one of `rows`, tokenized to find
+    them); `where`: the documents `rows` are, as an error names them."""
     import numpy as np
 
-    every = list(dataset[data.text_column])
-    tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, every, data.max_document_tokens))))
-    rows = np.array([r for r in rows.tolist() if tokenized[r][1] > data.test_longer_than], dtype=np.int64)
-    if not len(rows):
-        raise LongbertError(f"data.test_longer_than={data.test_longer_than}: no document of split "
-                            f"{split!r} is that long (its longest has {max(n for _, n in tokenized.values())} "
-                            "tokens)")
-    return rows, tokenized
+    longer_than = getattr(data, f"{role}_longer_than")
+    texts = list(dataset.select(rows)[data.text_column])
+    tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, texts, data.max_document_tokens))))
+    kept = np.array([r for r in rows.tolist() if tokenized[r][1] > longer_than], dtype=np.int64)
+    if not len(kept):
+        raise LongbertError(f"data.{role}_longer_than={longer_than}: no document of {where} is that long (its "
+                            f"longest has {max(n for _, n in tokenized.values())} tokens)")
+    return kept, tokenized
 
 
 def _subsample(data, rows, role: str, seed: int, rng):

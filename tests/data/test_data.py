@@ -27,7 +27,7 @@ def folder(tmp_path):
 
 
 def config(path, **kwargs) -> DataConfig:
-    return DataConfig(path=str(path), validation_fraction=0.25, **kwargs)
+    return DataConfig(path=str(path), **{"validation_fraction": 0.25, **kwargs})
 
 
 def test_folder_of_split_files(folder, tokenizer):
@@ -335,6 +335,31 @@ def test_evaluation_on_long_test_documents_only(tmp_path, tokenizer):
 
     with pytest.raises(LongbertError, match="data.test_longer_than must be >= 0, got -1"):
         load_recipe(None, ["data.test_longer_than=-1"])
+
+
+def test_validation_on_long_documents_only(tmp_path, tokenizer):
+    """data.validation_longer_than keeps validation's documents over that length, drawn from the same carved part of
+    train: the training documents and the test draw are those of a run without it, so the runs pair."""
+    rows = [{"text": ("word " * n).strip(), "label": ["neg", "pos"][i % 2]} for i, n in enumerate(range(5, 165, 2))]
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    write_jsonl(tmp_path / "test.jsonl", rows)
+    settings = dict(validation_fraction=0.5, max_eval_documents=6, max_test_documents=9)
+    plain = load_corpus(config(tmp_path, **settings), tokenizer, seed=3)
+    long = load_corpus(config(tmp_path, validation_longer_than=60, **settings), tokenizer, seed=3)
+    assert long.splits["train"]["text"] == plain.splits["train"]["text"]
+    assert long.splits["test"]["text"] == plain.splits["test"]["text"]
+    assert len(long.splits["validation"]) == 6 and min(long.splits["validation"]["n_tokens"]) > 60
+    assert min(plain.splits["validation"]["n_tokens"]) <= 60  # without it, short ones are drawn too
+    carved = set(load_corpus(config(tmp_path, validation_fraction=0.5), tokenizer, seed=3).splits["validation"]["text"])
+    assert set(long.splits["validation"]["text"]) <= carved, "drawn from the part carved from train, nowhere else"
+    assert long.stats["validation"]["source_split"] == "carved from train (50%), documents over 60 tokens"
+    with pytest.raises(LongbertError, match=r"data.validation_longer_than=500: no document of the validation carved "
+                                            r"from split 'train' is that long \(its longest has \d+ tokens\)"):
+        load_corpus(config(tmp_path, validation_longer_than=500), tokenizer, seed=3)
+    from longbert.config import load_recipe
+
+    with pytest.raises(LongbertError, match="data.validation_longer_than must be >= 0, got -2"):
+        load_recipe(None, ["data.validation_longer_than=-2"])
 
 
 def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_path, monkeypatch):
