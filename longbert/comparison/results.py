@@ -236,13 +236,14 @@ def _class_counts(test_rows: list[dict], label_names: list[str], long_tokens: in
 
 
 def _budget(first, steps: dict[str, int], seeds) -> dict:
-    """The training budget every strategy shared (from the first strategy's recipe), and the steps each took."""
+    """The training budget every strategy shared (from the first strategy's recipe), and the steps each took. A frozen
+    run's epochs are those of its head over the cached units (train.frozen_head_epochs)."""
     return {
         "seed": first.seed,
         "seeds": list(seeds) if seeds else [first.seed],
         "backbone": first.backbone.name,
         "finetune": first.model.finetune,
-        "epochs": first.train.epochs,
+        "epochs": first.train.frozen_head_epochs if first.model.finetune == "frozen" else first.train.epochs,
         "max_steps": first.train.max_steps,
         "batch_size": first.train.batch_size,
         "gradient_accumulation": first.train.gradient_accumulation,

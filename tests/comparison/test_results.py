@@ -35,3 +35,13 @@ def test_accuracy_per_group_for_every_row():
                                  [f"g{k}-1" for k in range(25)]])
 def test_no_table_without_a_design(ids):
     assert accuracy_by_group({"truncate": rows(ids, [1] * len(ids))}) is None
+
+
+def test_the_budget_of_a_frozen_compare_gives_the_epochs_its_head_trained():
+    from longbert.comparison.results import _budget
+    from longbert.config import load_recipe
+
+    full = load_recipe(None, ["train.epochs=3", "train.frozen_head_epochs=30"])
+    frozen = load_recipe(None, ["train.epochs=3", "train.frozen_head_epochs=30", "model.finetune=frozen"])
+    assert _budget(full, {"chunk": 63}, None)["epochs"] == 3
+    assert _budget(frozen, {"chunk": 1890}, None)["epochs"] == 30
