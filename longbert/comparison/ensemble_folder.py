@@ -37,7 +37,8 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
-    from longbert.training.runs import BEST, locked
+    from longbert.training.runs import BEST
+    from longbert.utils.destinations import locked
 
     runs = [Path(r) for r in run_dirs]
     output = Path(output)

@@ -63,7 +63,7 @@ def refuse_if_in_use(strategy: str, run_dir: Path) -> None:
     that folder) holds the run folder's lock; `train` would say it in its own, naming options compare does not
     take. The lock is only tried here, and let go at once."""
     from longbert.errors import LongbertError
-    from longbert.training.runs import locked
+    from longbert.utils.destinations import locked
 
     try:
         with locked(run_dir):

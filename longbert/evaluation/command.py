@@ -42,7 +42,7 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
     from longbert.config import load_recipe, parse_override
     from longbert.data.documents import load_corpus
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.training.runs import locked
+    from longbert.utils.destinations import locked
 
     run_dir = Path(run_dir)
     recipe_file = run_dir / "recipe.yaml"

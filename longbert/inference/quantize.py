@@ -34,7 +34,8 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
     from longbert.config import load_recipe
     from longbert.data.documents import load_corpus
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.training.runs import BEST, locked
+    from longbert.training.runs import BEST
+    from longbert.utils.destinations import locked
 
     run_dir = Path(run_dir)
     recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST

@@ -32,7 +32,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
     tested, the hybrid's test metrics."""
     from longbert.data.documents import load_corpus
     from longbert.evaluation.metrics import compute_metrics
-    from longbert.training.runs import locked
+    from longbert.utils.destinations import locked
 
     run_dir = Path(run_dir)
     output = Path(output) if output is not None else run_dir / HYBRID

@@ -10,7 +10,6 @@ Both loops open their folder through `open_run`, which does this on the main pro
 from __future__ import annotations
 
 import fnmatch
-import os
 import shutil
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -20,7 +19,7 @@ from longbert.config.finetune import BEST  # noqa: F401  (a run folder's names, 
 from longbert.errors import LongbertError
 from longbert.training.curves import CURVES_FILE
 from longbert.training.stopping import StopRequest, stop_on_signals
-from longbert.utils.destinations import writable_folder
+from longbert.utils.destinations import locked
 from longbert.utils.logs import get_logger
 
 RECIPE = "recipe.yaml"
@@ -34,51 +33,6 @@ RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predic
                "logs",  # logs/: what a tracker (train.report_to) writes
                "backbone",  # the encoder a pretraining run (longbert.training.pretrain) writes
                HEAD_STAGE, CONTRASTIVE_STAGE, SELF_TRAINING)
-
-
-@contextmanager
-def locked(run_dir: Path, what: str = "run folder") -> Iterator[None]:
-    """Hold an exclusive lock on the run folder while the block runs. The lock is an flock on the folder itself, so
-    it leaves no file behind and goes with the process however it ends. Another process (or another `train` in this
-    one) that asks for it meanwhile gets a LongbertError naming the folder. The folder is made, and once locked
-    checked writable (`writable_folder`, whose probe file no other holder can meet): a path that cannot be a folder
-    (a file, a place that cannot be written) is one LongbertError line naming it as `what`. A folder made here and
-    still empty at the end (a run that failed before writing anything) is removed. Where the platform has no flock
-    (Windows), the folder is not locked."""
-    created = not run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        writable_folder(run_dir, what)  # says why in one line
-        raise
-    try:
-        import fcntl
-    except ImportError:
-        writable_folder(run_dir, what)
-        yield
-        return
-    busy = LongbertError(f"run folder {run_dir} is in use by another longbert process; wait for it to end, or set "
-                         "another output_dir (--set output_dir=...)")
-    try:
-        handle = os.open(run_dir, os.O_RDONLY)
-    except FileNotFoundError:  # removed by the process that held it, as it ended
-        raise busy from None
-    held = False
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # The folder this lock is on must still be the one at that path (not removed as it was opened).
-            held = os.path.samestat(os.fstat(handle), os.stat(run_dir))
-        except (BlockingIOError, FileNotFoundError):
-            pass
-        if not held:
-            raise busy
-        writable_folder(run_dir, what)
-        yield
-    finally:
-        if held and created and not any(run_dir.iterdir()):
-            run_dir.rmdir()
-        os.close(handle)  # releases the lock
 
 
 @contextmanager

@@ -1,13 +1,16 @@
 """Where a command will write, checked before any work is done: a file's destination (`writable_destination`) and a
 folder that exists or can be made (`writable_folder` makes it; `folder_to_write` makes nothing), each down to writing
-a probe file and removing it. A path that cannot be written is one LongbertError line naming it."""
+a probe file and removing it. A path that cannot be written is one LongbertError line naming it. A run folder is
+held by one process at a time (`locked`)."""
 
 from __future__ import annotations
 
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from longbert.errors import LongbertError
 from longbert.utils.atomic import live_writer
@@ -74,3 +77,48 @@ def folder_to_write(path: str | Path, what: str = "output folder") -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise LongbertError(f"cannot write into {what} {path}: {existing} is not writable")
     return path
+
+
+@contextmanager
+def locked(run_dir: Path, what: str = "run folder") -> Iterator[None]:
+    """Hold an exclusive lock on the run folder while the block runs. The lock is an flock on the folder itself, so
+    it leaves no file behind and goes with the process however it ends. Another process (or another `train` in this
+    one) that asks for it meanwhile gets a LongbertError naming the folder. The folder is made, and once locked
+    checked writable (`writable_folder`, whose probe file no other holder can meet): a path that cannot be a folder
+    (a file, a place that cannot be written) is one LongbertError line naming it as `what`. A folder made here and
+    still empty at the end (a run that failed before writing anything) is removed. Where the platform has no flock
+    (Windows), the folder is not locked."""
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        writable_folder(run_dir, what)  # says why in one line
+        raise
+    try:
+        import fcntl
+    except ImportError:
+        writable_folder(run_dir, what)
+        yield
+        return
+    busy = LongbertError(f"run folder {run_dir} is in use by another longbert process; wait for it to end, or set "
+                         "another output_dir (--set output_dir=...)")
+    try:
+        handle = os.open(run_dir, os.O_RDONLY)
+    except FileNotFoundError:  # removed by the process that held it, as it ended
+        raise busy from None
+    held = False
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # The folder this lock is on must still be the one at that path (not removed as it was opened).
+            held = os.path.samestat(os.fstat(handle), os.stat(run_dir))
+        except (BlockingIOError, FileNotFoundError):
+            pass
+        if not held:
+            raise busy
+        writable_folder(run_dir, what)
+        yield
+    finally:
+        if held and created and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        os.close(handle)  # releases the lock

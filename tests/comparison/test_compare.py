@@ -324,7 +324,7 @@ def test_a_plan_made_before_another_compare_finished_the_runs_reuses_them(compar
 
 
 def test_a_run_folder_in_use_by_another_compare_is_said_in_compares_words(tmp_path, tiny_backbone_dir, imdb_slice):
-    from longbert.training.runs import locked
+    from longbert.utils.destinations import locked
 
     settings = dict(overrides=tiny_overrides(tiny_backbone_dir, imdb_slice), name="busy", runs_dir=tmp_path / "runs",
                     reports_dir=tmp_path / "reports")

@@ -185,7 +185,7 @@ def test_a_run_folder_in_use_is_refused(tiny_recipe):
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1"])
     run_dir = Path(recipe.output_dir)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from longbert.training.runs import locked\n"
+        [sys.executable, "-c", "import sys; from pathlib import Path; from longbert.utils.destinations import locked\n"
          "with locked(Path(sys.argv[1])):\n    print('locked', flush=True); sys.stdin.read()", str(run_dir)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
