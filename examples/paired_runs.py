@@ -17,8 +17,9 @@ import gzip
 import json
 from pathlib import Path
 
-from longbert.comparison.results import is_right, paired_comparisons, read_predictions
+from longbert.comparison.results import paired_comparisons, read_predictions
 from longbert.errors import LongbertError
+from longbert.evaluation.metrics import is_right
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl, or such files "

@@ -59,16 +59,3 @@ def memory(speed: dict) -> str:
     """'1,572 MB (+96)': the peak, and in brackets what the measured pass added (absent in older results)."""
     added = speed.get("added_memory_mb")
     return f"{number(speed['peak_memory_mb'], 0)} MB" + ("" if added is None else f" (+{number(added, 0)})")
-
-
-def decisive_text(decisive: dict | None) -> str:
-    """The part of a document that decided a prediction (an error-analysis entry's `decisive`), in words."""
-    if not decisive or decisive.get("method") is None:
-        return (decisive or {}).get("note", "n/a")
-    ranges = " + ".join(f"tokens {a + 1:,}–{b:,}" for a, b in decisive["spans"])  # 1-based, inclusive
-    if decisive["method"] == "kept":
-        return f"saw only {ranges}"
-    what = f"unit {decisive['unit'] + 1} of {decisive['units']} ({ranges})"
-    if decisive["method"] == "weight":
-        return f"{what}, pooling weight {decisive['value']:.2f}"
-    return f"{what}; leaving it out lowers p(predicted) by {decisive['value']:.3f}"

@@ -12,7 +12,6 @@ from longbert.comparison.formatting import (
     BUCKETS,
     combined_label,
     combined_rows,
-    decisive_text,
     duration,
     interval,
     mean_sd,
@@ -23,6 +22,7 @@ from longbert.comparison.formatting import (
 from longbert.comparison.verdict import verdict
 from longbert.config import is_multi_label
 from longbert.evaluation.metrics import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
+from longbert.inference.attribution import decisive_text
 
 
 def build_blocks(results: dict) -> list[tuple]:

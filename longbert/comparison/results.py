@@ -13,8 +13,8 @@ from pathlib import Path
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
+from longbert.evaluation.metrics import is_right
 
-LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
 PREDICTIONS_FILE = "predictions-test.jsonl"
 
 
@@ -30,11 +30,6 @@ def read_predictions(run_dir: Path) -> list[dict]:
 def read_rows(path: Path) -> list[dict]:
     """The JSON rows of a predictions-<split>.jsonl file, blank lines skipped."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def is_right(row: dict) -> bool:
-    """Whether a prediction row's prediction is its label (every label, for multi-label rows)."""
-    return row["predicted"] == row["label"]
 
 
 def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> list[dict]:

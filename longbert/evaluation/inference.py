@@ -9,6 +9,7 @@ import torch
 
 from longbert.evaluation.metrics import compute_metrics
 from longbert.strategies.base import Units
+from longbert.strategies.windows import gather_units
 from longbert.utils.hardware import autocast_for, measure
 from longbert.utils.progress import progress
 
@@ -23,7 +24,6 @@ def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shu
     from torch.utils.data import DataLoader
 
     from longbert.data.documents import collate, length_grouped_order
-    from longbert.training.frozen import collate_units
 
     rows = dataset.select_columns(["input_ids", "labels"]) if cached is None else cached
     collate_fn = collate if cached is None else collate_units
@@ -38,6 +38,18 @@ def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shu
     generator = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
     return DataLoader(rows, batch_size=batch_size, shuffle=generator is not None, generator=generator,
                       collate_fn=collate_fn)
+
+
+def collate_units(rows: list[dict]) -> dict:
+    """Cached documents -> {'unit_vectors': (B, N, H) padded, 'unit_mask': (B, N), 'labels': (B,) or (B, C)}, and
+    'unit_sizes' (B, N) when the rows have them."""
+    vectors = [r["unit_vectors"] for r in rows]
+    sizes = torch.cat([r["unit_sizes"] for r in rows]).tolist() if "unit_sizes" in rows[0] else None
+    units = gather_units(torch.cat(vectors), [v.shape[0] for v in vectors], sizes)  # (B, N, H)
+    out = {"unit_vectors": units.vectors, "unit_mask": units.mask, "labels": torch.stack([r["labels"] for r in rows])}
+    if units.sizes is not None:
+        out["unit_sizes"] = units.sizes
+    return out
 
 
 def model_inputs(batch: dict, device: torch.device | None = None) -> dict:

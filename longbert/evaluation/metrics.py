@@ -12,6 +12,12 @@ from longbert.data.documents import LENGTH_BUCKETS, length_bucket
 HISTORY_METRICS = ("accuracy", "exact_match", "micro_f1", "macro_f1", "hamming_loss", "loss")
 MANY_CLASSES = 6  # above this many classes a Markdown matrix is unreadable: top confusions and a plot instead
 TOP_CONFUSIONS = 10
+LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
+
+
+def is_right(row: dict) -> bool:
+    """Whether a prediction row's prediction is its label (every label, for multi-label rows)."""
+    return row["predicted"] == row["label"]
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],

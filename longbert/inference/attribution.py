@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from longbert.comparison.results import LONG_TOKENS, is_right
+from longbert.evaluation.metrics import LONG_TOKENS, is_right
 
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
@@ -234,3 +234,16 @@ def build_examples(chosen, predictions, decisive, test, tokenizer, label_names) 
             "strategies": per,
         })
     return out
+
+
+def decisive_text(decisive: dict | None) -> str:
+    """The part of a document that decided a prediction (an error-analysis entry's `decisive`), in words."""
+    if not decisive or decisive.get("method") is None:
+        return (decisive or {}).get("note", "n/a")
+    ranges = " + ".join(f"tokens {a + 1:,}–{b:,}" for a, b in decisive["spans"])  # 1-based, inclusive
+    if decisive["method"] == "kept":
+        return f"saw only {ranges}"
+    what = f"unit {decisive['unit'] + 1} of {decisive['units']} ({ranges})"
+    if decisive["method"] == "weight":
+        return f"{what}, pooling weight {decisive['value']:.2f}"
+    return f"{what}; leaving it out lowers p(predicted) by {decisive['value']:.3f}"

@@ -168,9 +168,8 @@ def where_it_looked(units: list[dict] | None, decisive: int | None, tokens: int,
 def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str) -> str:
     """The HTML page for (text, row with units and decisive, content ids) triples: per text, its prediction, how
     the decisive unit was found, an excerpt with that unit highlighted, and every unit's token range and weight."""
-    from longbert.comparison.formatting import decisive_text
-    from longbert.comparison.render import render_html
-    from longbert.inference.attribution import decisive_excerpt
+    from longbert.inference.attribution import decisive_excerpt, decisive_text
+    from longbert.utils.pages import render_html
 
     blocks: list[tuple] = [("h", 1, title), ("p", (
         "For each text: the predicted label, the unit (chunk or window) that decided it, highlighted in the text, and "

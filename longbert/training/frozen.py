@@ -13,7 +13,6 @@ import torch
 
 from longbert.errors import LongbertError
 from longbert.strategies.base import Units
-from longbert.strategies.windows import gather_units
 from longbert.utils.hardware import autocast_for
 from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
@@ -45,18 +44,6 @@ def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]
                 cached.append(row)
     model.train(was_training)
     return cached
-
-
-def collate_units(rows: list[dict]) -> dict:
-    """Cached documents -> {'unit_vectors': (B, N, H) padded, 'unit_mask': (B, N), 'labels': (B,) or (B, C)}, and
-    'unit_sizes' (B, N) when the rows have them."""
-    vectors = [r["unit_vectors"] for r in rows]
-    sizes = torch.cat([r["unit_sizes"] for r in rows]).tolist() if "unit_sizes" in rows[0] else None
-    units = gather_units(torch.cat(vectors), [v.shape[0] for v in vectors], sizes)  # (B, N, H)
-    out = {"unit_vectors": units.vectors, "unit_mask": units.mask, "labels": torch.stack([r["labels"] for r in rows])}
-    if units.sizes is not None:
-        out["unit_sizes"] = units.sizes
-    return out
 
 
 def refuse_untrainable(model) -> None:
