@@ -56,6 +56,26 @@ def test_max_steps_caps_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny
     assert metrics["steps"] == 3
 
 
+def test_early_stopping_bounds_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny_recipe, monkeypatch):
+    """Patience is the end-to-end stage's: a head stage stopped by it after one flat validation leaves the head at
+    its start (Hyperpartisan's stopped after 2 of 10 epochs, predicting one class)."""
+    import longbert.training.finetune as finetune
+
+    real = finetune.evaluate_split
+
+    def never_better(*args, **kwargs):  # every validation scores the same: patience 1 would stop at the second
+        metrics, raw = real(*args, **kwargs)
+        return {**metrics, "accuracy": 0.5, "macro_f1": 0.5}, raw
+
+    monkeypatch.setattr(finetune, "evaluate_split", never_better)
+    recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST + ["train.early_stopping_patience=1",
+                                                                    "train.epochs=3", "train.frozen_head_epochs=3"])
+    metrics = longbert.train(recipe).metrics
+    stage = json.loads((Path(recipe.output_dir) / "head_stage" / "metrics.json").read_text())
+    assert stage["steps"] == 18 and stage.get("stopped_early_at_step") is None, "all 3 epochs of the head stage"
+    assert metrics["stopped_early_at_step"] is not None and metrics["steps"] < 18, "patience stops the main stage"
+
+
 def test_a_start_that_fine_tuning_does_not_beat_is_kept(tiny_recipe, monkeypatch):
     """Model selection counts the start: a run from train.init_from (as the main stage of head_first is) validates
     its starting weights at step 0, and when no later validation beats them, the kept model is the one it started
