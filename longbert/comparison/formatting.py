@@ -8,6 +8,13 @@ BUCKETS = ("<=512", "513-1024", ">1024")
 BUCKET_TITLES = {"<=512": "≤512", "513-1024": "513–1024", ">1024": ">1024"}
 
 
+def shown_buckets(results: dict) -> tuple[str, ...]:
+    """The length buckets that hold test documents, in order: a test of long documents only (compare_imdb's) has no
+    '≤512' column of n/a."""
+    first = results["strategies"][results["strategy_order"][0]]
+    return tuple(b for b in BUCKETS if first["by_length"].get(b, {}).get("documents"))
+
+
 COMBINED = ("ensemble", "hybrid")  # rows made from trained strategies without training: their keys in results
 
 

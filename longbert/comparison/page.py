@@ -18,6 +18,7 @@ from longbert.comparison.formatting import (
     memory,
     number,
     percent,
+    shown_buckets,
 )
 from longbert.comparison.verdict import verdict
 from longbert.config import is_multi_label
@@ -47,26 +48,27 @@ def build_blocks(results: dict) -> list[tuple]:
         blocks.append(("p", [("Note: ", "strong"), (note, None)]))
 
     # The main table.
-    counts = {b: s[names[0]]["by_length"].get(b, {}).get("documents", 0) for b in BUCKETS}
-    headers = (["strategy", "accuracy (95% CI)", "macro-F1"] + [f"{BUCKET_TITLES[b]} (n={counts[b]})" for b in BUCKETS]
+    buckets = shown_buckets(results)
+    counts = {b: s[names[0]]["by_length"][b]["documents"] for b in buckets}
+    headers = (["strategy", "accuracy (95% CI)", "macro-F1"] + [f"{BUCKET_TITLES[b]} (n={counts[b]})" for b in buckets]
                + ["training time", "inference docs/s", "peak memory (added by inference)", "trainable parameters"])
     rows = []
     for n in names:
         r = s[n]
         rows.append([n, percent(r["accuracy"]) + interval(r["accuracy_ci95"]), f"{r['macro_f1']:.3f}"]
-                    + [percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + [percent(r["by_length"].get(b, {}).get("accuracy")) for b in buckets]
                     + [duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
                        memory(r["speed"]), f"{r['trainable_parameters']:,}"])
     for combined in combined_rows(results):
         rows.append([combined_label(combined), percent(combined["accuracy"]) + interval(combined["accuracy_ci95"]),
                      f"{combined['macro_f1']:.3f}"]
-                    + [percent(combined["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + [percent(combined["by_length"].get(b, {}).get("accuracy")) for b in buckets]
                     + ["none (its members')", "–", "–", "–"])
     base = results.get("baseline")
     if base:
         rows.append([f"{base['name']} (baseline)", percent(base["accuracy"]) + interval(base["accuracy_ci95"]),
                      f"{base['macro_f1']:.3f}"]
-                    + [percent(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]
+                    + [percent(base["by_length"].get(b, {}).get("accuracy")) for b in buckets]
                     + [duration(base["train_seconds"]), "–", "–", "–"])
     blocks += [("h", 2, "Results on the test split"), ("p", _class_balance(data)), ("table", headers, rows)]
     blocks += _seed_blocks(results)

@@ -9,7 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from longbert.comparison.formatting import BUCKETS, combined_label, combined_rows, duration, number, percent
+from longbert.comparison.formatting import (
+    BUCKET_TITLES,
+    combined_label,
+    combined_rows,
+    duration,
+    number,
+    percent,
+    shown_buckets,
+)
 from longbert.comparison.page import build_blocks
 from longbert.comparison.plots import PLOTS, make_plots
 from longbert.comparison.verdict import verdict
@@ -50,22 +58,25 @@ def print_summary(results: dict, console=None) -> None:
     s = results["strategies"]
     table = Table(title=f"longbert compare: {results['name']} (test accuracy by length in tokens)",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
-    for header in ("strategy", "acc", "F1", "≤512", "513–1k", ">1k", "train", "docs/s", "peak MB", "params"):
+    buckets = shown_buckets(results)
+    short = {"513-1024": "513–1k", ">1024": ">1k"}
+    for header in ("strategy", "acc", "F1", *[short.get(b, BUCKET_TITLES[b]) for b in buckets], "train", "docs/s",
+                   "peak MB", "params"):
         table.add_column(header, justify="left" if header == "strategy" else "right", no_wrap=True)
     for n in names:
         r = s[n]
         table.add_row(n, percent(r["accuracy"]), f"{r['macro_f1']:.3f}",
-                      *[percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
+                      *[percent(r["by_length"].get(b, {}).get("accuracy")) for b in buckets],
                       duration(r["train_seconds"]), number(r["speed"]["documents_per_second"]),
                       number(r["speed"]["peak_memory_mb"], 0), f"{r['trainable_parameters'] / 1e6:.1f}M")
     for combined in combined_rows(results):
         table.add_row(combined_label(combined), percent(combined["accuracy"]), f"{combined['macro_f1']:.3f}",
-                      *[percent(combined["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
+                      *[percent(combined["by_length"].get(b, {}).get("accuracy")) for b in buckets],
                       "–", "–", "–", "–")
     base = results.get("baseline")
     if base:
         table.add_row(f"{base['name']} (baseline)", percent(base["accuracy"]), f"{base['macro_f1']:.3f}",
-                      *[percent(base["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS],
+                      *[percent(base["by_length"].get(b, {}).get("accuracy")) for b in buckets],
                       duration(base["train_seconds"]), "–", "–", "–")
     print_whole(console, table)
     for line in verdict(results):

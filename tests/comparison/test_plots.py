@@ -89,6 +89,24 @@ def test_a_long_only_test_is_kept_where_short_documents_make_it_differ():
     assert {row[1] for row in paired} == {"all", ">512 tokens"}
 
 
+def test_the_tables_have_no_column_for_a_length_without_test_documents():
+    """compare_imdb tests on reviews over 512 tokens only: neither the page's table nor the terminal's has a '≤512'
+    column of n/a; Hyperpartisan's test, which has short articles too, keeps it."""
+    from rich.console import Console
+
+    from longbert.comparison.page import build_blocks
+    from longbert.comparison.render import print_summary
+
+    for name, short in (("compare_imdb", False), ("compare_hyperpartisan", True)):
+        results = json.loads((REPORT.parent.parent / name / "results.json").read_text())
+        headers = next(b for b in build_blocks(results) if b[0] == "table" and b[1][0] == "strategy")[1]
+        assert any(h.startswith("≤512 (n=") for h in headers) == short, name
+        assert all("(n=0)" not in h for h in headers)
+        console = Console(record=True, width=200)
+        print_summary(results, console)
+        assert ("≤512" in console.export_text()) == short, name
+
+
 def test_a_bucket_holding_every_test_document_is_not_drawn_twice(figures):
     results = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
     plots.make_plots(results)  # every one of its 2,000 test documents is over 1,024 tokens
