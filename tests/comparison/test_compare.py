@@ -289,7 +289,7 @@ def test_the_terminal_summary_never_cuts_a_number_when_output_is_not_a_terminal(
 
     from rich.console import Console
 
-    from longbert.comparison.formatting import BUCKETS, duration, number, percent
+    from longbert.comparison.formatting import duration, number, percent, shown_buckets
     from longbert.comparison.render import print_summary
 
     results = compared["results"]
@@ -303,7 +303,7 @@ def test_the_terminal_summary_never_cuts_a_number_when_output_is_not_a_terminal(
             cells = [percent(r["accuracy"]), f"{r['macro_f1']:.3f}", duration(r["train_seconds"]),
                      number(r["speed"]["documents_per_second"]), number(r["speed"]["peak_memory_mb"], 0),
                      f"{r['trainable_parameters'] / 1e6:.1f}M",
-                     *[percent(r["by_length"].get(b, {}).get("accuracy")) for b in BUCKETS]]
+                     *[percent(r["by_length"][b]["accuracy"]) for b in shown_buckets(results)]]
             table = text.split("•")[0]  # the verdict's lines follow the table
             row = next(line for line in table.splitlines() if line.lstrip().startswith(name))
             for cell in cells:
