@@ -108,7 +108,7 @@ def eval_part(args, peak: float) -> dict:
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from longbert.evaluation.inference import predict_dataset
+    from longbert.evaluation.split_pass import predict_dataset
     from longbert.strategies import windows
 
     texts, labels = reviews(args.data, args.documents)
@@ -161,7 +161,7 @@ def eval_part(args, peak: float) -> dict:
 def profile_pass(model, data, batch: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from longbert.evaluation.inference import predict_dataset
+    from longbert.evaluation.split_pass import predict_dataset
 
     sync()
     started = time.perf_counter()

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from longbert.comparison.rows import release_memory
+from longbert.comparison.strategy_runs import release_memory
 from longbert.errors import LongbertError
 
 # What a strategy's run folder allows, decided when its turn comes (`plan_runs`).

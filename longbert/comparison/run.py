@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed_recipes
-from longbert.comparison.rows import baseline_row, load_model, load_splits, release_memory, run_strategy, say
+from longbert.comparison.strategy_runs import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import LONG_TOKENS

@@ -18,7 +18,7 @@ def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> di
     memory_kind}}: added_memory_mb is what the bucket's inference needed beyond what was in use before it (the model,
     the data), which separates strategies where the process peak does not."""
     from longbert.data.documents import LENGTH_BUCKETS, length_bucket
-    from longbert.evaluation.inference import predict_dataset
+    from longbert.evaluation.split_pass import predict_dataset
 
     lengths = list(test["n_tokens"])
     # One small batch first, so the first bucket does not pay for lazy initialisation.

@@ -1,16 +1,38 @@
 """Recipes: YAML -> overrides -> validated dataclasses, for fine-tuning and pretraining.
 
-    loader.py    reading YAML within bounds, `key.path=value` overrides, building a dataclass with every problem
-    lookup.py    a recipe file, or a packaged recipe by bare name (recipes/, recipes/pretrain/, recipes/compare/)
-    optim.py     the optimiser settings fine-tuning and pretraining share
-    finetune.py  Recipe and its sections, load_recipe
-    pretrain.py  PretrainRecipe and its sections, load_pretrain_recipe
+    loader.py           reading YAML within bounds, `key.path=value` overrides, building a dataclass with every problem
+    lookup.py           a recipe file, or a packaged recipe by bare name (recipes/, recipes/pretrain/, recipes/compare/)
+    optimizer.py        the optimiser settings fine-tuning and pretraining share
+    recipe.py           Recipe and its sections, load_recipe
+    pretrain_recipe.py  PretrainRecipe and its sections, load_pretrain_recipe
 
 Nothing here loads torch or strategy code until a recipe is built. PACKAGED_RECIPES is re-exported to be read;
 to point the lookup elsewhere (a test), patch `longbert.config.lookup.PACKAGED_RECIPES`.
 """
 
-from longbert.config.finetune import (
+from longbert.config.loader import (
+    PLAIN_NAME,
+    RecipeLoader,
+    apply_overrides,
+    build,
+    build_strategy_config,
+    parse_override,
+    read_yaml,
+    recipe_to_yaml,
+    short_repr,
+    yaml_problem,
+)
+from longbert.config.lookup import PACKAGED_RECIPES, find_recipe, packaged_recipes, read_recipe_file
+from longbert.config.optimizer import PRECISIONS
+from longbert.config.pretrain_recipe import (
+    MaskingConfig,
+    PretrainDataConfig,
+    PretrainRecipe,
+    PretrainTrainConfig,
+    load_pretrain_recipe,
+    pretrain_recipe_from_dict,
+)
+from longbert.config.recipe import (
     BEST_METRICS,
     CLASS_WEIGHTS,
     FINETUNE_MODES,
@@ -33,28 +55,6 @@ from longbert.config.finetune import (
     is_multi_label,
     load_recipe,
     recipe_from_dict,
-)
-from longbert.config.loader import (
-    PLAIN_NAME,
-    RecipeLoader,
-    apply_overrides,
-    build,
-    build_strategy_config,
-    parse_override,
-    read_yaml,
-    recipe_to_yaml,
-    short_repr,
-    yaml_problem,
-)
-from longbert.config.lookup import PACKAGED_RECIPES, find_recipe, packaged_recipes, read_recipe_file
-from longbert.config.optim import PRECISIONS
-from longbert.config.pretrain import (
-    MaskingConfig,
-    PretrainDataConfig,
-    PretrainRecipe,
-    PretrainTrainConfig,
-    load_pretrain_recipe,
-    pretrain_recipe_from_dict,
 )
 
 __all__ = [

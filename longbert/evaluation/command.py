@@ -9,8 +9,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from longbert.errors import LongbertError
-from longbert.evaluation.inference import evaluate_split
 from longbert.evaluation.metrics import MANY_CLASSES, multi_label_predictions, top_confusions
+from longbert.evaluation.split_pass import evaluate_split
 from longbert.utils.atomic import write_bytes_atomically, write_text_atomically
 from longbert.utils.hardware import process_state
 

@@ -89,7 +89,7 @@ def _measure(model, dataset, batch: int, agreement: float) -> dict:
 
 def _timed_pass(model, dataset, batch: int, name: str, precision: str, recheck_gap: float | None = None):
     """(the model's predictions over `dataset` at `precision`, the seconds they took)."""
-    from longbert.evaluation.inference import predict_dataset
+    from longbert.evaluation.split_pass import predict_dataset
 
     model.for_precision(precision, recheck_gap)  # the int8 wrapper (its quantized copy) is made before the clock starts
     started = time.perf_counter()

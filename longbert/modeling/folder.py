@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from longbert.config import LoraConfig, is_multi_label
-from longbert.config.finetune import BEST
+from longbert.config.recipe import BEST
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import (
     MINILM,

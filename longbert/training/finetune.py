@@ -33,8 +33,8 @@ import torch
 
 from longbert.config import Recipe, is_multi_label, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.evaluation.inference import evaluate_split, model_inputs, split_loader
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
+from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
 from longbert.training.checkpoint import (
     LoopState,

@@ -3,7 +3,7 @@ unit vectors (chunk/window embeddings), and train only the strategy's pooler and
 This is the classic "BERT embeddings + a light classifier" recipe; the head trains in seconds.
 
 Training runs the same loop as fine-tuning (longbert.training.finetune); only a batch differs: cached unit vectors
-instead of token ids (see `longbert.evaluation.inference.split_loader`)."""
+instead of token ids (see `longbert.evaluation.split_pass.split_loader`)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def _fit_lexical_half(run_dir: Path, model, splits: dict, batch_size: int) -> tu
     """Fit the TF-IDF half into `model.lexical`, its C and mixing weight chosen on the validation split against the
     neural half's validation predictions (the run's, else made now). Returns each split's token ids and those
     neural predictions ({"validation": (D, C) probabilities})."""
-    from longbert.evaluation.inference import predict_dataset
+    from longbert.evaluation.split_pass import predict_dataset
     from longbert.modeling.lexical import fit_lexical
 
     documents = {s: [_ids(d) for d in splits[s]["input_ids"]] for s in splits}

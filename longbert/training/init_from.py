@@ -45,7 +45,7 @@ def open_init_from(recipe) -> InitSource | None:
     path = recipe.train.init_from
     if path is None:
         return None
-    from longbert.config.finetune import BEST
+    from longbert.config.recipe import BEST
     from longbert.modeling.folder import backbone_is_saved, open_model_folder
     from longbert.modeling.settings import BACKBONE_DIR, CONFIG_FILE
 

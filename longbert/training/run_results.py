@@ -10,8 +10,8 @@ from pathlib import Path
 
 from longbert.config import Recipe, is_multi_label
 from longbert.evaluation.command import metrics_markdown, write_json, write_predictions
-from longbert.evaluation.inference import evaluate_split
 from longbert.evaluation.metrics import tune_thresholds
+from longbert.evaluation.split_pass import evaluate_split
 from longbert.training.checkpoint import LoopState, load_trainable_weights
 from longbert.training.curves import CURVES_FILE, write_training_curves
 from longbert.training.runs import BEST

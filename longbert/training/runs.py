@@ -15,7 +15,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
-from longbert.config.finetune import BEST  # noqa: F401  (a run folder's names, all here)
+from longbert.config.recipe import BEST  # noqa: F401  (a run folder's names, all here)
 from longbert.errors import LongbertError
 from longbert.training.curves import CURVES_FILE
 from longbert.training.stopping import StopRequest, stop_on_signals

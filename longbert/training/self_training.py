@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from longbert.config.finetune import BEST
+from longbert.config.recipe import BEST
 from longbert.errors import LongbertError
 from longbert.training.runs import SELF_TRAINING, open_run
 from longbert.utils.logs import get_logger

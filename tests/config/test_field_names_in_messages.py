@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import longbert.config.finetune as recipe_schema
+import longbert.config.recipe as recipe_schema
 
 PACKAGE = Path(__file__).resolve().parents[2] / "longbert"
 SECTIONS = {"data": recipe_schema.DataConfig, "backbone": recipe_schema.BackboneConfig,
@@ -19,9 +19,9 @@ SECTIONS = {"data": recipe_schema.DataConfig, "backbone": recipe_schema.Backbone
 # A section name, a dot and a field, not inside a longer dotted name or a path, and not a file name (train.jsonl).
 NAMED_FIELD = re.compile(r"(?<![\w./-])(data|backbone|model|train|eval)\.([a-z_]+)(?![\w(/]|\.\w)")
 FILE_SUFFIXES = {"jsonl", "json", "yaml", "safetensors", "md", "txt", "csv", "parquet", "png", "html", "gz", "py"}
-# Modules whose texts name the pretraining recipe's sections (config/pretrain.py), which have other fields.
+# Modules whose texts name the pretraining recipe's sections (config/pretrain_recipe.py), which have other fields.
 PRETRAINING = {"training/pretrain.py", "training/mlm.py", "training/unlabelled.py", "training/heldout.py",
-               "config/pretrain.py", "training/masking.py"}
+               "config/pretrain_recipe.py", "training/masking.py"}
 
 
 def texts(path: Path) -> list[str]:

@@ -11,7 +11,7 @@ from datasets import Dataset
 from helpers import build_model, random_documents
 from longbert.comparison.results import read_predictions
 from longbert.evaluation.command import write_predictions
-from longbert.evaluation.inference import predict_dataset
+from longbert.evaluation.split_pass import predict_dataset
 from longbert.inference.attribution import decisive_units, excerpt, select_examples
 from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, strategy_names, unit_spans
 from longbert.strategies.chunk import ChunkConfig

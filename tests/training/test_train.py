@@ -140,7 +140,7 @@ def test_frozen_mode_trains_a_strategy_whose_weights_all_act_on_the_cache(tiny_r
 
 def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe, monkeypatch):
     # fp32 everywhere (evaluate() would pick bf16 on a fast CPU), so that metrics compare exactly.
-    monkeypatch.setattr("longbert.evaluation.inference.autocast_for",
+    monkeypatch.setattr("longbert.evaluation.split_pass.autocast_for",
                         lambda *_: torch.autocast("cpu", enabled=False))
     # Validation after every step with a learning rate high enough to overshoot: the kept model is not the last one.
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.eval_every_steps=1", "train.learning_rate=0.05",

@@ -26,7 +26,7 @@ def restore_verbosity():
 
 def test_status_lines_are_on_stderr_and_quiet_keeps_warnings_only(capsys):
     import longbert
-    from longbert.comparison.rows import say
+    from longbert.comparison.strategy_runs import say
     from longbert.utils.logs import get_logger
 
     say("training chunk")

@@ -20,7 +20,12 @@ from longbert.config.loader import (
     short_repr,
 )
 from longbert.config.lookup import find_recipe, read_recipe_file
-from longbert.config.optim import max_grad_norm_option, mixed_precision_option, optimiser_problems, weight_decay_option
+from longbert.config.optimizer import (
+    max_grad_norm_option,
+    mixed_precision_option,
+    optimiser_problems,
+    weight_decay_option,
+)
 from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longbert.config.finetune import BackboneConfig, EvalConfig, Recipe
 from longbert.config.loader import (
     OVERRIDES,
     RecipeCompletion,
@@ -19,7 +18,13 @@ from longbert.config.loader import (
     problems_message,
 )
 from longbert.config.lookup import find_recipe, read_recipe_file
-from longbert.config.optim import max_grad_norm_option, mixed_precision_option, optimiser_problems, weight_decay_option
+from longbert.config.optimizer import (
+    max_grad_norm_option,
+    mixed_precision_option,
+    optimiser_problems,
+    weight_decay_option,
+)
+from longbert.config.recipe import BackboneConfig, EvalConfig, Recipe
 from longbert.errors import LongbertError
 from longbert.utils.fields import option
 
