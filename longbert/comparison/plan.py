@@ -63,16 +63,18 @@ def resolve_recipes(names: list[str], base_raw: dict, base_source: str, override
                     runs_dir: Path, suffix: str = "") -> dict:
     """strategy -> its validated Recipe, run in <runs_dir>/<name>/<strategy><suffix>. Every problem of every strategy
     is raised together, before training."""
-    from longbert.config import apply_overrides, recipe_from_dict
+    from longbert.config import apply_overrides, recipe_from_dict, strategy_sections
 
     per = split_overrides(overrides, names)
+    base_raw, own = strategy_sections(base_raw, base_source)
     recipes, problems = {}, {}
     for strategy in names:
         raw = copy.deepcopy(base_raw)
         section = raw.get("strategy")
         base_strategy = section.get("name") if isinstance(section, dict) else section
-        if base_strategy != strategy:
+        if base_strategy != strategy or not isinstance(section, dict):
             raw["strategy"] = {"name": strategy}
+        raw["strategy"].update(own.get(strategy, {}))
         try:
             raw = apply_overrides(raw, per[strategy])
             raw["name"] = f"{name}-{strategy}{suffix}"

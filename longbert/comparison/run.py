@@ -9,6 +9,7 @@ Each strategy's recipe is resolved as
     the base recipe (`recipe`, or recipes/compare/imdb.yaml, packaged with longbert)
     + strategy.name=<s>   (the base's strategy settings are kept when its strategy is <s>; others start from
                            their defaults)
+    + the base recipe's section named <s>, if it has one (`bigbird: {unit_tokens: 126}`: <s>'s own fields)
     + the overrides, in order:
           key.path=value             every strategy (data, backbone, seed, train, eval, model)
           strategy.<field>=value     every strategy whose config has <field> (e.g. strategy.pooling=attention)
@@ -32,7 +33,7 @@ The run folder of the strategy best on validation also gets hybrid/: that run's 
 
 This module runs a comparison from start to end; the rest of it lives beside it:
     plan         one recipe per strategy from the base and the overrides; reuse, resume or train; early checks
-    rows         training (or reusing) one strategy's run, loading what it left; the TF-IDF baseline row
+    strategy_runs  training (or reusing) one strategy's run, loading what it left; the TF-IDF baseline row
     speed        speed and memory by document length (measured, cached in the run folder)
     statistics   Wilson intervals and the exact McNemar test (scipy)
     results      prediction rows and the results dict (results.json): every number the report shows

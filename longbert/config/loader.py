@@ -156,6 +156,45 @@ def build(cls: type, raw: Any, path: str, problems: list[str]):
     return obj
 
 
+def strategy_sections(raw: dict, source: str) -> tuple[dict, dict[str, dict]]:
+    """(`raw` without its per-strategy sections, strategy -> its section). A recipe may hold a top-level mapping
+    named after a strategy, `bigbird: {unit_tokens: 126}`: that strategy's own fields, used whenever it is the
+    strategy that runs (`longbert train` merges the section of the recipe's strategy; `longbert compare` that of each
+    strategy it compares, as `--set bigbird.unit_tokens=126` would, and a --set override still wins). Every section
+    is checked against its strategy's fields, used or not, so that a misspelt field fails before anything trains."""
+    from longbert.strategies.base import get_entry, strategy_names
+
+    rest, own = {}, {}
+    for key, value in raw.items():
+        if key not in strategy_names():
+            rest[key] = value
+            continue
+        fields = sorted(f.name for f in dataclasses.fields(get_entry(key).config_cls) if f.name != "name")
+        if not isinstance(value, dict):
+            raise LongbertError(f"{source}: section {key!r} must be a mapping of {key}'s fields, got "
+                                f"{short_repr(value)}")
+        unknown = sorted(set(value) - set(fields))
+        if unknown:
+            raise LongbertError(f"{source}: section {key!r} has no field {unknown[0]!r}; {key}'s fields: "
+                                f"{', '.join(fields)}")
+        own[key] = value
+    return rest, own
+
+
+def with_strategy_section(raw: dict, source: str) -> dict:
+    """`raw` with its per-strategy sections taken out and the section of its own strategy (strategy.name, or the
+    default strategy when it names none) merged into its strategy section: what `longbert train` runs from a compare
+    recipe."""
+    from longbert.strategies.base import strategy_with_role
+
+    rest, own = strategy_sections(raw, source)
+    section = rest.get("strategy", {"name": strategy_with_role("default")})
+    section = {"name": section} if isinstance(section, str) else section
+    if isinstance(section, dict) and section.get("name", strategy_with_role("default")) in own:
+        rest["strategy"] = {**section, **own[section.get("name", strategy_with_role("default"))]}
+    return rest
+
+
 def build_strategy_config(raw: Any, path: str, problems: list[str]):
     """The strategy section: `name` selects the registered config dataclass, the other keys fill it."""
     from longbert.strategies.base import get_entry

@@ -18,6 +18,7 @@ from longbert.config.loader import (
     build_recipe,
     plain_name_problems,
     short_repr,
+    with_strategy_section,
 )
 from longbert.config.lookup import find_recipe, read_recipe_file
 from longbert.config.optimizer import (
@@ -244,7 +245,8 @@ class TrainConfig:
                                          "head over the cached embeddings")
     head_first: bool = option(False, "with model.finetune full or lora: first train the pooler and head alone on the "
                                      "frozen backbone's cached unit vectors (frozen_head_epochs epochs, in the run's "
-                                     "head_stage/), then the whole model from there (linear probe, then fine-tune)")
+                                     "head_stage/), then the whole model from there (linear probe, then fine-tune); "
+                                     "with model.finetune frozen the run is that stage and nothing is added")
     log_every_steps: int = option(10, "every N optimiser steps: print and record the mean training loss, learning rate "
                                   "and tokens/s")
     report_to: str = option("none", "also send the training log to a tracker: none, tensorboard, wandb or mlflow (its "
@@ -346,9 +348,6 @@ class Recipe(RecipeCompletion):
         if self.train.self_training_documents and multi_label:
             out.append("train.self_training_documents is for single-label problems; set it to 0 for "
                        "model.problem_type multi_label")
-        if self.train.head_first and self.model.finetune == "frozen":
-            out.append("train.head_first trains the head before the backbone; with model.finetune frozen the backbone "
-                       "never trains: set model.finetune to full or lora, or head_first to false")
         # A run cannot start from the model it is about to write (the folder is checked when the run starts).
         init_from = self.train.init_from
         if init_from and init_from.strip() and _same_path(init_from, self.output_dir):
@@ -375,6 +374,6 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
     source = OVERRIDES
     if path is not None:
         path = find_recipe(path, "train")
-        raw, source = read_recipe_file(path, "train"), str(path)
+        raw, source = with_strategy_section(read_recipe_file(path, "train"), str(path)), str(path)
     raw = apply_overrides(raw, list(overrides))
     return recipe_from_dict(raw, source, overrides)

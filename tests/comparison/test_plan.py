@@ -51,3 +51,27 @@ def test_a_tagged_value_yaml_cannot_construct_is_one_clear_error(tmp_path, value
     with pytest.raises(LongbertError, match="train.epochs"):
         compare(["truncate", "chunk"], overrides=[f"train.epochs={value}"], runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_section_named_after_a_strategy_holds_its_fields_below_the_overrides(tmp_path):
+    base = {"strategy": {"name": "chunk", "window": 100, "pooling": "attention"}, "train": {"epochs": 1},
+            "bigbird": {"unit_tokens": 126, "pooling": "attention"}, "chunk": {"window": 200}}
+    recipes = resolve_recipes(["chunk", "bigbird", "truncate"], base, "base", ["bigbird.pooling=max"], "x",
+                              tmp_path)
+    chunk, bigbird, truncate = recipes["chunk"], recipes["bigbird"], recipes["truncate"]
+    assert chunk.strategy.window == 200 and chunk.strategy.pooling == "attention"  # the base's, then its section
+    assert bigbird.strategy.unit_tokens == 126 and bigbird.strategy.pooling == "max"  # --set wins over the section
+    assert truncate.strategy == resolve_recipes(["truncate"], {"train": {"epochs": 1}}, "base", [], "x",
+                                                tmp_path)["truncate"].strategy  # no section: its defaults
+    # The same recipe without its sections is what `longbert train` reads: the sections never reach a Recipe.
+    assert "bigbird" not in chunk.to_dict()
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"unit_token": 126}, r"base: section 'bigbird' has no field 'unit_token'; bigbird's fields: .*unit_tokens"),
+    (126, r"base: section 'bigbird' must be a mapping of bigbird's fields, got 126"),
+])
+def test_a_strategy_section_that_cannot_apply_is_one_clear_error_even_when_not_compared(tmp_path, section,
+                                                                                          message):
+    with pytest.raises(LongbertError, match=message):
+        resolve_recipes(["chunk"], {"train": {"epochs": 1}, "bigbird": section}, "base", [], "x", tmp_path)

@@ -278,3 +278,16 @@ def test_the_problem_type_is_one_literal_read_as_a_string():
                            ("both", "model.problem_type must be one of single_label, multi_label, got 'both'")):
         with pytest.raises(LongbertError, match=re.escape(message)):
             recipe_from_dict({"model": {"problem_type": value}})
+
+
+def test_train_takes_the_section_of_its_own_strategy_under_the_overrides_and_checks_the_others(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("strategy: {name: chunk, window: 100}\nchunk: {pooling: attention}\n"
+                    "bigbird: {unit_tokens: 126}\n")
+    recipe = load_recipe(path)
+    assert (recipe.strategy.name, recipe.strategy.window, recipe.strategy.pooling) == ("chunk", 100, "attention")
+    assert load_recipe(path, ["strategy.pooling=max"]).strategy.pooling == "max"  # --set wins over the section
+    path.write_text("strategy: {name: chunk}\nbigbird: {unit_token: 126}\n")
+    with pytest.raises(LongbertError, match=r"r.yaml: section 'bigbird' has no field 'unit_token'; bigbird's "
+                                            r"fields: .*unit_tokens"):
+        load_recipe(path)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from longbert.config import load_pretrain_recipe, load_recipe, read_recipe_file, recipe_from_dict
+from longbert.config import (
+    load_pretrain_recipe,
+    load_recipe,
+    read_recipe_file,
+    recipe_from_dict,
+    with_strategy_section,
+)
 from longbert.strategies.base import get_entry
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"  # the checkout's link to longbert/recipes/
@@ -50,7 +56,8 @@ def test_every_pretraining_recipe_validates_and_starts_with_its_command(path):
 
 @pytest.mark.parametrize("path", COMPARE, ids=lambda p: p.name)
 def test_every_compare_base_recipe_validates_and_starts_with_its_command(path):
-    recipe = recipe_from_dict(read_recipe_file(path, "compare"), str(path))  # as compare reads its base recipe
+    # compare reads the base recipe and each strategy's section; `train` the section of the recipe's own strategy
+    recipe = recipe_from_dict(with_strategy_section(read_recipe_file(path, "compare"), str(path)), str(path))
     assert recipe.name == f"compare_{path.stem}", "the run name it had before recipes were sorted into folders"
     assert recipe.data.test_split, "compare reports on the test split"
     assert load_recipe(path) == recipe, "a compare base recipe is a fine-tuning recipe too"

@@ -14,7 +14,6 @@ from safetensors.torch import load_file
 
 import longbert
 from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps
-from longbert.errors import LongbertError
 from longbert.training.stopping import TrainingInterrupted
 
 pytestmark = pytest.mark.heavy
@@ -111,7 +110,14 @@ def test_recurrences_distance_bias_waits_for_the_main_stage(tiny_recipe):
     assert metrics["head_stage"]["steps"] == 12 and metrics["steps"] == 2  # max_steps caps the main stage only
 
 
-def test_head_first_with_a_frozen_backbone_is_refused():
-    with pytest.raises(LongbertError, match="train.head_first trains the head before the backbone; with "
-                                            "model.finetune frozen"):
-        longbert.load_recipe(None, ["data.path=x", "train.head_first=true", "model.finetune=frozen"])
+def test_head_first_with_a_frozen_backbone_adds_nothing_the_run_is_the_head_stage(tiny_recipe, tmp_path):
+    # compare's base recipes set head_first, so `--set model.finetune=frozen` must still run: one stage, no head_stage/
+    overrides = [o for o in tiny_recipe if not o.startswith("output_dir=")]
+    frozen = ["model.finetune=frozen", "train.frozen_head_epochs=2", "strategy.pooling=attention"]
+    plain = longbert.train(longbert.load_recipe(None, [*overrides, *frozen, f"output_dir={tmp_path / 'a'}"]))
+    both = longbert.train(longbert.load_recipe(None, [*overrides, *frozen, "train.head_first=true",
+                                                      f"output_dir={tmp_path / 'b'}"]))
+    assert not (tmp_path / "b" / "head_stage").exists() and "head_stage" not in both.metrics
+    same = {k: v for k, v in plain.metrics["test"].items() if k != "speed"}  # timings differ run to run
+    assert {k: v for k, v in both.metrics["test"].items() if k != "speed"} == same
+    assert both.metrics["steps"] == plain.metrics["steps"]
