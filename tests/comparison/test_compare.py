@@ -38,6 +38,8 @@ def tiny_overrides(backbone_dir, data_dir) -> list[str]:
         "eval.batch_size=16",
         "chunk.window=62",  # one strategy only
         "strategy.pooling=attention",  # every strategy with a `pooling` field (chunk, not truncate)
+        "train.head_first=false",  # the base recipe's head stage: tested in tests/training/test_head_first.py and
+                                   # by the multi-label compare in tests/training/test_train.py; kept short here
         "truncate.max_tokens=62",
         "truncate.head_tokens=16",
     ]
