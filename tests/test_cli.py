@@ -475,3 +475,14 @@ def test_shell_completion_is_offered_and_completes_command_names():
     done = subprocess.run([sys.executable, "-c", "from longbert.cli import app; app(prog_name='longbert')"], env=env,
                           capture_output=True, text=True)
     assert done.stdout.split() == ["compare"], (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("command", ["compare", "train"])
+def test_a_misspelt_strategy_section_is_one_line_and_nothing_is_written(tmp_path, command):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data: {path: imdb}\nstrategy: {name: chunk}\nsliding: {poolng: attention}\n")
+    args = (["compare", "--recipe", recipe, "--strategies", "chunk", "--runs-dir", tmp_path / "runs",
+             "--reports-dir", tmp_path / "reports"] if command == "compare"
+            else ["train", recipe, "--set", f"output_dir={tmp_path / 'runs'}"])
+    assert_user_error(run(*args), "section 'sliding' has no field 'poolng'", "pooling")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
