@@ -21,7 +21,7 @@ def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[st
     """Each strategy's own list of `key.path=value` overrides, in the order given (see `longbert.comparison.run`).
     Every override is read by `config.parse_override`, the parser `longbert train --set` uses, so a malformed one
     fails here, once, before any strategy is resolved."""
-    from longbert.config import Recipe, parse_override
+    from longbert.config import Recipe, parse_override, strategy_fields
     from longbert.strategies.base import strategy_names
 
     recipe_keys = {f.name for f in dataclasses.fields(Recipe)}
@@ -34,9 +34,9 @@ def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[st
             if len(keys) == 1 or keys[1] == "name":
                 raise LongbertError(f"override {text!r}: compare sets strategy.name itself; "
                                     "list strategies with --strategies")
-            having = [s for s in names if keys[1] in _strategy_fields(s)]
+            having = [s for s in names if keys[1] in strategy_fields(s)]
             if not having:
-                known = sorted(set().union(*(_strategy_fields(s) for s in names)))
+                known = sorted(set().union(*(strategy_fields(s) for s in names)))
                 raise LongbertError(f"override {text!r}: none of {', '.join(names)} has a field {keys[1]!r}; "
                                     f"their fields: {', '.join(known)}")
             for s in having:
@@ -51,12 +51,6 @@ def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[st
             for s in names:
                 per[s].append(text)
     return per
-
-
-def _strategy_fields(strategy: str) -> set[str]:
-    from longbert.strategies.base import get_entry
-
-    return {f.name for f in dataclasses.fields(get_entry(strategy).config_cls)} - {"name"}
 
 
 def resolve_recipes(names: list[str], base_raw: dict, base_source: str, overrides: list[str], name: str,

@@ -20,6 +20,7 @@ from longbert.config.loader import (
     read_yaml,
     recipe_to_yaml,
     short_repr,
+    strategy_fields,
     strategy_sections,
     with_strategy_section,
     yaml_problem,
@@ -74,7 +75,8 @@ __all__ = [
     "PRECISIONS",
     # reading, overrides, validation
     "PLAIN_NAME", "RecipeLoader", "read_yaml", "yaml_problem", "parse_override", "apply_overrides", "build",
-    "build_strategy_config", "recipe_to_yaml", "short_repr", "strategy_sections", "with_strategy_section",
+    "build_strategy_config", "recipe_to_yaml", "short_repr", "strategy_fields", "strategy_sections",
+    "with_strategy_section",
     # recipe files and the packaged recipes
     "PACKAGED_RECIPES", "find_recipe", "packaged_recipes", "read_recipe_file",
 ]

@@ -156,20 +156,27 @@ def build(cls: type, raw: Any, path: str, problems: list[str]):
     return obj
 
 
+def strategy_fields(strategy: str) -> set[str]:
+    """The fields a registered strategy's config holds, besides its name."""
+    from longbert.strategies.base import get_entry
+
+    return {f.name for f in dataclasses.fields(get_entry(strategy).config_cls)} - {"name"}
+
+
 def strategy_sections(raw: dict, source: str) -> tuple[dict, dict[str, dict]]:
     """(`raw` without its per-strategy sections, strategy -> its section). A recipe may hold a top-level mapping
     named after a strategy, `bigbird: {unit_tokens: 126}`: that strategy's own fields, used whenever it is the
     strategy that runs (`longbert train` merges the section of the recipe's strategy; `longbert compare` that of each
     strategy it compares, as `--set bigbird.unit_tokens=126` would, and a --set override still wins). Every section
     is checked against its strategy's fields, used or not, so that a misspelt field fails before anything trains."""
-    from longbert.strategies.base import get_entry, strategy_names
+    from longbert.strategies.base import strategy_names
 
     rest, own = {}, {}
     for key, value in raw.items():
         if key not in strategy_names():
             rest[key] = value
             continue
-        fields = sorted(f.name for f in dataclasses.fields(get_entry(key).config_cls) if f.name != "name")
+        fields = sorted(strategy_fields(key))
         if not isinstance(value, dict):
             raise LongbertError(f"{source}: section {key!r} must be a mapping of {key}'s fields, got "
                                 f"{short_repr(value)}")
@@ -188,10 +195,12 @@ def with_strategy_section(raw: dict, source: str) -> dict:
     from longbert.strategies.base import strategy_with_role
 
     rest, own = strategy_sections(raw, source)
-    section = rest.get("strategy", {"name": strategy_with_role("default")})
+    section = rest.get("strategy", {})
     section = {"name": section} if isinstance(section, str) else section
-    if isinstance(section, dict) and section.get("name", strategy_with_role("default")) in own:
-        rest["strategy"] = {**section, **own[section.get("name", strategy_with_role("default"))]}
+    if isinstance(section, dict):
+        name = section.get("name", strategy_with_role("default"))
+        if name in own:
+            rest["strategy"] = {"name": name, **section, **own[name]}
     return rest
 
 
