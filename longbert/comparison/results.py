@@ -238,7 +238,7 @@ def _budget(first, steps: dict[str, int], seeds) -> dict:
         "seeds": list(seeds) if seeds else [first.seed],
         "backbone": first.backbone.name,
         "finetune": first.model.finetune,
-        "epochs": first.train.frozen_head_epochs if first.model.finetune == "frozen" else first.train.epochs,
+        "epochs": first.train.frozen_head_epochs if first.model.backbone_frozen else first.train.epochs,
         "max_steps": first.train.max_steps,
         "batch_size": first.train.batch_size,
         "gradient_accumulation": first.train.gradient_accumulation,

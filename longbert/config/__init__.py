@@ -49,6 +49,7 @@ from longbert.config.recipe import (
     BackboneConfig,
     DataConfig,
     EvalConfig,
+    FinetuneChoice,
     FinetuneMode,
     LoraConfig,
     ModelConfig,
@@ -67,7 +68,7 @@ __all__ = [
     "FINETUNE_MODES", "PROBLEM_TYPES", "BEST_METRICS", "SINGLE_LABEL_METRICS", "MULTI_LABEL_METRICS", "TRACKERS",
     "CLASS_WEIGHTS", "THRESHOLD_TUNING",
     # the problem type
-    "ProblemType", "FinetuneMode", "SINGLE_LABEL", "MULTI_LABEL", "is_multi_label",
+    "ProblemType", "FinetuneMode", "FinetuneChoice", "SINGLE_LABEL", "MULTI_LABEL", "is_multi_label",
     # pretraining recipes
     "PretrainRecipe", "PretrainDataConfig", "MaskingConfig", "PretrainTrainConfig", "load_pretrain_recipe",
     "pretrain_recipe_from_dict",

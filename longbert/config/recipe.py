@@ -47,6 +47,26 @@ CLASS_WEIGHTS = ("balanced",)
 THRESHOLD_TUNING = ("tune", "tune_per_label")
 
 
+class FinetuneChoice:
+    """What `finetune` decides, asked by name (the one place its modes are compared): ModelConfig, ModelSettings."""
+    finetune: FinetuneMode
+
+    @property
+    def trains_lora(self) -> bool:
+        """LoRA adapters (through peft) train; the backbone's own weights stay as loaded."""
+        return self.finetune == "lora"
+
+    @property
+    def backbone_frozen(self) -> bool:
+        """The backbone never trains: its unit vectors are cached once and only the pooler and head learn."""
+        return self.finetune == "frozen"
+
+    @property
+    def trains_whole_backbone(self) -> bool:
+        """Every backbone weight trains (and a saved model folder must hold them)."""
+        return self.finetune == "full"
+
+
 def is_multi_label(problem_type: str) -> bool:
     """Whether a problem type (a recipe's, a saved model's, a results.json's) is multi-label: one sigmoid per class."""
     return problem_type == MULTI_LABEL
@@ -170,7 +190,7 @@ class LoraConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(FinetuneChoice):
     problem_type: ProblemType = option(SINGLE_LABEL, "single_label (softmax over classes) or multi_label (one "
                                        "sigmoid per class)")
     finetune: FinetuneMode = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached "

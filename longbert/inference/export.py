@@ -180,7 +180,7 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
     from torch.export import Dim
 
     backbone = model.backbone
-    if model.settings.finetune == "lora":  # LoRA folded into the weights: a plain encoder, as fast as the base
+    if model.settings.trains_lora:  # LoRA folded into the weights: a plain encoder, as fast as the base
         backbone = copy.deepcopy(backbone).merge_and_unload()
     encoder = WindowEncoder(backbone, model.strategy).eval()
     head = UnitHead(model.strategy, model.head).eval()

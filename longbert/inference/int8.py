@@ -62,7 +62,7 @@ def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
     copied = copy.deepcopy(model).cpu().eval()
     members = [copied] if copied.ensemble is None else copied.ensemble.members(copied)  # an ensemble: every member's
     for member in members:
-        if member.settings.finetune == "lora":
+        if member.settings.trains_lora:
             member.backbone = member.backbone.merge_and_unload()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch points at torchao for new code; its dynamic quantization runs

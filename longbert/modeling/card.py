@@ -216,13 +216,13 @@ def describe_backbone(backbone: str, config) -> str:
 
 
 def describe_finetune(settings: ModelSettings) -> str:
-    if settings.finetune == "lora":
+    if settings.trains_lora:
         lora = settings.lora
         targets = ("the attention query/value projections" if lora.target_modules is None
                    else ", ".join(lora.target_modules))
         return (f"LoRA (r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, on {targets}); "
                 "the backbone's weights are unchanged")
-    if settings.finetune == "frozen":
+    if settings.backbone_frozen:
         return "frozen backbone: only the strategy's pooler and the head were trained"
     return "full: every weight of the backbone was trained"
 

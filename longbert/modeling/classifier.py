@@ -96,9 +96,9 @@ class LongDocumentClassifier(nn.Module):
         special = SpecialTokens.from_tokenizer(tokenizer)
         strategy = build_strategy(settings.strategy, backbone.config.hidden_size, special, settings.budget)
         strategy.adapt_backbone(backbone)
-        if settings.finetune == "lora":
+        if settings.trains_lora:
             backbone = wrap_lora(backbone, settings.lora, adapter_dir, lora_modules_to_save(strategy))
-        elif settings.finetune == "frozen":
+        elif settings.backbone_frozen:
             backbone.requires_grad_(False)
         model = cls(backbone, tokenizer, strategy, settings)
         model.notes = notes  # what building decided on the recipe's behalf; training prints it
@@ -116,7 +116,7 @@ class LongDocumentClassifier(nn.Module):
 
     @property
     def frozen(self) -> bool:
-        return self.settings.finetune == "frozen"
+        return self.settings.backbone_frozen
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -278,7 +278,7 @@ class LongDocumentClassifier(nn.Module):
     def plain_backbone(self):
         """The encoder as transformers saves it: without LoRA's layers (a copy; LoRA leaves the weights it wraps as
         they were)."""
-        if self.settings.finetune != "lora":
+        if not self.settings.trains_lora:
             return self.backbone
         return copy.deepcopy(self.backbone).unload()
 

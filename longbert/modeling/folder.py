@@ -62,9 +62,9 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
     settings = dataclasses.replace(model.settings, backbone=reference or SAVED_IN_FOLDER)
     # A folder holding other files than an earlier model's is refused, not replaced with all it holds.
     with atomic_folder(directory, CONFIG_FILE, "model folder") as staging:
-        if model.settings.finetune == "full" or reference is None:
+        if model.settings.trains_whole_backbone or reference is None:
             model.plain_backbone().save_pretrained(staging / BACKBONE_DIR, safe_serialization=True)
-        if model.settings.finetune == "lora":
+        if model.settings.trains_lora:
             # longbert never resizes the vocabulary: no embedding layers to save, and no look-up of the base model
             # on the hub to find out (peft's "auto")
             model.backbone.save_pretrained(staging / ADAPTER_DIR, save_embedding_layers=False)
@@ -97,9 +97,9 @@ def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, Model
     settings = ModelSettings.from_file(directory / CONFIG_FILE)
     needed = {HEAD_FILE: f"finetune is {settings.finetune}"}
     if backbone_is_saved(settings):
-        needed[BACKBONE_DIR] = ("finetune is full" if settings.finetune == "full"
+        needed[BACKBONE_DIR] = ("finetune is full" if settings.trains_whole_backbone
                                 else f"{CONFIG_FILE} says the backbone is saved in the folder")
-    if settings.finetune == "lora":
+    if settings.trains_lora:
         needed[ADAPTER_DIR] = "finetune is lora"
     for name, why in needed.items():
         if not (directory / name).exists():
@@ -109,7 +109,7 @@ def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, Model
 
 def backbone_is_saved(settings: ModelSettings) -> bool:
     """Whether a folder with these settings holds its backbone's weights in backbone/."""
-    return settings.finetune == "full" or settings.backbone == SAVED_IN_FOLDER
+    return settings.trains_whole_backbone or settings.backbone == SAVED_IN_FOLDER
 
 
 def load_folder_backbone(directory: Path, settings: ModelSettings):
@@ -123,7 +123,7 @@ def load_folder_backbone(directory: Path, settings: ModelSettings):
 
 def adapter_of(directory: Path, settings: ModelSettings) -> Path | None:
     """The saved LoRA adapter folder of a model folder, or None when it was not fine-tuned with LoRA."""
-    return directory / ADAPTER_DIR if settings.finetune == "lora" else None
+    return directory / ADAPTER_DIR if settings.trains_lora else None
 
 
 def load_folder_head(model: LongDocumentClassifier, directory: Path) -> None:

@@ -17,6 +17,7 @@ from longbert.config import (
     FINETUNE_MODES,
     PROBLEM_TYPES,
     SINGLE_LABEL,
+    FinetuneChoice,
     FinetuneMode,
     LoraConfig,
     ProblemType,
@@ -37,7 +38,7 @@ FORMAT_VERSION = 1
 
 
 @dataclass
-class ModelSettings:
+class ModelSettings(FinetuneChoice):
     """Everything `from_pretrained` needs to rebuild a model: written as longbert_config.json, read back through
     the same validation as recipes (`config.build`), and every key must be there (nothing is silently defaulted)."""
 

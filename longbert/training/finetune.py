@@ -109,7 +109,7 @@ def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str |
         stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher, data)
         pseudo_labels = run_dir / SELF_TRAINING / PSEUDO_FILE
     # The pooler and head first, on the frozen backbone; the whole model from there (a frozen run is that stage).
-    if recipe.train.head_first and recipe.model.finetune != "frozen":
+    if recipe.train.head_first and not recipe.model.backbone_frozen:
         def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:
             return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
                           untrained_allowed=True, pseudo_labels=pseudo_labels).metrics

@@ -110,7 +110,7 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
     with torch.random.fork_rng(devices=[]):  # loading the earlier model draws nothing from the run's seeded stream
         earlier_backbone, earlier_head, merged = earlier_weights(source)
     into_backbone = load_fitting(loaded[0], earlier_backbone)  # before the strategy adapts the backbone
-    lora = recipe.model.finetune == "lora"
+    lora = recipe.model.trains_lora
     # A LoRA run is built without adapters, loaded, then wrapped: the adapters sit on the loaded base weights.
     built = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, finetune="full")) if lora else recipe
     model = LongDocumentClassifier.from_recipe(built, label_names, loaded=loaded)
@@ -141,7 +141,7 @@ def earlier_weights(source: InitSource) -> tuple[dict, dict, bool]:
 
     earlier = LongDocumentClassifier.from_pretrained(source.folder)
     refuse_ensemble(earlier, str(source.folder), "train.init_from starts from one model: name one member's run")
-    merged = earlier.settings.finetune == "lora"
+    merged = earlier.settings.trains_lora
     backbone = earlier.backbone.merge_and_unload() if merged else earlier.backbone
     return {k: v.detach().cpu() for k, v in backbone.state_dict().items()}, earlier.head_state(), merged
 

@@ -62,3 +62,17 @@ def test_every_compare_base_recipe_validates_and_starts_with_its_command(path):
     assert recipe.data.test_split, "compare reports on the test split"
     assert load_recipe(path) == recipe, "a compare base recipe is a fine-tuning recipe too"
     assert any("longbert compare" in line for line in header(path))
+
+
+def test_each_finetune_mode_answers_one_property_the_same_in_a_recipe_and_a_saved_model():
+    """The properties every decision reads (`trains_lora`, `backbone_frozen`, `trains_whole_backbone`): exactly the
+    mode's own is true, and a recipe's ModelConfig and the ModelSettings built from it agree."""
+    from longbert.config import FINETUNE_MODES, ModelConfig
+    from longbert.modeling.settings import ModelSettings
+
+    owner = {"lora": "trains_lora", "frozen": "backbone_frozen", "full": "trains_whole_backbone"}
+    assert set(owner) == set(FINETUNE_MODES)
+    for mode in FINETUNE_MODES:
+        for holder in (ModelConfig(finetune=mode), ModelSettings(finetune=mode)):
+            answers = {name: getattr(holder, name) for name in owner.values()}
+            assert answers == {name: name == owner[mode] for name in owner.values()}, (mode, type(holder))
