@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 from longbert.comparison.results import id_group
+from longbert.errors import LongbertError
+from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 
 PREDICTIONS = "predictions-test.jsonl"
 
@@ -27,26 +29,17 @@ def fail(message: str):
     raise SystemExit(2)
 
 
-def read_predictions(run: Path) -> list[dict]:
+def read_predictions(run: Path) -> list[PredictionRow]:
     """The rows of `run`/predictions-test.jsonl, each with a label and a prediction; any problem is fail()."""
     if not run.is_dir():
         fail(f"{run} is not a folder")
     file = run / PREDICTIONS
     if not file.is_file():
         fail(f"{run} holds no {PREDICTIONS} (longbert train/evaluate and tfidf_baseline.py --predictions write it)")
-    rows = []
     try:
-        with open(file, encoding="utf-8") as stream:
-            for number, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    fail(f"{file}:{number} is not valid JSON ({error.msg}, column {error.colno})")
-                if not isinstance(row, dict) or "label" not in row or "predicted" not in row:
-                    fail(f"{file}:{number} is not a prediction row (a JSON object with label and predicted)")
-                rows.append(row)
+        rows = read_prediction_rows(file)
+    except LongbertError as error:
+        fail(str(error))
     except (OSError, UnicodeDecodeError) as error:
         fail(f"{file} cannot be read: {error}")
     if not rows:
@@ -54,12 +47,12 @@ def read_predictions(run: Path) -> list[dict]:
     return rows
 
 
-def score(rows: list[dict]) -> dict:
+def score(rows: list[PredictionRow]) -> dict:
     """{"all": {accuracy, documents}, "groups": {group: {accuracy, documents}}, "ungrouped": documents}."""
     tallies: dict[str, list[int]] = {}  # group -> [right, documents]
     right = ungrouped = 0
     for row in rows:
-        correct = int(row["label"] == row["predicted"])
+        correct = int(row.right)
         right += correct
         group = id_group(row)  # depth-0600-000123 -> depth-0600, as compare's report groups them
         if group is None:

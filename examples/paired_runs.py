@@ -13,13 +13,12 @@ benchmarks/results/predictions/ or not, so that a run of one session pairs with 
 Prints one line per pair and subset; `--json FILE` also writes them.
 """
 import argparse
-import gzip
 import json
 from pathlib import Path
 
 from longbert.comparison.results import paired_comparisons, read_predictions
 from longbert.errors import LongbertError
-from longbert.evaluation.metrics import is_right
+from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions-test.jsonl, or such files "
@@ -31,27 +30,23 @@ if len(args.runs) < 2:
     raise SystemExit("error: give at least two run folders")
 
 
-def rows_of(run: Path) -> list[dict]:
-    if run.is_dir():
-        return read_predictions(run)
-    opened = gzip.open(run, "rt", encoding="utf-8") if run.suffix == ".gz" else run.open(encoding="utf-8")
-    with opened as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+def rows_of(run: Path) -> list[PredictionRow]:
+    return read_predictions(run) if run.is_dir() else read_prediction_rows(run)
 
 
 try:
     rows = {str(run): rows_of(run) for run in args.runs}
 except (LongbertError, OSError, ValueError) as error:
     raise SystemExit(f"error: {error}") from None
-expected = [(r["index"], r["label"]) for r in next(iter(rows.values()))]
+expected = [(r.index, r.label) for r in next(iter(rows.values()))]
 for run, predictions in rows.items():
-    if [(r["index"], r["label"]) for r in predictions] != expected:
+    if [(r.index, r.label) for r in predictions] != expected:
         raise SystemExit(f"error: {run} predicted other test documents than {args.runs[0]}")
 summary = {}
 for run, predictions in rows.items():
-    long_rows = [r for r in predictions if r["n_tokens"] > args.long_tokens]
-    summary[run] = {"accuracy": sum(map(is_right, predictions)) / len(predictions), "documents": len(predictions),
-                    "long_accuracy": sum(map(is_right, long_rows)) / len(long_rows) if long_rows else None,
+    long_rows = [r for r in predictions if r.n_tokens > args.long_tokens]
+    summary[run] = {"accuracy": sum(r.right for r in predictions) / len(predictions), "documents": len(predictions),
+                    "long_accuracy": sum(r.right for r in long_rows) / len(long_rows) if long_rows else None,
                     "long_documents": len(long_rows)}
     long_accuracy = f"{summary[run]['long_accuracy']:.4f}" if long_rows else "n/a"
     print(f"{run}: accuracy {summary[run]['accuracy']:.4f} (n={len(predictions)}), over {args.long_tokens} tokens "

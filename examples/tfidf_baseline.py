@@ -9,7 +9,6 @@ documents (same data settings, seed and subsample), C chosen on its validation s
 Arguments after the recipe are overrides, as `longbert train --set` takes them (train.epochs=3).
 """
 import argparse
-import json
 from pathlib import Path
 
 import longbert
@@ -17,8 +16,8 @@ from longbert.comparison.baseline import prediction_rows, tfidf_baseline
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
 from longbert.evaluation.command import write_json
+from longbert.evaluation.predictions import write_prediction_rows
 from longbert.modeling.backbone import load_tokenizer
-from longbert.utils.atomic import write_text_atomically
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("recipe")
@@ -44,7 +43,7 @@ print(f"{len(corpus.splits['train'])} train / {len(corpus.splits['test'])} test,
 if args.predictions is not None:
     args.predictions.mkdir(parents=True, exist_ok=True)
     rows = prediction_rows(result, list(corpus.splits["test"]["n_tokens"]))
-    write_text_atomically(args.predictions / "predictions-test.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    write_prediction_rows(args.predictions / "predictions-test.jsonl", rows)
     write_json(args.predictions / "metrics.json", {"recipe": recipe.name, "baseline": result["settings"],
                                                    "validation": result["validation"], "test": test,
                                                    "train_seconds": result["train_seconds"]})

@@ -12,7 +12,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 def write_run(folder: Path, rows: list[tuple[int, int, int]]) -> Path:
     """A run folder holding predictions-test.jsonl rows of (n_tokens, label, predicted)."""
     folder.mkdir(parents=True)
-    lines = [json.dumps({"index": i, "n_tokens": n, "label": label, "predicted": predicted})
+    lines = [json.dumps({"index": i, "n_tokens": n, "label": label, "predicted": predicted,
+                          "probabilities": [0.5, 0.5]})
              for i, (n, label, predicted) in enumerate(rows)]
     (folder / "predictions-test.jsonl").write_text("\n".join(lines) + "\n")
     return folder

@@ -173,7 +173,7 @@ def write_predictions(folder: Path, rows: list[dict]) -> Path:
 
 def test_accuracy_by_group_tabulates_runs_by_id_group(tmp_path):
     rows = lambda right: [{"index": i, "id": f"depth-{d}-{i:06d}", "n_tokens": 1900, "label": i % 2,
-                           "predicted": i % 2 if i < right[d] else 1 - i % 2}
+                           "predicted": i % 2 if i < right[d] else 1 - i % 2, "probabilities": [0.5, 0.5]}
                           for d in ("0000", "end") for i in range(4)]
     truncate = write_predictions(tmp_path / "truncate", rows({"0000": 4, "end": 1}))
     chunk = write_predictions(tmp_path / "chunk", rows({"0000": 2, "end": 4}))

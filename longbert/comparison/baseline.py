@@ -64,14 +64,16 @@ def tfidf_baseline(corpus) -> dict:
             "train_seconds": seconds}
 
 
-def prediction_rows(result: dict, n_tokens: list[int]) -> list[dict]:
+def prediction_rows(result: dict, n_tokens: list[int]) -> list:
     """The baseline's test predictions in the form of a run's predictions-test.jsonl rows (index, n_tokens, label,
     predicted, probabilities), so that the paired tests treat it like any strategy."""
+    from longbert.evaluation.predictions import PredictionRow
+
     probabilities, labels = result["probabilities"], result["labels"]
     multi_label = labels.ndim == 2
     rows = []
     for i, (p, label) in enumerate(zip(probabilities, labels)):
         predicted = (p >= 0.5).astype(int).tolist() if multi_label else int(p.argmax())
-        rows.append({"index": i, "n_tokens": int(n_tokens[i]), "label": label.tolist(), "predicted": predicted,
-                     "probabilities": [round(float(x), 6) for x in p]})
+        rows.append(PredictionRow(index=i, n_tokens=int(n_tokens[i]), label=label.tolist(), predicted=predicted,
+                                  probabilities=[float(x) for x in p]))
     return rows

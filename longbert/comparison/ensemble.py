@@ -22,20 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
-from longbert.comparison.results import read_rows
+from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 
 ENSEMBLE = "ensemble"
 VALIDATION_FILE = "predictions-validation.jsonl"
 SELECTION_METRICS = ("accuracy", "macro_f1")  # best_metric values an ensemble can be chosen by; loss falls back
 
 
-def read_kept(run_dir: Path, name: str) -> list[dict] | None:
+def read_kept(run_dir: Path, name: str) -> list[PredictionRow] | None:
     """The rows of a run folder's kept prediction file `name` (predictions-<split>.jsonl), or None when it has none."""
     path = Path(run_dir) / name
-    return read_rows(path) if path.is_file() else None
+    return read_prediction_rows(path) if path.is_file() else None
 
 
-def read_validation(run_dir: Path) -> list[dict] | None:
+def read_validation(run_dir: Path) -> list[PredictionRow] | None:
     """A run folder's validation prediction rows, or None for a run that has none (trained before they were kept)."""
     return read_kept(run_dir, VALIDATION_FILE)
 
@@ -53,11 +53,11 @@ def validation_of(run_dirs: dict[str, Path], metric: str, row: str) -> tuple[dic
     return validation, metric, None
 
 
-def score(rows: list[dict], probabilities: np.ndarray, metric: str) -> float:
+def score(rows: list[PredictionRow], probabilities: np.ndarray, metric: str) -> float:
     """Accuracy or macro-F1 of argmax(probabilities) against the rows' labels."""
     from sklearn.metrics import f1_score
 
-    truth = np.array([r["label"] for r in rows])
+    truth = np.array([r.label for r in rows])
     predicted = probabilities.argmax(1)
     if metric == "accuracy":
         return float((predicted == truth).mean())
@@ -65,17 +65,17 @@ def score(rows: list[dict], probabilities: np.ndarray, metric: str) -> float:
                           zero_division=0))
 
 
-def score_rows(rows: list[dict], metric: str) -> float:
+def score_rows(rows: list[PredictionRow], metric: str) -> float:
     """Accuracy or macro-F1 of one run's prediction rows (their own probabilities)."""
-    return score(rows, np.array([r["probabilities"] for r in rows]), metric)
+    return score(rows, np.array([r.probabilities for r in rows]), metric)
 
 
-def averaged(rows_by_member: dict[str, list[dict]], members: tuple[str, ...]) -> np.ndarray:
+def averaged(rows_by_member: dict[str, list[PredictionRow]], members: tuple[str, ...]) -> np.ndarray:
     """(D, C) mean of the members' probabilities, document by document."""
-    return np.mean([[r["probabilities"] for r in rows_by_member[m]] for m in members], axis=0)
+    return np.mean([[r.probabilities for r in rows_by_member[m]] for m in members], axis=0)
 
 
-def choose_members(validation: dict[str, list[dict]], metric: str) -> tuple[tuple[str, ...], float, int]:
+def choose_members(validation: dict[str, list[PredictionRow]], metric: str) -> tuple[tuple[str, ...], float, int]:
     """(members, their validation score, how many groups were scored): the group of two or more strategies whose
     averaged validation probabilities score best by `metric` (accuracy or macro_f1). Ties go to the smaller group,
     then to the group whose strategies come first in `validation`'s order."""
@@ -87,26 +87,26 @@ def choose_members(validation: dict[str, list[dict]], metric: str) -> tuple[tupl
     return groups[best], scored[best][0], len(groups)
 
 
-def scored(rows: list[dict], label_names: list[str]) -> dict:
+def scored(rows: list[PredictionRow], label_names: list[str]) -> dict:
     """The test metrics (`compute_metrics`) of single-label prediction rows."""
     from longbert.evaluation.metrics import compute_metrics
 
-    return compute_metrics(np.array([r["label"] for r in rows]), np.array([r["probabilities"] for r in rows]),
-                           [r["n_tokens"] for r in rows], label_names, False)
+    return compute_metrics(np.array([r.label for r in rows]), np.array([r.probabilities for r in rows]),
+                           [r.n_tokens for r in rows], label_names, False)
 
 
-def scored_average(test: dict, members: tuple, label_names: list[str]) -> tuple[list[dict], dict]:
+def scored_average(test: dict, members: tuple, label_names: list[str]) -> tuple[list[PredictionRow], dict]:
     """(the members' averaged test rows, their test metrics), for a row that averages runs' probabilities."""
     rows = ensemble_rows(test, members)
     return rows, scored(rows, label_names)
 
 
-def ensemble_rows(test: dict[str, list[dict]], members: tuple[str, ...]) -> list[dict]:
-    """The ensemble's test prediction rows, in the form of a run's predictions-test.jsonl rows."""
+def ensemble_rows(test: dict[str, list[PredictionRow]], members: tuple[str, ...]) -> list[PredictionRow]:
+    """The ensemble's test prediction rows: the members' averaged probabilities, for the first member's documents."""
     probabilities = averaged(test, members)
     first = test[members[0]]
-    return [{"index": r["index"], "n_tokens": r["n_tokens"], "label": r["label"],
-             "probabilities": [round(float(p), 6) for p in probs], "predicted": int(probs.argmax())}
+    return [PredictionRow(index=r.index, n_tokens=r.n_tokens, label=r.label,
+                          probabilities=[float(p) for p in probs], predicted=int(probs.argmax()))
             for r, probs in zip(first, probabilities)]
 
 
@@ -145,7 +145,7 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
     names = list(run_dirs)
     base = max(names, key=lambda s: (score_rows(validation[s], metric), -names.index(s)))
     summary = make_hybrid(run_dirs[base], corpus=splits())
-    rows = read_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
+    rows = read_prediction_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
     return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],
              "chosen_by": summary["chosen_by"], "base_chosen_by": metric, "validation": summary["validation"],
              "folder": str(run_dirs[base] / HYBRID), "metrics": summary["test"]}, rows, None)
@@ -156,8 +156,8 @@ def seeds_name(strategy: str, seeds: int) -> str:
     return f"{strategy} × {seeds} seeds"
 
 
-def build_seed_ensembles(test: dict[str, dict[int, list[dict]]], multi_label: bool, label_names: list[str],
-                         long_tokens: int) -> tuple[list[dict], dict[str, list[dict]], str | None]:
+def build_seed_ensembles(test: dict[str, dict[int, list[PredictionRow]]], multi_label: bool, label_names: list[str],
+                         long_tokens: int) -> tuple[list[dict], dict[str, list[PredictionRow]], str | None]:
     """([one summary per strategy], {row name: its test rows}, None), or ([], {}, why there are none), from each
     strategy's test rows by seed (`test[strategy][seed]`, every seed's rows in the same document order). A summary
     holds the seeds, each seed's accuracy, macro-F1 and accuracy on the documents over `long_tokens`, their mean and

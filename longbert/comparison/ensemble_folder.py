@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from longbert.errors import LongbertError
+from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 
 SUMMARY_FILE = "ensemble-summary.json"
 MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
@@ -101,7 +102,7 @@ def _members(names: list[str], validation: dict, metric: str, use_all: bool,
                                  f"validation {metric} among {groups} groups of 2 or more of {len(names)} runs")
 
 
-def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[dict] | None:
+def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[PredictionRow] | None:
     """The ensemble's test rows, when every member kept its test predictions (of the same documents); else None."""
     from longbert.comparison.ensemble import read_kept
     from longbert.comparison.results import PREDICTIONS_FILE
@@ -113,7 +114,8 @@ def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: l
     return None
 
 
-def write_folder(output: Path, model, rows: dict[str, list[dict] | None], summary: dict, recipe_file: Path) -> None:
+def write_folder(output: Path, model, rows: dict[str, list[PredictionRow] | None], summary: dict,
+                 recipe_file: Path) -> None:
     """Write the ensemble folder atomically, laid out as a run folder: the model in best/, its prediction rows,
     the summary, and the first member's recipe (`longbert evaluate OUTPUT` reads the same data from it)."""
     from longbert.modeling.folder import save_model_folder
@@ -124,7 +126,7 @@ def write_folder(output: Path, model, rows: dict[str, list[dict] | None], summar
         save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
         for role, role_rows in rows.items():
             if role_rows is not None:
-                (staging / f"predictions-{role}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in role_rows))
+                write_prediction_rows(staging / f"predictions-{role}.jsonl", role_rows)
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
 
@@ -165,27 +167,27 @@ def member_names(runs: list[Path]) -> list[str]:
     return ["/".join(r.resolve().parts[-2:]) for r in runs]
 
 
-def same_documents(rows: dict[str, list[dict]], split: str) -> None:
+def same_documents(rows: dict[str, list[PredictionRow]], split: str) -> None:
     """Refuse members whose kept predictions of `split` are not of the same documents, in the same order."""
     names = list(rows)
-    first = [(r["index"], r["label"]) for r in rows[names[0]]]
+    first = [(r.index, r.label) for r in rows[names[0]]]
     for name in names[1:]:
-        if [(r["index"], r["label"]) for r in rows[name]] != first:
+        if [(r.index, r.label) for r in rows[name]] != first:
             raise LongbertError(f"{name}'s {split} predictions are not of the documents {names[0]}'s are: members "
                                 "of an ensemble are runs on the same data")
 
 
-def averaged_rows(rows: dict[str, list[dict]], members: tuple[str, ...], label_names: list[str]) -> list[dict]:
+def averaged_rows(rows: dict[str, list[PredictionRow]], members: tuple[str, ...],
+                  label_names: list[str]) -> list[PredictionRow]:
     """The ensemble's prediction rows, in a run's predictions-<split>.jsonl form, from its members' rows."""
     from longbert.comparison.ensemble import averaged
 
     probabilities = averaged(rows, members)  # (D, C)
     out = []
     for row, p in zip(rows[members[0]], probabilities):
-        kept = {k: row[k] for k in ("index", "id", "n_tokens", "label", "label_name") if k in row}
         predicted = int(np.argmax(p))
-        out.append({**kept, "probabilities": [round(float(q), 6) for q in p], "predicted": predicted,
-                    "predicted_label": label_names[predicted]})
+        out.append(dataclasses.replace(row, probabilities=[float(q) for q in p], predicted=predicted,
+                                       predicted_label=label_names[predicted], unit_weights=None))
     return out
 
 

@@ -13,26 +13,20 @@ from pathlib import Path
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
-from longbert.evaluation.metrics import is_right
+from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 
 PREDICTIONS_FILE = "predictions-test.jsonl"
 
 
-def read_predictions(run_dir: Path) -> list[dict]:
-    """The rows of a run folder's predictions-test.jsonl, one per test document in order:
-    {index, n_tokens, label, probabilities, predicted, unit_weights}."""
+def read_predictions(run_dir: Path) -> list[PredictionRow]:
+    """The rows of a run folder's predictions-test.jsonl, one per test document in order."""
     path = Path(run_dir) / PREDICTIONS_FILE
     if not path.is_file():
         raise LongbertError(f"{run_dir} has no {PREDICTIONS_FILE}; compare needs a test split (data.test_split)")
-    return read_rows(path)
+    return read_prediction_rows(path)
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The JSON rows of a predictions-<split>.jsonl file, blank lines skipped."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> list[dict]:
+def paired_comparisons(predictions: dict[str, list[PredictionRow]], long_tokens: int) -> list[dict]:
     """Every pair of strategies (and the baseline, when `predictions` holds it), on all test documents and on the
     long ones: how many documents, who alone was right how often, the exact McNemar p-value of that split, and the
     smallest accuracy difference the test could detect at this size and disagreement (80% power, alpha 0.05)."""
@@ -43,11 +37,11 @@ def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> 
             for subset in ("all", "long"):
                 only_a = only_b = documents = 0
                 for ra, rb in zip(predictions[a], predictions[b]):
-                    if subset == "long" and ra["n_tokens"] <= long_tokens:
+                    if subset == "long" and ra.n_tokens <= long_tokens:
                         continue
                     documents += 1
-                    only_a += is_right(ra) and not is_right(rb)
-                    only_b += is_right(rb) and not is_right(ra)
+                    only_a += ra.right and not rb.right
+                    only_b += rb.right and not ra.right
                 out.append({"a": a, "b": b, "documents": subset, "n": documents, "only_a_right": only_a,
                             "only_b_right": only_b, "p_value": mcnemar_p(only_a, only_b),
                             "detectable_difference": detectable_difference(documents, only_a + only_b)})
@@ -57,19 +51,19 @@ def paired_comparisons(predictions: dict[str, list[dict]], long_tokens: int) -> 
 MAX_GROUPS = 20  # more id groups than this are not a design of the test set: no table
 
 
-def id_group(row: dict) -> str | None:
+def id_group(row: PredictionRow) -> str | None:
     """A test document's group, from its id: the part before the last '-' ('depth-0600-000123' -> 'depth-0600'), or
     None for an id without one (a row number, a plain name)."""
-    value = row.get("id")
+    value = row.id
     return value.rsplit("-", 1)[0] if isinstance(value, str) and "-" in value.strip("-") else None
 
 
-def accuracy_by_group(predictions: dict[str, list[dict]]) -> dict | None:
+def accuracy_by_group(predictions: dict[str, list[PredictionRow]]) -> dict | None:
     """Accuracy per group of test documents, for every row of `predictions` (keyed by name, rows in the same document
     order), when the test documents' ids name groups (`id_group`: every id has one, 2 to MAX_GROUPS groups), as a
     probe's ids do (depth-0600-000123: the evidence at word 600); else None. The ids are read from the first rows
     that carry them (the baseline's rows have none and are aligned by position)."""
-    with_ids = next((rows for rows in predictions.values() if rows and "id" in rows[0]), None)
+    with_ids = next((rows for rows in predictions.values() if rows and rows[0].id is not None), None)
     if with_ids is None:
         return None
     groups = [id_group(r) for r in with_ids]
@@ -81,7 +75,7 @@ def accuracy_by_group(predictions: dict[str, list[dict]]) -> dict | None:
     for name, rows in predictions.items():
         right = dict.fromkeys(names, 0)
         for group, row in zip(groups, rows):
-            right[group] += is_right(row)
+            right[group] += row.right
         accuracy[name] = {g: right[g] / counts[g] for g in names}
     return {"groups": names, "documents": counts, "accuracy": accuracy}
 
@@ -92,13 +86,13 @@ def baseline_fields(result: dict) -> dict:
             "train_seconds": result["train_seconds"]}
 
 
-def test_summary(rows: list[dict], test: dict, long_tokens: int) -> dict:
+def test_summary(rows: list[PredictionRow], test: dict, long_tokens: int) -> dict:
     """Accuracy with its interval, macro-F1, accuracy by length bucket and on the long documents, from a classifier's
     prediction rows and its test metrics. For multi-label rows a row is right when every label is (exact match): the
     same number as the test metrics' accuracy or exact_match, recomputed from the rows the paired tests use."""
-    right = sum(is_right(r) for r in rows)
-    long_rows = [r for r in rows if r["n_tokens"] > long_tokens]
-    long_right = sum(is_right(r) for r in long_rows)
+    right = sum(r.right for r in rows)
+    long_rows = [r for r in rows if r.n_tokens > long_tokens]
+    long_right = sum(r.right for r in long_rows)
     return {
         "accuracy": right / len(rows) if rows else None,
         "accuracy_ci95": wilson_interval(right, len(rows)),
@@ -152,7 +146,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
             "splits": runs[names[0]]["metrics"].get("data"),
             "test_documents": len(test_rows),
             "long_tokens": long_tokens,
-            "long_documents": sum(r["n_tokens"] > long_tokens for r in test_rows),
+            "long_documents": sum(r.n_tokens > long_tokens for r in test_rows),
             "class_counts": classes,
             "long_class_counts": long_classes,
         },
@@ -219,14 +213,14 @@ def _notes(first, strategies: dict[str, dict], steps: dict[str, int], combined_n
     return notes + [note for note in combined_notes if note]
 
 
-def _class_counts(test_rows: list[dict], label_names: list[str], long_tokens: int) -> tuple[dict, dict]:
+def _class_counts(test_rows: list[PredictionRow], label_names: list[str], long_tokens: int) -> tuple[dict, dict]:
     """Test documents per class (per label, for multi-label), all and long: the class balance the tables state."""
     classes, long_classes = dict.fromkeys(label_names, 0), dict.fromkeys(label_names, 0)
     for r in test_rows:
-        hot = r["label"] if isinstance(r["label"], list) else [int(i == r["label"]) for i in range(len(label_names))]
+        hot = r.label if isinstance(r.label, list) else [int(i == r.label) for i in range(len(label_names))]
         for n, h in zip(label_names, hot):
             classes[n] += h
-            long_classes[n] += h if r["n_tokens"] > long_tokens else 0
+            long_classes[n] += h if r.n_tokens > long_tokens else 0
     return classes, long_classes
 
 

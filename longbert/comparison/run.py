@@ -229,7 +229,7 @@ def _measure_and_assemble(c: _Comparison, runs: dict[str, dict]) -> tuple[dict, 
     combined, combined_notes, combined_test = _combined_rows(c, predictions, label_names, splits)
     baseline = baseline_row(c.first, c.runs_dir / c.name, splits)
     predictions_with_baseline = {**predictions, **combined_test,
-                                 BASELINE: prediction_rows(baseline, [r["n_tokens"] for r in predictions[c.names[0]]])}
+                                 BASELINE: prediction_rows(baseline, [r.n_tokens for r in predictions[c.names[0]]])}
     speed, error_examples = _speed_and_examples(c, predictions, chosen, label_names, splits)
     results = assemble_results(
         name=c.name, names=c.names, recipes=c.recipes, runs=runs, predictions=predictions_with_baseline, speed=speed,

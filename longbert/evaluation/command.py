@@ -10,6 +10,7 @@ from pathlib import Path
 
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import MANY_CLASSES, multi_label_predictions, top_confusions
+from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.evaluation.split_pass import evaluate_split
 from longbert.utils.atomic import write_bytes_atomically, write_text_atomically
 from longbert.utils.hardware import process_state
@@ -97,26 +98,19 @@ def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], mu
     ids = list(dataset["id"]) if "id" in dataset.column_names else range(len(dataset))
     predicted = (multi_label_predictions(raw["probabilities"], thresholds) if multi_label
                  else raw["probabilities"].argmax(1))
-    lines = []
+    rows = []
     for i, (probs, label, guess) in enumerate(zip(raw["probabilities"], raw["labels"], predicted)):
         if multi_label:
             names = lambda hot: [n for n, h in zip(label_names, hot) if h]
             label_name, predicted_label = names(label), names(guess)
         else:
             label_name, predicted_label = label_names[int(label)], label_names[int(guess)]
-        row = {
-            "index": i,
-            "id": ids[i],
-            "n_tokens": int(n_tokens[i]),
-            "label": label.tolist(),
-            "label_name": label_name,
-            "probabilities": [round(float(p), 6) for p in probs],
-            "predicted": guess.tolist() if multi_label else int(guess),
-            "predicted_label": predicted_label,
-            "unit_weights": raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None,
-        }
-        lines.append(json.dumps(row) + "\n")
-    write_text_atomically(path, "".join(lines))
+        rows.append(PredictionRow(
+            index=i, id=ids[i], n_tokens=int(n_tokens[i]), label=label.tolist(), label_name=label_name,
+            probabilities=[float(p) for p in probs], predicted=guess.tolist() if multi_label else int(guess),
+            predicted_label=predicted_label,
+            unit_weights=raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None))
+    write_prediction_rows(path, rows)
 
 
 def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_path: str | Path | None = None) -> str:

@@ -15,11 +15,6 @@ TOP_CONFUSIONS = 10
 LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
 
 
-def is_right(row: dict) -> bool:
-    """Whether a prediction row's prediction is its label (every label, for multi-label rows)."""
-    return row["predicted"] == row["label"]
-
-
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],
                     multi_label: bool, thresholds: list[float] | None = None) -> dict:
     """labels (D,) ints or (D, C) multi-hot; probabilities (D, C) -> metrics dict (plain JSON types).

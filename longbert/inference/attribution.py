@@ -12,14 +12,17 @@ Token spans are [start, end) indices of content tokens (0-based, [CLS]/[SEP] not
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from longbert.evaluation.metrics import LONG_TOKENS, is_right
+from longbert.evaluation.metrics import LONG_TOKENS
+from longbert.evaluation.predictions import PredictionRow
 
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
 
 
-def select_examples(predictions: dict[str, list[dict]], long_tokens: int = LONG_TOKENS, limit: int = 6) -> list[dict]:
+def select_examples(predictions: dict[str, list[PredictionRow]], long_tokens: int = LONG_TOKENS,
+                    limit: int = 6) -> list[dict]:
     """Pick up to `limit` long test documents on which the strategies disagree.
 
     For every ordered pair (A right, B wrong) the candidates are B's most confident mistakes; pairs take turns so
@@ -29,7 +32,7 @@ def select_examples(predictions: dict[str, list[dict]], long_tokens: int = LONG_
         return []
     rows = [predictions[s] for s in names]
     n = len(rows[0])
-    same_documents = all(len(r) == n and all(r[i]["n_tokens"] == rows[0][i]["n_tokens"] for i in range(n))
+    same_documents = all(len(r) == n and all(r[i].n_tokens == rows[0][i].n_tokens for i in range(n))
                          for r in rows)
     if not same_documents:
         return []  # the runs did not see the same test documents: nothing to compare document by document
@@ -39,8 +42,8 @@ def select_examples(predictions: dict[str, list[dict]], long_tokens: int = LONG_
             if a == b:
                 continue
             pa, pb = predictions[a], predictions[b]
-            found = [i for i in range(n) if pa[i]["n_tokens"] > long_tokens and is_right(pa[i]) and not is_right(pb[i])]
-            found.sort(key=lambda i: (-max(pb[i]["probabilities"]), i))  # the most confident mistakes first
+            found = [i for i in range(n) if pa[i].n_tokens > long_tokens and pa[i].right and not pb[i].right]
+            found.sort(key=lambda i: (-max(pb[i].probabilities), i))  # the most confident mistakes first
             queues[(a, b)] = found
     chosen, seen = [], set()
     while len(chosen) < limit and any(queues.values()):
@@ -54,7 +57,16 @@ def select_examples(predictions: dict[str, list[dict]], long_tokens: int = LONG_
     return chosen
 
 
-def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> dict[int, dict]:
+@dataclass(frozen=True)
+class Reading:
+    """What `decisive_units` needs of one document's prediction: a PredictionRow has both fields, and explain, which
+    has no prediction file, gives these two."""
+
+    predicted: int | list[int]
+    unit_weights: list[float] | None
+
+
+def decisive_units(model, test, predictions: list[PredictionRow | Reading], indices: list[int]) -> dict[int, dict]:
     """For each chosen document index: which unit (chunk, window, segment) decided most, and how that was measured:
     {method: 'kept' | 'weight' | 'occlusion' | None, unit, units, value, spans: [[start, end), ...]} (with a `note`
     instead when method is None). `test` is the tokenized test split, `predictions` this model's rows for it.
@@ -80,17 +92,17 @@ def decisive_units(model, test, predictions: list[dict], indices: list[int]) -> 
         if len(units) == 1:
             out[i] = {"method": "kept", "unit": 0, "units": 1, "spans": [list(r) for r in units[0]]}
             continue
-        weights = row.get("unit_weights")
+        weights = row.unit_weights
         weighed = weights is not None and len(weights) == len(units) and max(weights) - min(weights) > 1e-3
         if content_weights and weighed:
             unit = max(range(len(weights)), key=weights.__getitem__)
             out[i] = {"method": "weight", "unit": unit, "units": len(units), "value": float(weights[unit]),
                       "spans": [list(r) for r in units[unit]]}
             continue
-        if isinstance(row["predicted"], list):
+        if isinstance(row.predicted, list):
             out[i] = {"method": None, "note": "mean pooling; occlusion is not done for multi-label runs"}
             continue
-        drops = _occlusion(model, ids, row["predicted"])
+        drops = _occlusion(model, ids, row.predicted)
         if drops is None or len(drops) != len(units):
             out[i] = {"method": None, "note": "the model's units do not match the recomputed chunks"}
             continue
@@ -215,9 +227,9 @@ def build_examples(chosen, predictions, decisive, test, tokenizer, label_names) 
         for strategy, rows in predictions.items():
             row = rows[i]
             entry = {
-                "predicted": _label_text(row["predicted"], label_names),
-                "correct": is_right(row),
-                "probability_of_truth": None if isinstance(row["label"], list) else row["probabilities"][row["label"]],
+                "predicted": _label_text(row.predicted, label_names),
+                "correct": row.right,
+                "probability_of_truth": None if isinstance(row.label, list) else row.probabilities[row.label],
                 "decisive": decisive.get(strategy, {}).get(i),
                 "excerpt": None,
             }
@@ -225,11 +237,11 @@ def build_examples(chosen, predictions, decisive, test, tokenizer, label_names) 
             per[strategy] = entry
         out.append({
             "index": i,
-            "n_tokens": row0["n_tokens"],
+            "n_tokens": row0.n_tokens,
             "read_tokens": len(ids),  # content tokens after data.max_document_tokens
-            "label": _label_text(row0["label"], label_names),
-            "right": [s for s in predictions if is_right(predictions[s][i])],
-            "wrong": [s for s in predictions if not is_right(predictions[s][i])],
+            "label": _label_text(row0.label, label_names),
+            "right": [s for s in predictions if predictions[s][i].right],
+            "wrong": [s for s in predictions if not predictions[s][i].right],
             "chosen_as": {"right": choice["right"], "wrong": choice["wrong"]},
             "strategies": per,
         })

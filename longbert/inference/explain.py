@@ -31,7 +31,7 @@ PAGE_NAME = "explain.html"
 def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> dict:
     """One document's content ids (as read: cut at max_document_tokens) and its prediction row -> the `units` and
     `decisive` fields (see the module docstring)."""
-    from longbert.inference.attribution import decisive_units
+    from longbert.inference.attribution import Reading, decisive_units
     from longbert.inference.int8 import reading_classifier
     from longbert.strategies.base import unit_spans
     from longbert.utils.hardware import autocast_for
@@ -49,7 +49,7 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
         predicted = [int(name in row["labels"]) for name in model.label_names]
     else:
         predicted = model.label_names.index(row["label"])
-    decisive = decisive_units(model, [{"input_ids": ids}], [{"unit_weights": weights, "predicted": predicted}], [0])[0]
+    decisive = decisive_units(model, [{"input_ids": ids}], [Reading(predicted, weights)], [0])[0]
     spans = unit_spans(model.strategy, len(ids))
     if weights is not None and (spans is None or len(weights) != len(spans)):
         weights = None

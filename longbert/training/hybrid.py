@@ -171,13 +171,12 @@ def _ids(row):
 
 def _neural(path: Path, documents: int) -> np.ndarray | None:
     """(D, C) probabilities from a run's predictions-<split>.jsonl, in split order; None when the file is absent."""
-    import json
+    from longbert.evaluation.predictions import read_prediction_rows
 
     if not path.is_file():
         return None
-    rows = sorted((json.loads(line) for line in path.read_text().splitlines() if line.strip()),
-                  key=lambda r: r["index"])
+    rows = sorted(read_prediction_rows(path), key=lambda r: r.index)
     if len(rows) != documents:
         raise LongbertError(f"{path} has {len(rows)} rows but the split has {documents} documents: the run's data "
                             "has changed since it was trained")
-    return np.array([r["probabilities"] for r in rows], dtype=np.float64)
+    return np.array([r.probabilities for r in rows], dtype=np.float64)

@@ -30,8 +30,8 @@ def test_c_is_chosen_on_validation_and_test_labels_change_only_the_test_score():
     assert np.allclose(a["probabilities"], b["probabilities"])  # the model never saw test labels
     assert a["metrics"]["accuracy"] > 0.8 and b["metrics"]["accuracy"] < 0.2
     rows = prediction_rows(a, list(corpus.splits["test"]["n_tokens"]))
-    assert [r["predicted"] for r in rows] == a["probabilities"].argmax(1).tolist()
-    assert sum(r["predicted"] == r["label"] for r in rows) / len(rows) == a["metrics"]["accuracy"]
+    assert [r.predicted for r in rows] == a["probabilities"].argmax(1).tolist()
+    assert sum(r.right for r in rows) / len(rows) == a["metrics"]["accuracy"]
 
 
 def test_multi_label_baseline_predicts_each_label():
@@ -46,4 +46,4 @@ def test_multi_label_baseline_predicts_each_label():
     assert result["probabilities"].shape == (20, 3)
     assert result["metrics"]["exact_match"] > 0.8
     rows = prediction_rows(result, [14] * 20)
-    assert all(len(r["predicted"]) == 3 and r["predicted"][2] == 1 for r in rows)
+    assert all(len(r.predicted) == 3 and r.predicted[2] == 1 for r in rows)

@@ -189,17 +189,20 @@ def test_a_report_whose_test_ids_name_groups_shows_accuracy_per_group(compared, 
     """The tiny comparison's results with probe-like ids: the report gains a table of accuracy per group (the imdb
     slice's ids are row numbers: no table there)."""
     import copy
+    import dataclasses
 
     from longbert.comparison.render import write_report
     from longbert.comparison.results import accuracy_by_group
+    from longbert.evaluation.predictions import read_prediction_rows
 
     results = copy.deepcopy(compared["results"])
     assert results["by_group"] is None
     runs = compared["root"] / "runs" / "tiny"
     predictions = {}
     for name in STRATEGIES:
-        rows = [json.loads(line) for line in (runs / name / "predictions-test.jsonl").read_text().splitlines()]
-        predictions[name] = [{**r, "id": f"depth-{'early' if r['index'] < 10 else 'late'}-{r['index']}"} for r in rows]
+        rows = read_prediction_rows(runs / name / "predictions-test.jsonl")
+        predictions[name] = [dataclasses.replace(r, id=f"depth-{'early' if r.index < 10 else 'late'}-{r.index}")
+                             for r in rows]
     results["by_group"] = accuracy_by_group(predictions)
     write_report(results, tmp_path / "report")
     markdown = (tmp_path / "report" / "report.md").read_text()

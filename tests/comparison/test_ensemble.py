@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from longbert.comparison.ensemble import build_ensemble, choose_members, ensemble_rows
+from longbert.evaluation.predictions import PredictionRow
 
 
 def rows(labels, probabilities):
-    return [{"index": i, "n_tokens": 100 + 300 * i, "label": label, "probabilities": p, "predicted": int(np.argmax(p))}
+    return [PredictionRow(index=i, n_tokens=100 + 300 * i, label=label, probabilities=p, predicted=int(np.argmax(p)))
             for i, (label, p) in enumerate(zip(labels, probabilities))]
 
 
@@ -40,19 +41,20 @@ def test_a_tie_goes_to_the_smaller_group_then_to_the_earlier_one():
 def test_the_test_rows_average_the_members_probabilities():
     test = {"a": rows([0, 1], [[0.8, 0.2], [0.3, 0.7]]), "b": rows([0, 1], [[0.4, 0.6], [0.6, 0.4]])}
     out = ensemble_rows(test, ("a", "b"))
-    assert [r["probabilities"] for r in out] == [[0.6, 0.4], [0.45, 0.55]]
-    assert [r["predicted"] for r in out] == [0, 1] and [r["n_tokens"] for r in out] == [100, 400]
+    np.testing.assert_allclose([r.probabilities for r in out], [[0.6, 0.4], [0.45, 0.55]])
+    assert [r.predicted for r in out] == [0, 1] and [r.n_tokens for r in out] == [100, 400]
 
 
 def write_validation(folder, validation_rows):
     folder.mkdir()
-    (folder / "predictions-validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in validation_rows))
+    (folder / "predictions-validation.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n"
+                                                                 for r in validation_rows))
     return folder
 
 
 def test_build_reads_the_runs_validation_and_scores_the_test_rows(tmp_path):
     dirs = {name: write_validation(tmp_path / name, VALIDATION[name]) for name in VALIDATION}
-    test = {name: rows(LABELS, [r["probabilities"] for r in VALIDATION[name]]) for name in VALIDATION}
+    test = {name: rows(LABELS, [r.probabilities for r in VALIDATION[name]]) for name in VALIDATION}
     summary, test_rows, note = build_ensemble(dirs, test, "loss", False, ["neg", "pos"])
     assert note is None and summary["members"] == ["a", "b"]
     assert summary["chosen_by"] == "validation macro_f1"  # loss has no hard predictions: macro-F1 instead

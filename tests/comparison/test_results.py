@@ -7,21 +7,26 @@ from __future__ import annotations
 import pytest
 
 from longbert.comparison.results import accuracy_by_group, id_group
+from longbert.evaluation.predictions import PredictionRow
+
+
+def row(predicted: int, id=None) -> PredictionRow:
+    return PredictionRow(index=0, n_tokens=900, label=1, probabilities=[0.5, 0.5], predicted=predicted, id=id)
 
 
 def rows(ids, right):
-    return [{"id": i, "label": 1, "predicted": int(r)} for i, r in zip(ids, right)]
+    return [row(int(r), i) for i, r in zip(ids, right)]
 
 
 def test_ids_name_their_group():
-    assert id_group({"id": "depth-0600-000123"}) == "depth-0600"
-    assert id_group({"id": "majority-pnn-7"}) == "majority-pnn"
-    assert [id_group({"id": v}) for v in (7, "plain", "-x", None)] == [None, None, None, None]
+    assert id_group(row(1, "depth-0600-000123")) == "depth-0600"
+    assert id_group(row(1, "majority-pnn-7")) == "majority-pnn"
+    assert [id_group(row(1, v)) for v in (7, "plain", "-x", None)] == [None, None, None, None]
 
 
 def test_accuracy_per_group_for_every_row():
     ids = ["depth-0000-1", "depth-0600-2", "depth-0000-3", "depth-0600-4"]
-    baseline = [{"label": 1, "predicted": p} for p in (1, 0, 1, 1)]  # no ids: aligned by position
+    baseline = [row(p) for p in (1, 0, 1, 1)]  # no ids: aligned by position
     table = accuracy_by_group({"truncate": rows(ids, [1, 0, 1, 0]), "chunk": rows(ids, [1, 1, 0, 1]),
                                "tfidf": baseline})
     assert table["groups"] == ["depth-0000", "depth-0600"] and table["documents"] == {"depth-0000": 2,

@@ -15,12 +15,13 @@ from longbert.comparison.plan import resolve_recipes, seed_recipes
 from longbert.comparison.results import read_predictions
 from longbert.comparison.run import compare
 from longbert.errors import LongbertError
+from longbert.evaluation.predictions import PredictionRow
 
 from .test_compare import tiny_overrides
 
 
 def rows(labels, probabilities, lengths=(100, 600, 700, 200)):
-    return [{"index": i, "n_tokens": n, "label": label, "probabilities": p, "predicted": int(np.argmax(p))}
+    return [PredictionRow(index=i, n_tokens=n, label=label, probabilities=p, predicted=int(np.argmax(p)))
             for i, (label, p, n) in enumerate(zip(labels, probabilities, lengths))]
 
 
@@ -32,8 +33,8 @@ def test_seed_rows_average_the_seeds_and_give_their_spread():
     assert note is None and len(summaries) == 1
     row = summaries[0]
     assert row["name"] == "chunk × 2 seeds" and row["seeds"] == [42, 43] and row["strategy"] == "chunk"
-    assert [r["probabilities"] for r in test_rows[row["name"]]] == [[0.8, 0.2], [0.35, 0.65], [0.5, 0.5],
-                                                                     [0.375, 0.625]]
+    got = np.array([r.probabilities for r in test_rows[row["name"]]])
+    np.testing.assert_allclose(got, [[0.8, 0.2], [0.35, 0.65], [0.5, 0.5], [0.375, 0.625]])
     assert row["metrics"]["accuracy"] == 1.0  # the tie at document 2 goes to class 0, as argmax does
     assert row["per_seed"]["42"]["accuracy"] == 0.75 and row["per_seed"]["43"]["long_accuracy"] == 0.5
     assert row["spread"]["accuracy"] == {"mean": 0.75, "sd": 0.0, "min": 0.75, "max": 0.75}
@@ -72,19 +73,19 @@ def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone
     results = compare(**settings)
     runs = tmp_path / "runs" / "tiny"
     first, second = read_predictions(runs / "truncate"), read_predictions(runs / "truncate-seed43")
-    assert [r["id"] for r in first] == [r["id"] for r in second]  # the same test documents...
+    assert [r.id for r in first] == [r.id for r in second]  # the same test documents...
     ids = [[json.loads(line)["index"] for line in (runs / f / "predictions-validation.jsonl").open()]
            for f in ("truncate", "truncate-seed43")]
     assert ids[0] == ids[1]  # ...and validation, which seed 43 alone would carve differently (data.seed is pinned)
     assert json.loads((runs / "truncate-seed43" / "metrics.json").read_text())["data"] == json.loads(
         (runs / "truncate" / "metrics.json").read_text())["data"]
-    assert [r["probabilities"] for r in first] != [r["probabilities"] for r in second]  # a different model
+    assert [r.probabilities for r in first] != [r.probabilities for r in second]  # a different model
     row = results["seed_ensembles"][0]
-    averaged = np.mean([[r["probabilities"] for r in first], [r["probabilities"] for r in second]], axis=0)
-    right = np.mean(averaged.argmax(1) == np.array([r["label"] for r in first]))
+    averaged = np.mean([[r.probabilities for r in first], [r.probabilities for r in second]], axis=0)
+    right = np.mean(averaged.argmax(1) == np.array([r.label for r in first]))
     assert row["accuracy"] == pytest.approx(right) and row["seeds"] == [42, 43]
     assert row["spread"]["accuracy"]["mean"] == pytest.approx(
-        (results["strategies"]["truncate"]["accuracy"] + np.mean([r["predicted"] == r["label"] for r in second])) / 2)
+        (results["strategies"]["truncate"]["accuracy"] + np.mean([r.right for r in second])) / 2)
     assert results["budget"]["seeds"] == [42, 43]
     assert any({c["a"], c["b"]} == {"truncate", "truncate × 2 seeds"} for c in results["comparisons"])
     report = (tmp_path / "reports" / "tiny" / "report.md").read_text()

@@ -10,6 +10,7 @@ import pytest
 
 from longbert.comparison.results import paired_comparisons
 from longbert.comparison.statistics import mcnemar_p, wilson_interval
+from longbert.evaluation.predictions import PredictionRow
 
 
 def _wilson_by_formula(correct: int, total: int, z: float = 1.959963984540054) -> list[float]:
@@ -54,8 +55,8 @@ def test_mcnemar_without_discordant_documents_is_1():
     assert mcnemar_p(0, 0) == 1.0
 
 
-def _row(n_tokens: int, right: bool) -> dict:
-    return {"n_tokens": n_tokens, "label": 1, "predicted": 1 if right else 0}
+def _row(n_tokens: int, right: bool) -> PredictionRow:
+    return PredictionRow(index=0, n_tokens=n_tokens, label=1, probabilities=[0.5, 0.5], predicted=1 if right else 0)
 
 
 def test_paired_comparisons_count_who_alone_was_right_on_all_and_on_long_documents():

@@ -11,6 +11,7 @@ from datasets import Dataset
 from helpers import build_model, random_documents
 from longbert.comparison.results import read_predictions
 from longbert.evaluation.command import write_predictions
+from longbert.evaluation.predictions import PredictionRow
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.inference.attribution import decisive_units, excerpt, select_examples
 from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, strategy_names, unit_spans
@@ -22,7 +23,7 @@ from longbert.strategies.windows import split_windows
 
 def _row(n_tokens, label, predicted, confidence=0.9):
     probabilities = [confidence, 1 - confidence] if predicted == 0 else [1 - confidence, confidence]
-    return {"n_tokens": n_tokens, "label": label, "predicted": predicted, "probabilities": probabilities}
+    return PredictionRow(index=0, n_tokens=n_tokens, label=label, predicted=predicted, probabilities=probabilities)
 
 
 def test_examples_are_long_disagreements_most_confident_mistakes_first_pairs_taking_turns():
@@ -131,7 +132,7 @@ def test_every_strategy_says_which_part_of_a_long_document_decided(name, tiny_ba
         if found["method"] == "kept":
             assert len(units) == 1
         if found["method"] == "weight":  # the unit that weighed most in the pooling
-            weights = rows[i]["unit_weights"]
+            weights = rows[i].unit_weights
             assert found["value"] == max(weights) and len(weights) == len(units)
 
 
@@ -144,7 +145,9 @@ def test_the_strategys_hook_says_whether_its_weights_tell_which_unit_decided(poo
     model = build_model(tiny_backbone_dir, "chunk", [f"strategy.pooling={pooling}"])
     document = random_documents([95], seed=5)[0]  # windows of 40: 3 units
     # Unequal weights, as either pooling gives them (mean by new tokens: 40, 40, 15); the heaviest is unit 1.
-    test, rows = [{"input_ids": document.tolist()}], [{"unit_weights": [0.2, 0.5, 0.3], "predicted": 1}]
+    test = [{"input_ids": document.tolist()}]
+    rows = [PredictionRow(index=0, n_tokens=97, label=1, probabilities=[0.1, 0.9], predicted=1,
+                          unit_weights=[0.2, 0.5, 0.3])]
     found = lambda: decisive_units(model, test, rows, [0])[0]
     assert found()["method"] == {"mean": "occlusion", "attention": "weight"}[pooling]
     monkeypatch.setattr(type(model.strategy), "weights_carry_content", lambda self: pooling == "mean")
