@@ -80,7 +80,7 @@ def train(
             raise LongbertError("train needs a recipe file (or a packaged recipe name), or its settings as "
                                 "--set key.path=value, e.g. --set data.path=imdb --set strategy.name=chunk")
         result = run_training(load_recipe(recipe, set_), resume=resume, command=command_line())
-        test = result.metrics.get("test")
+        test = result.record.test
         summary = f"run folder: {result.run_dir}"
         if test:
             summary += f"\ntest {headline(test)}"

@@ -86,3 +86,14 @@ class StopAfterSteps(threading.Event):
         if self.checks == self.steps:
             self.set()
         return super().is_set()
+
+
+def run_record(**fields):
+    """A run's metrics.json record (training.run_record.RunMetrics) with `fields` set, the rest as a tiny run that
+    logged nothing has them."""
+    from longbert.training.run_record import RunMetrics
+
+    base = dict(recipe="r", strategy="chunk", machine={}, data={}, label_names=["neg", "pos"],
+                trainable_parameters=1, train_seconds=1.0, steps=30, best_step=None, best_validation=None,
+                best_metric="accuracy", train_log=[], validation_history=[])
+    return RunMetrics(**{**base, **fields})

@@ -351,13 +351,14 @@ def test_version():
 
 def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, tmp_path):
     import longbert.training.finetune
+    from helpers import run_record
     from longbert.training.finetune import TrainResult
 
     seen = {}
 
     def fake_train(recipe, resume=False, command=None):
         seen["recipe"] = recipe
-        return TrainResult(tmp_path / "run", {})
+        return TrainResult(tmp_path / "run", run_record())
 
     monkeypatch.setattr(longbert.training.finetune, "train", fake_train)
     result = run("train", "--set", "data.path=imdb", "--set", "strategy.name=sliding", "--set", "train.epochs=3")

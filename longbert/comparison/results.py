@@ -143,7 +143,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "budget": _budget(first, steps, seeds),
         "data": {
             "path": first.data.path,
-            "splits": runs[names[0]]["metrics"].get("data"),
+            "splits": runs[names[0]]["metrics"].data,
             "test_documents": len(test_rows),
             "long_tokens": long_tokens,
             "long_documents": sum(r.n_tokens > long_tokens for r in test_rows),
@@ -166,23 +166,23 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
 def _strategy_result(s: str, recipes, runs, predictions, speed, long_tokens: int) -> dict:
     """Strategy `s`'s entry in results["strategies"] (its relative cost is added once every entry is made)."""
     metrics = runs[s]["metrics"]
-    test = metrics["test"]
+    test = metrics.test
     return {
         "status": runs[s]["status"],
         "run_dir": recipes[s].output_dir,
         # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
-        "settings": metrics.get("strategy_settings") or dataclasses.asdict(recipes[s].strategy),
+        "settings": metrics.strategy_settings or dataclasses.asdict(recipes[s].strategy),
         **test_summary(predictions[s], test, long_tokens),
         "confusion_matrix": test["confusion_matrix"],
         "per_class": test.get("per_class"),
-        "train_seconds": metrics["train_seconds"],
-        "steps": metrics["steps"],
-        "trainable_parameters": metrics["trainable_parameters"],
+        "train_seconds": metrics.train_seconds,
+        "steps": metrics.steps,
+        "trainable_parameters": metrics.trainable_parameters,
         "speed": test["speed"],
         "speed_by_length": speed[s],
         "eval_batch_size": recipes[s].eval.batch_size,
-        "mixed_precision": metrics.get("mixed_precision"),
-        "machine": metrics["machine"],
+        "mixed_precision": metrics.mixed_precision,
+        "machine": metrics.machine,
     }
 
 

@@ -223,7 +223,7 @@ def _measure_and_assemble(c: _Comparison, runs: dict[str, dict]) -> tuple[dict, 
 
     predictions = {s: read_predictions(Path(c.recipes[s].output_dir)) for s in c.names}
     chosen = select_examples(predictions, c.long_tokens, c.examples)
-    label_names = runs[c.names[0]]["metrics"]["label_names"]
+    label_names = runs[c.names[0]]["metrics"].label_names
     # Every run shares the data and the backbone's tokenizer: the splits are tokenized once, if at all.
     splits = functools.cache(lambda: load_splits(c.first, c.data))
     combined, combined_notes, combined_test = _combined_rows(c, predictions, label_names, splits)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from longbert.config import is_multi_label
+from longbert.training.run_record import RunMetrics, read_run_metrics
 from longbert.utils.logs import get_logger
 
 BASELINE_FILE = "tfidf-baseline.json"
@@ -19,7 +20,7 @@ RunStatus = Literal["reused", "resumed", "trained"]
 
 class StrategyRun(TypedDict):
     status: RunStatus
-    metrics: dict  # the run's metrics.json
+    metrics: RunMetrics  # the run's metrics.json
 
 
 def say(message: str) -> None:
@@ -42,7 +43,7 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
     action = plan_runs({strategy: recipe})[strategy]
     if action == "reuse":
         say(f"{counter} {strategy}: finished run in {run_dir} has the same recipe; reused")
-        return {"status": "reused", "metrics": json.loads((run_dir / "metrics.json").read_text())}
+        return {"status": "reused", "metrics": read_run_metrics(run_dir)}
     refuse_if_in_use(strategy, run_dir)
     if action == "restart":
         say(f"{counter} {strategy}: {run_dir} stopped before its first checkpoint; training it again")
@@ -55,7 +56,7 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
     except TrainingInterrupted as error:
         raise TrainingInterrupted(f"compare stopped while training {strategy} ({error}); run the same compare "
                                   "command again to continue where it stopped") from None
-    return {"status": "resumed" if action == "resume" else "trained", "metrics": result.metrics}
+    return {"status": "resumed" if action == "resume" else "trained", "metrics": result.record}
 
 
 def refuse_if_in_use(strategy: str, run_dir: Path) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from longbert.training.run_record import RunMetrics
 from longbert.utils.atomic import write_bytes_atomically
 
 CURVES_FILE = "training-curves.png"
 
 
-def write_training_curves(metrics: dict, path: Path) -> bool:
+def write_training_curves(record: RunMetrics, path: Path) -> bool:
     """Draw metrics.json's `train_log` (mean training loss between logs) and `validation_history` (the kept metric,
     `best_metric`, at each evaluation; the kept step starred) into `path`. False, and nothing written, when the run
     logged neither (a run too short to log)."""
@@ -21,9 +22,9 @@ def write_training_curves(metrics: dict, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    losses = [(e["step"], e["loss"]) for e in metrics.get("train_log") or [] if e.get("loss") is not None]
-    metric = metrics.get("best_metric")
-    scores = [(e["step"], e[metric]) for e in metrics.get("validation_history") or [] if e.get(metric) is not None]
+    losses = [(e["step"], e["loss"]) for e in record.train_log or [] if e.get("loss") is not None]
+    metric = record.best_metric
+    scores = [(e["step"], e[metric]) for e in record.validation_history or [] if e.get(metric) is not None]
     if not losses and not scores:
         return False
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -36,11 +37,11 @@ def write_training_curves(metrics: dict, path: Path) -> bool:
         ax.set_xlabel("optimisation step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    kept = [(step, value) for step, value in scores if step == metrics.get("best_step")]
+    kept = [(step, value) for step, value in scores if step == record.best_step]
     if kept:
         right.plot(*kept[0], "*", markersize=14, color="tab:orange", label=f"kept (step {kept[0][0]})")
         right.legend(fontsize="small")
-    fig.suptitle(f"{metrics.get('recipe', '')}: {metrics.get('strategy', '')}", fontsize="medium")
+    fig.suptitle(f"{record.recipe}: {record.strategy}", fontsize="medium")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)

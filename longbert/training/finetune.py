@@ -48,6 +48,7 @@ from longbert.training.frozen import cache_splits
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
+from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.run_results import restore_kept_model, run_metrics, test_and_write_results
 from longbert.training.runs import BEST, CHECKPOINT, RECIPE, SELF_TRAINING, open_run
 from longbert.training.self_training import PSEUDO_FILE, add_pseudo_labelled, train_teacher
@@ -64,12 +65,6 @@ log = main_process_logger(__name__)  # on the main process only
 __all__ = ["StopRequest", "TrainResult", "TrainingInterrupted", "class_weights_for", "train"]
 
 TRACKER_LOGS = "logs"  # the trackers' folder inside the run folder (tensorboard writes its event files there)
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    metrics: dict  # what metrics.json holds
 
 
 def train(recipe: Recipe, resume: bool = False, command: str | None = None,
@@ -102,17 +97,17 @@ def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str |
     if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
         stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop, data)
     if recipe.train.self_training_documents:  # a teacher from the same start; its confident labels join training
-        def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> dict:
+        def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> RunMetrics:
             return _train_in_stages(teacher, Path(teacher.output_dir), resume_teacher, command, stop, data,
-                                    source).metrics
+                                    source).record
 
         stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher, data)
         pseudo_labels = run_dir / SELF_TRAINING / PSEUDO_FILE
     # The pooler and head first, on the frozen backbone; the whole model from there (a frozen run is that stage).
     if recipe.train.head_first and not recipe.model.backbone_frozen:
-        def run_head_stage(head: Recipe, resume_head: bool, source) -> dict:
+        def run_head_stage(head: Recipe, resume_head: bool, source) -> RunMetrics:
             return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
-                          untrained_allowed=True, pseudo_labels=pseudo_labels).metrics
+                          untrained_allowed=True, pseudo_labels=pseudo_labels).record
 
         stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
     return _train(recipe, run_dir, resume, command, stop, data, source, stages, pseudo_labels=pseudo_labels)
@@ -178,9 +173,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
                                                  started_from)
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
-    metrics = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
-    test_and_write_results(recipe, run_dir, core, corpus, metrics, validation_raw, accelerator)
-    return TrainResult(run_dir, metrics)
+    record = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
+    test_and_write_results(recipe, run_dir, core, corpus, record, validation_raw, accelerator)
+    return TrainResult(run_dir, record)
 
 
 def _load_data_and_model(recipe: Recipe, data, source, pseudo_labels: Path | None = None) -> tuple:

@@ -13,12 +13,12 @@ and learn where to look before the backbone moves.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Callable
 
 from longbert.training.checkpoint import is_finished
 from longbert.training.init_from import open_init_from
+from longbert.training.run_record import METRICS_FILE, RunMetrics, read_run_metrics
 from longbert.training.runs import CHECKPOINT, HEAD_STAGE, open_run
 from longbert.utils.logs import get_logger
 
@@ -40,7 +40,7 @@ def head_stage_recipe(recipe, run_dir: Path):
     return head
 
 
-def train_head_stage(recipe, run_dir: Path, source, stop, run: Callable[..., dict]):
+def train_head_stage(recipe, run_dir: Path, source, stop, run: Callable[..., RunMetrics]):
     """Run the first stage, or read it where a resumed run finished it before it stopped. `run(head_recipe,
     resume, source) -> metrics` trains a recipe (the fine-tuning loop, with the weights a head stage leaves untrained
     allowed: recurrence's distance bias waits for the second stage). Returns what the second stage records of it
@@ -49,13 +49,13 @@ def train_head_stage(recipe, run_dir: Path, source, stop, run: Callable[..., dic
     the run's stop request, which the first stage checks too."""
     head = head_stage_recipe(recipe, run_dir)
     head_dir = Path(head.output_dir)
-    if (head_dir / "metrics.json").is_file():
-        metrics = json.loads((head_dir / "metrics.json").read_text())
+    if (head_dir / METRICS_FILE).is_file():
+        record = read_run_metrics(head_dir)
     else:
         get_logger(__name__).info(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
         # Opened as any run folder is (the main process locks and tidies it, every process learns how it starts).
         with open_run(head_dir, head, is_finished(head_dir / CHECKPOINT), stop) as resuming:
-            metrics = run(head, resuming, source)
-    summary = {k: metrics[k] for k in ("train_seconds", "steps", "best_validation", "best_metric")}
+            record = run(head, resuming, source)
+    summary = {k: getattr(record, k) for k in ("train_seconds", "steps", "best_validation", "best_metric")}
     started = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, init_from=str(head_dir)))
     return summary, open_init_from(started)

@@ -9,11 +9,12 @@ import dataclasses
 from pathlib import Path
 
 from longbert.config import Recipe, is_multi_label
-from longbert.evaluation.command import metrics_markdown, write_json, write_predictions
+from longbert.evaluation.command import metrics_markdown, write_predictions
 from longbert.evaluation.metrics import tune_thresholds
 from longbert.evaluation.split_pass import evaluate_split
 from longbert.training.checkpoint import LoopState, load_trainable_weights
 from longbert.training.curves import CURVES_FILE, write_training_curves
+from longbert.training.run_record import RunMetrics, write_run_metrics
 from longbert.training.runs import BEST
 from longbert.utils.hardware import describe_machine
 from longbert.utils.logs import main_process_logger
@@ -46,40 +47,38 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
 
 
 def run_metrics(recipe: Recipe, core, corpus, state: LoopState, command: str | None, started_from, precision: str,
-                 cache_seconds: float, stages: dict) -> dict:
+                 cache_seconds: float, stages: dict) -> RunMetrics:
     """What metrics.json holds, but the test metrics."""
-    metrics = {
-        "recipe": recipe.name,
-        "strategy": recipe.strategy.name,
+    return RunMetrics(
+        recipe=recipe.name,
+        strategy=recipe.strategy.name,
         # The strategy's settings as the model was built with them (token_pooling's auto resolved).
-        "strategy_settings": dataclasses.asdict(core.settings.strategy),
-        "command": command,
-        **({"init_from": started_from} if started_from else {}),
-        "machine": describe_machine(),
-        "mixed_precision": precision,
-        "data": corpus.stats,
-        "label_names": corpus.label_names,
-        "trainable_parameters": core.trainable_parameters(),
+        strategy_settings=dataclasses.asdict(core.settings.strategy),
+        command=command,
+        init_from=started_from or None,
+        machine=describe_machine(),
+        mixed_precision=precision,
+        data=corpus.stats,
+        label_names=corpus.label_names,
+        trainable_parameters=core.trainable_parameters(),
         # With the stages before the main one (train.contrastive_pairs, train.head_first), their time too: what the
         # whole recipe took to train.
-        "train_seconds": cache_seconds + state.train_seconds + sum(s["train_seconds"] for s in stages.values()),
-        **stages,  # contrastive_stage, head_stage: what each stage did
-        "steps": state.global_step,
-        "best_step": state.best_step,
-        "best_validation": state.best_metric,
-        "best_metric": recipe.train.best_metric,
-        "stopped_early_at_step": state.stopped_early_at_step,
-        "train_log": state.train_log,
-        "validation_history": state.history,
-    }
-    if is_multi_label(recipe.model.problem_type):
-        metrics["thresholds"] = core.thresholds
-    return metrics
+        train_seconds=cache_seconds + state.train_seconds + sum(s["train_seconds"] for s in stages.values()),
+        **stages,  # contrastive_stage, self_training, head_stage: what each stage did
+        steps=state.global_step,
+        best_step=state.best_step,
+        best_validation=state.best_metric,
+        best_metric=recipe.train.best_metric,
+        stopped_early_at_step=state.stopped_early_at_step,
+        train_log=state.train_log,
+        validation_history=state.history,
+        thresholds=core.thresholds if is_multi_label(recipe.model.problem_type) else None,
+    )
 
 
-def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, metrics: dict, validation_raw,
+def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, record: RunMetrics, validation_raw,
                             accelerator) -> None:
-    """Write the kept model's validation predictions, evaluate it on the test split (into `metrics`), and write the
+    """Write the kept model's validation predictions, evaluate it on the test split (into `record`), and write the
     predictions, metrics.json, metrics.md and the model card's test results."""
     from longbert.modeling.card import refresh_card
     from longbert.utils.atomic import write_text_atomically
@@ -91,17 +90,17 @@ def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, metrics:
     if "test" in corpus.splits:
         test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
                                            process=accelerator.state)  # divided between the processes
-        metrics["test"] = test_metrics
+        record.test = test_metrics
         if accelerator.is_main_process:
             write_predictions(run_dir / "predictions-test.jsonl", corpus.splits["test"], raw,
                               corpus.label_names, multi_label, core.thresholds if multi_label else None)
     if accelerator.is_main_process:
-        write_json(run_dir / "metrics.json", metrics)
-        page = metrics_markdown(metrics["test"], corpus.label_names, f"{recipe.name}: test",
-                                run_dir / "confusion-matrix.png") if "test" in metrics else ""
-        if write_training_curves(metrics, run_dir / CURVES_FILE):
+        write_run_metrics(run_dir, record)
+        page = metrics_markdown(record.test, corpus.label_names, f"{recipe.name}: test",
+                                run_dir / "confusion-matrix.png") if record.test is not None else ""
+        if write_training_curves(record, run_dir / CURVES_FILE):
             page += f"\n## Training\n\n![training loss and validation {recipe.train.best_metric}]({CURVES_FILE})\n"
         write_text_atomically(run_dir / "metrics.md", page)
-        if "test" in metrics:
-            core.training_facts.test = metrics["test"]
+        if record.test is not None:
+            core.training_facts.test = record.test
             refresh_card(run_dir / BEST, core)

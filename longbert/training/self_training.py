@@ -72,9 +72,9 @@ def unlabelled_texts(data, count: int, seed: int, documents=None) -> list[str]:
     return [t for t in texts if isinstance(t, str) and t.strip()]
 
 
-def train_teacher(recipe, run_dir: Path, source, stop, run: Callable[..., dict], data=None) -> dict:
+def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None) -> dict:
     """Train the teacher (or read it where a resumed run finished it) and write its pseudo-labels. `run(recipe,
-    resume, source) -> metrics` trains a recipe with the fine-tuning loop. Returns what the run records of the
+    resume, source) -> RunMetrics` trains a recipe with the fine-tuning loop. Returns what the run records of the
     stage: {train_seconds (the teacher's training and labelling), unlabelled, kept, per_class, threshold,
     teacher_validation}. `data`: the documents in memory that `train` was given, if any."""
     from longbert.modeling.classifier import LongDocumentClassifier
@@ -90,7 +90,7 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable[..., dict],
     log.info(f"train.self_training_documents: a teacher first, in {folder}; its confident labels then join the "
              "training documents")
     with open_run(folder, teacher, is_finished(folder / CHECKPOINT), stop) as resuming:
-        metrics = run(teacher, resuming, source)
+        record = run(teacher, resuming, source)
     started = time.perf_counter()
     texts = unlabelled_texts(recipe.data, recipe.train.self_training_documents, recipe.seed, data)
     model = LongDocumentClassifier.from_pretrained(folder / BEST)
@@ -104,9 +104,9 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable[..., dict],
             out.write(json.dumps({"text": texts[r], "label": label, "label_name": names[label],
                                   "confidence": round(float(probabilities[r].max()), 6)}) + "\n")
     per_class = {names[c]: int(sum(probabilities[r].argmax() == c for r in kept)) for c in range(len(names))}
-    summary = {"train_seconds": metrics["train_seconds"] + time.perf_counter() - started, "unlabelled": len(texts),
+    summary = {"train_seconds": record.train_seconds + time.perf_counter() - started, "unlabelled": len(texts),
                "kept": len(kept), "per_class": per_class, "threshold": recipe.train.self_training_threshold,
-               "teacher_validation": metrics["best_validation"], "best_metric": metrics["best_metric"]}
+               "teacher_validation": record.best_validation, "best_metric": record.best_metric}
     write_text_atomically(folder / SUMMARY_FILE, json.dumps(summary, indent=2))
     log.info(f"self-training: {len(kept)} of {len(texts)} unlabelled documents kept as pseudo-labelled "
              f"({', '.join(f'{n} {k}' for k, n in per_class.items())}) at probability >= "

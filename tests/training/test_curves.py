@@ -7,15 +7,16 @@ import matplotlib.pyplot as plt
 import pytest
 
 import longbert.training.curves as curves
+from helpers import run_record as record
 
 
 def test_the_curves_show_the_log_and_the_history_with_the_kept_step_starred(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
-    metrics = {"recipe": "r", "strategy": "chunk", "best_metric": "macro_f1", "best_step": 20,
-               "train_log": [{"step": 10, "loss": 0.7}, {"step": 20, "loss": 0.5}, {"step": 30, "loss": 0.4}],
-               "validation_history": [{"step": 10, "macro_f1": 0.6}, {"step": 20, "macro_f1": 0.8},
-                                      {"step": 30, "macro_f1": 0.7}]}
+    metrics = record(best_metric="macro_f1", best_step=20,
+                     train_log=[{"step": 10, "loss": 0.7}, {"step": 20, "loss": 0.5}, {"step": 30, "loss": 0.4}],
+                     validation_history=[{"step": 10, "macro_f1": 0.6}, {"step": 20, "macro_f1": 0.8},
+                                         {"step": 30, "macro_f1": 0.7}])
     assert curves.write_training_curves(metrics, tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     left, right = drawn[0].axes
@@ -27,14 +28,12 @@ def test_the_curves_show_the_log_and_the_history_with_the_kept_step_starred(tmp_
 
 
 def test_a_run_that_logged_nothing_gets_no_picture(tmp_path):
-    assert not curves.write_training_curves({"best_metric": "accuracy", "train_log": [], "validation_history": []},
-                                            tmp_path / "c.png")
+    assert not curves.write_training_curves(record(), tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()
 
 
 @pytest.mark.parametrize("missing", ["train_log", "validation_history"])
 def test_one_curve_alone_is_drawn_and_the_other_says_not_logged(tmp_path, missing):
-    metrics = {"best_metric": "accuracy", "best_step": 2, "train_log": [{"step": 1, "loss": 0.6}],
-               "validation_history": [{"step": 2, "accuracy": 0.7}]}
-    metrics[missing] = []
+    logged = {"train_log": [{"step": 1, "loss": 0.6}], "validation_history": [{"step": 2, "accuracy": 0.7}]}
+    metrics = record(best_step=2, **{**logged, missing: []})
     assert curves.write_training_curves(metrics, tmp_path / "c.png")

@@ -1,0 +1,97 @@
+"""`RunMetrics`: what a fine-tuning run's metrics.json holds, the record that training writes and that compare, the
+stages before a run (head stage, self-training), the training curves and `longbert train`'s summary read. One writer
+(`write_run_metrics`) and one reader (`read_run_metrics`, which loads the files of earlier versions too: a key they
+lack is None, a key this version does not know is ignored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from longbert.errors import LongbertError
+from longbert.utils.atomic import write_text_atomically
+
+METRICS_FILE = "metrics.json"
+
+
+@dataclass(kw_only=True)
+class RunMetrics:
+    """A run's record, in metrics.json's order. The training log and validation history are lists of
+    {step, ...} entries; `test` is `evaluation.metrics.compute_metrics`'s dict with the pass's speed."""
+
+    recipe: str
+    strategy: str
+    strategy_settings: dict | None = None  # as the model was built (token_pooling's auto resolved); older: absent
+    command: str | None = None
+    init_from: dict | None = None  # the weights the run started from (train.init_from, a stage before it)
+    machine: dict
+    mixed_precision: str | None = None
+    data: dict  # documents, tokens and classes of each split
+    label_names: list[str]
+    trainable_parameters: int
+    train_seconds: float  # the whole recipe's training: cached units and the stages before the run included
+    contrastive_stage: dict | None = None  # what each stage before the run did
+    self_training: dict | None = None
+    head_stage: dict | None = None
+    steps: int
+    best_step: int | None
+    best_validation: float | None
+    best_metric: str
+    stopped_early_at_step: int | None = None
+    train_log: list[dict]
+    validation_history: list[dict]
+    thresholds: list[float] | None = None  # multi-label: the kept model's decision thresholds
+    test: dict | None = None  # the kept model on the test split, when the data has one
+
+    def to_dict(self) -> dict:
+        """The record as metrics.json holds it: the stages, starting weights, thresholds and test metrics a run lacks
+        left out."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None or k not in ABSENT_WHEN_NONE}
+
+    @classmethod
+    def from_dict(cls, metrics: dict, where: str = METRICS_FILE) -> RunMetrics:
+        """A record read from a metrics.json of any version (see the module's docstring); `where` names the file in
+        the error that says which keys a file lacks."""
+        missing = [k for k in REQUIRED if k not in metrics]
+        if missing:
+            raise LongbertError(f"{where} is not a run's metrics (no {', '.join(missing)})")
+        return cls(**{k: metrics.get(k) for k in FIELDS})
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(RunMetrics))
+REQUIRED = tuple(f.name for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING)
+ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_stage", "thresholds", "test")
+
+
+@dataclass
+class TrainResult:
+    """What `longbert.train` returns: the run folder and its record."""
+
+    run_dir: Path
+    record: RunMetrics  # what metrics.json holds
+
+    @property
+    def metrics(self) -> dict:
+        """metrics.json's content as a plain dict (what `train` has always returned)."""
+        return self.record.to_dict()
+
+
+def write_run_metrics(run_dir: Path, record: RunMetrics) -> None:
+    """Write `record` as run_dir/metrics.json, atomically."""
+    write_text_atomically(Path(run_dir) / METRICS_FILE, json.dumps(record.to_dict(), indent=2))
+
+
+def read_run_metrics(run_dir: Path) -> RunMetrics:
+    """The record in run_dir/metrics.json; a LongbertError names a file that is not JSON or not a run's metrics."""
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        metrics: Any = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise LongbertError(f"{path} is not JSON ({error.msg}, line {error.lineno})") from None
+    if not isinstance(metrics, dict):
+        raise LongbertError(f"{path} is not a run's metrics (not a JSON object)")
+    return RunMetrics.from_dict(metrics, str(path))
