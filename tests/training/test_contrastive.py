@@ -68,7 +68,8 @@ def test_a_frozen_run_reads_with_the_tuned_backbone_and_saves_it(tiny_recipe, ti
     import longbert.modeling.folder as folder
 
     monkeypatch.setattr(folder, "portable_reference", lambda name: name)
-    recipe = longbert.load_recipe(None, tiny_recipe + CONTRASTIVE + ["model.finetune=frozen", "train.epochs=1"])
+    recipe = longbert.load_recipe(None, tiny_recipe + CONTRASTIVE + ["model.finetune=frozen",
+                                                                   "train.frozen_head_epochs=2"])
     metrics = longbert.train(recipe).metrics
     run = Path(recipe.output_dir)
     stage = metrics["contrastive_stage"]
