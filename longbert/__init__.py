@@ -32,7 +32,7 @@ _LAZY = {
     "evaluate": ("longbert.evaluation.command", "evaluate"),
     "compare": ("longbert.comparison.run", "compare"),
     "LongDocumentClassifier": ("longbert.modeling.classifier", "LongDocumentClassifier"),
-    "LongbertConfig": ("longbert.hf.config", "LongbertConfig"),
+    "LongbertConfig": ("longbert.modeling.hf_config", "LongbertConfig"),
     "LongbertForSequenceClassification": ("longbert.hf.model", "LongbertForSequenceClassification"),
     "strategy_names": ("longbert.strategies.base", "strategy_names"),
     "LongbertError": ("longbert.errors", "LongbertError"),

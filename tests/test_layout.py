@@ -113,7 +113,6 @@ def test_no_import_cycle():
 
 # Two-way ties between subpackages still open, each with what holds it; a new tie fails the test below.
 KNOWN_TIES = {
-    frozenset({"hf", "modeling"}): "modeling reads hub ids (hf.hub) and writes config.json (hf.config)",
     frozenset({"inference", "modeling"}): "LongDocumentClassifier.for_precision('int8') makes inference.int8's wrapper",
 }
 

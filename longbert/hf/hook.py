@@ -3,9 +3,9 @@
 Registering a config or model class with transformers needs transformers and torch loaded (seconds), and `import
 longbert` loads neither. So `import longbert` only installs an import hook (standard library, nothing loaded): when
 transformers loads the module of its Auto configs or of its Auto models, the longbert module that registers with it
-is imported right after it (`longbert.hf.config` registers LongbertConfig with AutoConfig; `longbert.hf.model` registers
-LongbertForSequenceClassification with AutoModelForSequenceClassification). Either import order works: what
-transformers loaded before `import longbert` is registered at once.
+is imported right after it (`longbert.modeling.hf_config` registers LongbertConfig with AutoConfig;
+`longbert.hf.model` registers LongbertForSequenceClassification with AutoModelForSequenceClassification). Either
+import order works: what transformers loaded before `import longbert` is registered at once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import warnings
 # transformers loads its Auto configs while transformers.modeling_utils is still half-imported (its quantizers need
 # them), and a model class cannot be defined before modeling_utils is whole.
 REGISTRARS = {
-    "transformers.models.auto.configuration_auto": "longbert.hf.config",
+    "transformers.models.auto.configuration_auto": "longbert.modeling.hf_config",
     "transformers.models.auto.modeling_auto": "longbert.hf.model",
 }
 

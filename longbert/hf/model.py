@@ -21,7 +21,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from longbert.errors import LongbertError
-from longbert.hf.config import LongbertConfig
+from longbert.modeling.hf_config import LongbertConfig
 
 # What transformers' Auto classes and pipelines pass to from_pretrained on their own; longbert needs none of it.
 PASSED_BY_TRANSFORMERS = {"_from_auto", "_from_pipeline", "trust_remote_code", "adapter_kwargs", "code_revision"}
@@ -147,7 +147,7 @@ class LongbertForSequenceClassification(PreTrainedModel):
 
     def push_to_hub(self, repo_id: str, private: bool | None = None, token: str | bool | None = None,
                     commit_message: str | None = None, revision: str | None = None, create_pr: bool = False):
-        """Upload the model folder to hub repository `repo_id` (see `longbert.hf.hub.push_to_hub`)."""
+        """Upload the model folder to hub repository `repo_id` (see `longbert.modeling.hub.push_to_hub`)."""
         return self.classifier.push_to_hub(repo_id, private=private, token=token, commit_message=commit_message,
                                            revision=revision, create_pr=create_pr)
 

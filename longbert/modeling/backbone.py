@@ -104,7 +104,7 @@ def portable_reference(name: str) -> str | None:
     """What a saved model folder may keep instead of its backbone's weights: `minilm` or a hub id, loaded again on
     every machine. None for a local folder (or a saved model's own backbone/): its path means nothing elsewhere, so
     the weights go into the model folder."""
-    from longbert.hf.hub import is_hub_id
+    from longbert.modeling.hub import is_hub_id
 
     if name == MINILM:
         return name

@@ -194,7 +194,7 @@ def backbone_license(backbone: str) -> str | None:
 
 def hub_id_of(backbone: str) -> str | None:
     """The hub id the backbone came from, when it has one."""
-    from longbert.hf.hub import is_hub_id
+    from longbert.modeling.hub import is_hub_id
 
     if backbone == MINILM:
         return MINILM_HUB_ID

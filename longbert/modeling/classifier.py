@@ -285,8 +285,8 @@ class LongDocumentClassifier(nn.Module):
     def push_to_hub(self, repo_id: str, private: bool | None = None, token: str | bool | None = None,
                     commit_message: str | None = None, revision: str | None = None, create_pr: bool = False):
         """Upload this model, saved as `save_pretrained` writes it, to hub repository `repo_id` (see
-        `longbert.hf.hub.push_to_hub`); `from_pretrained(repo_id)` loads it back."""
-        from longbert.hf.hub import push_to_hub
+        `longbert.modeling.hub.push_to_hub`); `from_pretrained(repo_id)` loads it back."""
+        from longbert.modeling.hub import push_to_hub
 
         return push_to_hub(self, repo_id, private=private, token=token, commit_message=commit_message,
                            revision=revision, create_pr=create_pr)
@@ -294,7 +294,7 @@ class LongDocumentClassifier(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path, **hub_options) -> LongDocumentClassifier:
         """Load a folder written by `save_pretrained` (or a run folder's `best/` model), or a model on the hub by its
-        id ('user/name'; `hub_options` as `longbert.hf.hub.download` takes them: revision, cache_dir, token,
+        id ('user/name'; `hub_options` as `longbert.modeling.hub.download` takes them: revision, cache_dir, token,
         local_files_only, force_download). A damaged or incomplete folder raises one LongbertError line naming the
         file and what is wrong with it."""
         directory, settings = open_model_folder(directory, **hub_options)

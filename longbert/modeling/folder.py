@@ -3,7 +3,7 @@
 Saved in the Hugging Face style, without pickle:
     <dir>/longbert_config.json   ModelSettings: strategy, labels, problem type, backbone reference, fine-tuning mode
                                  (the source of truth)
-    <dir>/config.json            what transformers reads (model type "longbert", labels; see longbert.hf.config)
+    <dir>/config.json            what transformers reads (model type "longbert", labels; modeling/hf_config.py)
     <dir>/head.safetensors       the strategy's own weights (poolers) and the classification head
     <dir>/backbone/              the encoder (safetensors + config): the fine-tuned one, or in frozen and LoRA mode
                                  the one they started from when it came from a local folder
@@ -54,8 +54,8 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
     files is one LongbertError line, left as it was."""
     from safetensors.torch import save_file
 
-    from longbert.hf.config import LongbertConfig
     from longbert.modeling.ensemble import save_ensemble
+    from longbert.modeling.hf_config import LongbertConfig
 
     # A backbone whose weights are not its name's (train.init_from loaded trained ones) is saved, whatever the mode.
     reference = None if model.backbone_weights_changed else portable_reference(model.settings.backbone)
@@ -83,9 +83,9 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
 
 def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, ModelSettings]:
     """(the model folder, its validated settings) for a folder written by `save_model_folder`, a run folder (its
-    `best/` model), or a hub id ('user/name', downloaded with `hub_options`, see `longbert.hf.hub.download`).
+    `best/` model), or a hub id ('user/name', downloaded with `hub_options`, see `longbert.modeling.hub.download`).
     A folder that is not a model's, or lacks a piece its settings need, raises one LongbertError line."""
-    from longbert.hf.hub import download, is_hub_id
+    from longbert.modeling.hub import download, is_hub_id
 
     directory = Path(directory).expanduser()
     if not directory.exists() and is_hub_id(str(directory)):

@@ -88,8 +88,8 @@ print(config_class.__name__, AutoModelForSequenceClassification._model_mapping[c
 
 def test_import_longbert_loads_nothing_heavy_and_registers_when_transformers_loads():
     out = run_python("import sys, longbert\n"
-                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', 'longbert.hf.config') "
-                     "if m in sys.modules))\n"
+                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', 'longbert.hf.config', "
+                     "'longbert.modeling.hf_config') if m in sys.modules))\n"
                      + CHECK_REGISTERED)
     assert out.splitlines() == ["[]", "LongbertConfig LongbertForSequenceClassification"]
 
