@@ -6,6 +6,11 @@ vectors are from fp32's (cosine similarity, worst window).
 
     pip install torchao==0.18.0            # not a longbert dependency; the benchmark skips it when absent
     python benchmarks/bench_int8_backends.py --windows 16 --repeats 5 --json benchmarks/results/int8-backends.json
+    python benchmarks/bench_int8_backends.py --compile --json benchmarks/results/int8-backends-compiled.json
+
+--compile adds torchao's int8 and fp32 under `torch.compile`, with what compiling costs: the first call at the
+batch's shape, and the first call at a second shape (half the windows, 300 tokens), which compiles again, as a
+predict over documents of other lengths would.
 
 Run it alone: it times the CPU.
 """
@@ -32,6 +37,7 @@ parser.add_argument("--windows", type=int, default=16)
 parser.add_argument("--repeats", type=int, default=5)
 parser.add_argument("--data", type=Path, default=Path("../shared/data/imdb/test.jsonl.gz"))
 parser.add_argument("--json", type=Path, default=None)
+parser.add_argument("--compile", action="store_true", help="also torchao int8 and fp32 under torch.compile")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -81,6 +87,24 @@ def torchao_int8(model: nn.Module) -> nn.Module | None:
     return copied
 
 
+def compiled(build):
+    """`build` then torch.compile, and (the model, seconds of its first call, seconds of its first call at a second
+    shape) — or None when `build` gives none."""
+    model = build(backbone)
+    if model is None:
+        return None
+    model = torch.compile(model)
+    started = time.perf_counter()
+    vectors(model)
+    first = time.perf_counter() - started
+    other = tokenizer(texts[: max(1, len(texts) // 2)], padding="max_length", truncation=True, max_length=300,
+                      return_tensors="pt")
+    started = time.perf_counter()
+    with torch.no_grad():
+        model(**other)
+    return model, first, time.perf_counter() - started
+
+
 reference = vectors(backbone)
 results = {"machine": describe_machine(), "windows": args.windows, "tokens_per_window": 512,
            "repeats": args.repeats, "torch": torch.__version__, "paths": {}}
@@ -95,5 +119,19 @@ for name, build in (("fp32", lambda m: m), ("torch.ao dynamic (per channel)", to
     results["paths"][name] = {"seconds": round(seconds, 4), "worst_cosine": round(float(cosine.min()), 6)}
     print(f"{name}: {seconds:.3f} s a batch ({args.windows} x 512 tokens), worst cosine to fp32 "
           f"{float(cosine.min()):.5f}")
+for name, build in (("fp32, compiled", lambda m: copy.deepcopy(m)),
+                    ("torchao Int8DynamicActivationInt8Weight, compiled", torchao_int8)) if args.compile else ():
+    built = compiled(build)
+    if built is None:
+        print(f"{name}: not installed, skipped")
+        continue
+    model, first, second_shape = built
+    seconds = timed(model)
+    cosine = nn.functional.cosine_similarity(vectors(model), reference, dim=-1)
+    results["paths"][name] = {"seconds": round(seconds, 4), "worst_cosine": round(float(cosine.min()), 6),
+                              "first_call_seconds": round(first, 2),
+                              "first_call_at_a_second_shape_seconds": round(second_shape, 2)}
+    print(f"{name}: {seconds:.3f} s a batch, worst cosine to fp32 {float(cosine.min()):.5f}; first call "
+          f"{first:.1f} s, first call at a second shape {second_shape:.1f} s")
 if args.json:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
