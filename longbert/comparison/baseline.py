@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from longbert.evaluation.predictions import PredictionRow
 from longbert.modeling.lexical import C_GRID  # the same grid as a hybrid model's TF-IDF half
 
 BASELINE = "tfidf"  # its name in comparison reports, beside the strategies' names
@@ -64,11 +65,9 @@ def tfidf_baseline(corpus) -> dict:
             "train_seconds": seconds}
 
 
-def prediction_rows(result: dict, n_tokens: list[int]) -> list:
+def prediction_rows(result: dict, n_tokens: list[int]) -> list[PredictionRow]:
     """The baseline's test predictions in the form of a run's predictions-test.jsonl rows (index, n_tokens, label,
     predicted, probabilities), so that the paired tests treat it like any strategy."""
-    from longbert.evaluation.predictions import PredictionRow
-
     probabilities, labels = result["probabilities"], result["labels"]
     multi_label = labels.ndim == 2
     rows = []

@@ -12,6 +12,7 @@ from typing import Literal
 
 from longbert.comparison.strategy_runs import release_memory
 from longbert.errors import LongbertError
+from longbert.training.run_record import METRICS_FILE
 
 # What a strategy's run folder allows, decided when its turn comes (`plan_runs`).
 PlanAction = Literal["reuse", "resume", "restart", "train"]
@@ -130,7 +131,7 @@ def plan_runs(recipes: dict) -> dict[str, PlanAction]:
             differing = _differences(saved, recipe)
             problems.append(f"{run_dir} holds a run with a different recipe ({differing}); choose another --name, "
                             "or delete that folder to train it again")
-        elif (run_dir / "metrics.json").is_file():
+        elif (run_dir / METRICS_FILE).is_file():
             plan[strategy] = "reuse"
         elif (run_dir / "checkpoint" / "state.json").is_file():
             plan[strategy] = "resume"

@@ -57,6 +57,7 @@ from longbert.training.heldout import HeldOut, bucket_labels, describe, heldout_
 from longbert.training.masking import TRAINING_MASKS, Masker, seeded
 from longbert.training.mlm import MaskedLanguageModel, build_model
 from longbert.training.optim import optimizer_step, param_groups, warmup_then_decay
+from longbert.training.run_record import METRICS_FILE
 from longbert.training.runs import CHECKPOINT, RECIPE, open_run
 from longbert.training.stopping import StopRequest, interrupted
 from longbert.training.train_log import close_log_window, speed
@@ -146,7 +147,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
         "heldout_history": state.history,
         "train_log": state.train_log,
     }
-    write_text_atomically(run_dir / "metrics.json", json.dumps(metrics, indent=2))
+    write_text_atomically(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
     write_text_atomically(run_dir / "metrics.md", metrics_markdown(metrics))
     return PretrainResult(run_dir, backbone_dir, metrics)
 

@@ -18,6 +18,7 @@ from typing import Iterator
 from longbert.config.recipe import BEST  # noqa: F401  (a run folder's names, all here)
 from longbert.errors import LongbertError
 from longbert.training.curves import CURVES_FILE
+from longbert.training.run_record import METRICS_FILE
 from longbert.training.stopping import StopRequest, stop_on_signals
 from longbert.utils.destinations import locked
 from longbert.utils.logs import get_logger
@@ -86,7 +87,7 @@ def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
         get_logger(__name__).info(f"--resume: {run_dir} has no checkpoint to continue from (its run stopped before the "
                                   "first one); training from the beginning")
         return False
-    if has_checkpoint or (run_dir / "metrics.json").exists():
+    if has_checkpoint or (run_dir / METRICS_FILE).exists():
         raise LongbertError(f"run folder {run_dir} already holds a run; pass --resume to continue it, or set another "
                             "output_dir (--set output_dir=...)")
     if _clear(run_dir):
