@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from longbert.commands import classic_metavars, command_line, run_command
+from longbert.commands import classic_metavars, command_line, run_command, start_up
 from longbert.config.limits import check_counts  # standard library and errors only: no torch at start-up
 from longbert.errors import LongbertError
 from longbert.inference.serve import Limits  # standard library only: the serve options' defaults
@@ -45,20 +45,7 @@ def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="debug lines too (also LONGBERT_VERBOSITY=debug)"),
 ):
     """Classify long documents with BERT: train, evaluate, predict and compare strategies."""
-    from longbert.utils.hardware import keep_freed_memory
-    from longbert.utils.logs import check_environment, set_verbosity
-
-    if quiet and verbose:
-        typer.echo("error: --quiet and --verbose contradict each other: give one", err=True)
-        raise typer.Exit(2)
-    try:
-        check_environment()
-    except LongbertError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    if quiet or verbose:
-        set_verbosity("warning" if quiet else "debug")
-    keep_freed_memory()  # large activations reused rather than mapped fresh per pass (faster on the CPU)
+    start_up(quiet, verbose)
 
 
 @app.command()
@@ -389,6 +376,20 @@ def compare(
         results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
                               command=command_line(), seeds=seeds)
         print_summary(results)
+
+    run_command(action)
+
+
+@app.command()
+def report(
+    folders: List[Path] = typer.Argument(..., help="report folders that `longbert compare` wrote (reports/<name>)")):
+    """Render compare reports again from their results.json with this version's pages and plots (numbers kept)."""
+    from longbert.comparison.render import render_again
+
+    def action():
+        for folder in folders:
+            render_again(folder)
+            typer.echo(f"rendered again: {folder}/ (report.md, report.html, results.json)")
 
     run_command(action)
 

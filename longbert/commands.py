@@ -121,3 +121,22 @@ def classic_metavars(typer_app: typer.Typer) -> None:
                 info.metavar = name.upper()
             elif isinstance(info, OptionInfo):
                 info.metavar = _METAVARS.get(kind, "VALUE")
+
+
+def start_up(quiet: bool, verbose: bool) -> None:
+    """What every command does first: the verbosity from --quiet/--verbose (one error line, exit 2, for both or
+    for a bad LONGBERT_VERBOSITY), and freed memory kept for reuse."""
+    from longbert.utils.hardware import keep_freed_memory
+    from longbert.utils.logs import check_environment, set_verbosity
+
+    if quiet and verbose:
+        typer.echo("error: --quiet and --verbose contradict each other: give one", err=True)
+        raise typer.Exit(2)
+    try:
+        check_environment()
+    except LongbertError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    if quiet or verbose:
+        set_verbosity("warning" if quiet else "debug")
+    keep_freed_memory()  # large activations reused rather than mapped fresh per pass (faster on the CPU)

@@ -487,3 +487,45 @@ def test_a_misspelt_strategy_section_is_one_line_and_nothing_is_written(tmp_path
             else ["train", recipe, "--set", f"output_dir={tmp_path / 'runs'}"])
     assert_user_error(run(*args), "section 'sliding' has no field 'poolng'", "pooling")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
+
+
+def test_report_renders_an_earlier_report_again_and_refuses_what_is_not_one(tmp_path):
+    """A committed report of an earlier version renders again with its numbers; a folder that is not a report, a
+    results.json that is not JSON or lacks what the pages show: one line each, exit 2, the folder untouched."""
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "reports" / "compare_imdb"
+    report = tmp_path / "compare_imdb"
+    shutil.copytree(committed, report)
+    (report / "report.md").write_text("an older page")
+    (report / "accuracy-by-length.png").write_bytes(b"an older plot")
+    result = run("report", report)
+    assert result.exit_code == 0, result.output
+    assert f"rendered again: {report}/" in result.output
+    before = json.loads((committed / "results.json").read_text())
+    after = json.loads((report / "results.json").read_text())
+    assert after["strategies"] == before["strategies"] and after["comparisons"] == before["comparisons"]
+    assert (report / "accuracy-by-length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (report / "report.md").read_text()
+    assert "Holm-adjusted" in page and "(n=0)" not in page  # today's verdict and table, not the older page's
+
+    assert_user_error(run("report", tmp_path / "absent"), "absent is not a folder")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine")
+    assert_user_error(run("report", plain), "holds no results.json")
+    assert [p.name for p in plain.iterdir()] == ["notes.txt"]
+
+    (plain / "results.json").write_text("{not json")
+    assert_user_error(run("report", plain), "results.json cannot be read")
+    (plain / "results.json").write_text(json.dumps({"name": "x"}))
+    assert_user_error(run("report", plain), "not a compare report's results")
+
+    broken = json.loads((committed / "results.json").read_text())
+    for row in broken["strategies"].values():
+        del row["accuracy"]
+    (report / "results.json").write_text(json.dumps(broken))
+    pages = {p.name: p.read_bytes() for p in report.iterdir()}
+    assert_user_error(run("report", report), "cannot be rendered by this version", "KeyError")
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == pages

@@ -43,6 +43,39 @@ def write_report(results: dict, folder: str | Path) -> None:
         (staging / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
 
 
+def report_files(folder: Path) -> dict[str, str]:
+    """Where a report's files are, as results.json records them (`results["report"]`)."""
+    return {"folder": str(folder), "markdown": str(folder / "report.md"), "html": str(folder / "report.html"),
+            "results": str(folder / REPORT_MARKER)}
+
+
+def render_again(folder: str | Path) -> None:
+    """An earlier report rendered again from its own results.json with this version's pages and plots (`longbert
+    report`): nothing is trained or evaluated again, so every number stays and only how they are shown changes. The
+    folder is replaced whole, as compare replaces it; a folder that is not a report, or whose results.json cannot be
+    read or lacks what the pages show, is one LongbertError line, and the folder is left as it was."""
+    from longbert.errors import LongbertError, first_line
+
+    folder = Path(folder)
+    file = folder / REPORT_MARKER
+    if not folder.is_dir():
+        raise LongbertError(f"{folder} is not a folder: give a report folder that `longbert compare` wrote")
+    if not file.is_file():
+        raise LongbertError(f"{folder} holds no {REPORT_MARKER}: it is not a report that `longbert compare` wrote")
+    try:
+        results = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LongbertError(f"{file} cannot be read: {first_line(error)}") from None
+    if not isinstance(results, dict) or not {"name", "strategies", "strategy_order"} <= set(results):
+        raise LongbertError(f"{file} is not a compare report's results (no name, strategies and strategy_order)")
+    results["report"] = report_files(folder)
+    try:
+        write_report(results, folder)
+    except (KeyError, TypeError, ValueError) as error:  # written by another version: a field missing or reshaped
+        raise LongbertError(f"{file} cannot be rendered by this version of longbert ({type(error).__name__}: "
+                            f"{first_line(error)}); run the compare again to rewrite it") from None
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The terminal summary
 

@@ -306,10 +306,9 @@ def _deployable(c: _Comparison, combined: list[dict]) -> dict | None:
 
 def _write_report(results: dict, folder: Path) -> None:
     """Name the report's files in `results` and write them to `folder`."""
-    from longbert.comparison.render import write_report
+    from longbert.comparison.render import report_files, write_report
 
-    results["report"] = {"folder": str(folder), "markdown": str(folder / "report.md"),
-                         "html": str(folder / "report.html"), "results": str(folder / "results.json")}
+    results["report"] = report_files(folder)
     write_report(results, folder)
     say(f"report written to {folder}/")
 

@@ -373,3 +373,21 @@ def test_a_report_folder_of_other_files_is_refused_before_any_training_and_kept(
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "report folder" in lines[0] and str(mine) in lines[0], result.output
     assert (mine / "notes.txt").read_text() == "mine" and not (tmp_path / "runs" / "w" / "truncate").exists()
+
+
+def test_a_report_rendered_again_from_its_results_is_the_report_compare_wrote(compared, tmp_path):
+    """`longbert report` reads only results.json: moved elsewhere and rendered again, the pages are the same."""
+    import shutil
+
+    from longbert.comparison.render import render_again
+
+    written = compared["root"] / "reports" / "tiny"
+    moved = tmp_path / "moved"
+    shutil.copytree(written, moved)
+    render_again(moved)
+    for page in ("report.md", "report.html"):
+        assert (moved / page).read_text() == (written / page).read_text(), page
+    again = json.loads((moved / "results.json").read_text())
+    assert again["report"]["folder"] == str(moved)
+    before = json.loads((written / "results.json").read_text())
+    assert {k: v for k, v in again.items() if k != "report"} == {k: v for k, v in before.items() if k != "report"}
