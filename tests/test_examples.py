@@ -116,3 +116,64 @@ def test_check_ensemble_folder_names_a_folder_that_is_no_model_in_one_line(tmp_p
                             capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
         f"error: {tmp_path} is not a longbert model folder (no longbert_config.json)"]
+
+
+def load_example(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_majority_ceiling_counts_reviews_and_votes_as_its_formula_says(tmp_path):
+    ceiling = load_example("majority_ceiling")
+    documents = [{"label": 1, "review_labels": [1, 1, 0]}, {"label": 0, "review_labels": [1, 0, 0]},
+                 {"label": 1, "review_labels": [0, 1, 1]}, {"label": 0, "review_labels": [0, 1, 0]}]
+    predicted = [[1, 1, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]]  # 9 of 12 reviews right
+    counted = ceiling.counted(documents, predicted)
+    assert counted["review_accuracy"] == 0.75
+    assert counted["majority_vote"] == 0.75  # the second document's vote is wrong
+    assert counted["one_review"] == {"first": 0.75, "middle": 0.75, "last": 0.75}
+    a = 0.75
+    assert counted["formula"]["majority_vote"] == a * a + 2 * a * (1 - a) ** 2
+    words = " ".join(f"w{i}" for i in range(10))
+    assert ceiling.reviews_of({"text": words, "review_starts": [0, 4, 8], "review_words": [2, 1, 2]}) == \
+        ["w0 w1", "w4", "w8 w9"]
+
+
+def test_majority_ceiling_and_unit_readouts_refuse_a_missing_or_wrong_file_in_one_line(tmp_path):
+    def run_example(name, *args):
+        return subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *map(str, args)], capture_output=True,
+                              text=True)
+
+    depth = tmp_path / "depth.jsonl"
+    depth.write_text(json.dumps({"id": "depth-0600-000001", "text": "a b", "label": 0}) + "\n")
+    for result, fragment in (
+            (run_example("majority_ceiling", tmp_path / "model", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
+            (run_example("majority_ceiling", tmp_path / "model", "--probe", depth), "not a majority probe"),
+            (run_example("unit_readouts", tmp_path / "model", "--validation", tmp_path / "none.jsonl", "--test",
+                         depth), "none.jsonl is not a file")):
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+
+
+def test_unit_readouts_read_the_units_four_ways():
+    import torch
+
+    readouts = load_example("unit_readouts")
+    # Three units: two lean to class 1, one is sure of class 0; the pooler said class 0.
+    logits = torch.tensor([[0.0, 0.5], [0.0, 0.4], [4.0, 0.0]])
+    outputs = [{"probabilities": torch.tensor([0.6, 0.4]), "unit_logits": logits,
+                "unit_probabilities": logits.softmax(-1)}]
+    read = readouts.readings(outputs, threshold=0.9)
+    assert read["model"] == [0]
+    assert read["mean logit"] == [0]  # (4.0, 0.3) / 3
+    assert read["soft vote"] == [0]
+    assert read["sure vote"] == [0]  # only the third unit is sure
+    assert readouts.readings(outputs, threshold=0.5)["sure vote"] == [1]  # every unit votes: two for class 1
+    logits = torch.tensor([[0.0, 0.5], [0.0, 0.4], [0.2, 0.0]])
+    outputs[0].update(unit_logits=logits, unit_probabilities=logits.softmax(-1))
+    assert readouts.readings(outputs, threshold=0.5)["soft vote"] == [1]
