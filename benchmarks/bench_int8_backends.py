@@ -7,10 +7,15 @@ vectors are from fp32's (cosine similarity, worst window).
     pip install torchao==0.18.0            # not a longbert dependency; the benchmark skips it when absent
     python benchmarks/bench_int8_backends.py --windows 16 --repeats 5 --json benchmarks/results/int8-backends.json
     python benchmarks/bench_int8_backends.py --compile --json benchmarks/results/int8-backends-compiled.json
+    python benchmarks/bench_int8_backends.py --onnx --json benchmarks/results/int8-backends-onnx.json
 
 --compile adds torchao's int8 and fp32 under `torch.compile`, with what compiling costs: the first call at the
 batch's shape, and the first call at a second shape (half the windows, 300 tokens), which compiles again, as a
 predict over documents of other lengths would.
+
+--onnx adds onnxruntime: the backbone exported as `longbert export` exports its encoder (torch.onnx, dynamo=True),
+run in fp32 and dynamically quantized by onnxruntime's quantizer (int8 weights per channel, as `export --quantize
+int8` makes them), with the seconds that exporting and quantizing cost once.
 
 Run it alone: it times the CPU.
 """
@@ -22,9 +27,11 @@ import copy
 import gzip
 import json
 import statistics
+import tempfile
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -38,6 +45,7 @@ parser.add_argument("--repeats", type=int, default=5)
 parser.add_argument("--data", type=Path, default=Path("../shared/data/imdb/test.jsonl.gz"))
 parser.add_argument("--json", type=Path, default=None)
 parser.add_argument("--compile", action="store_true", help="also torchao int8 and fp32 under torch.compile")
+parser.add_argument("--onnx", action="store_true", help="also onnxruntime fp32 and its dynamically quantized int8")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -87,6 +95,57 @@ def torchao_int8(model: nn.Module) -> nn.Module | None:
     return copied
 
 
+class Hidden(nn.Module):
+    """The backbone's last hidden states from (input_ids, attention_mask): what the ONNX graph computes."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+class OnnxBackbone:
+    """An onnxruntime session called as the backbone is (`model(**batch).last_hidden_state`)."""
+
+    def __init__(self, path: Path):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids, attention_mask, **_):
+        hidden = self.session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})[0]
+        return SimpleNamespace(last_hidden_state=torch.from_numpy(hidden))
+
+
+def onnx_paths(model: nn.Module) -> dict | None:
+    """{"onnxruntime fp32": (backbone, seconds to export), "onnxruntime int8 ...": (backbone, seconds to export and
+    quantize)}, or None without onnxruntime."""
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from torch.export import Dim
+    except ImportError:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="bench-int8-onnx-"))
+    started = time.perf_counter()
+    example = (batch["input_ids"][:2, :7], batch["attention_mask"][:2, :7])
+    windows, tokens = Dim("windows"), Dim("tokens")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Hidden(model).eval(), example, str(folder / "fp32.onnx"), dynamo=True,
+                          input_names=["input_ids", "attention_mask"], output_names=["hidden"],
+                          dynamic_shapes=({0: windows, 1: tokens}, {0: windows, 1: tokens}), external_data=False,
+                          verbose=False)
+    exported = time.perf_counter() - started
+    quantize_dynamic(folder / "fp32.onnx", folder / "int8.onnx", weight_type=QuantType.QInt8, per_channel=True)
+    quantized = time.perf_counter() - started
+    return {"onnxruntime fp32": (OnnxBackbone(folder / "fp32.onnx"), exported),
+            "onnxruntime int8 (dynamic, per channel)": (OnnxBackbone(folder / "int8.onnx"), quantized)}
+
+
 def compiled(build):
     """`build` then torch.compile, and (the model, seconds of its first call, seconds of its first call at a second
     shape) — or None when `build` gives none."""
@@ -133,5 +192,11 @@ for name, build in (("fp32, compiled", lambda m: copy.deepcopy(m)),
                               "first_call_at_a_second_shape_seconds": round(second_shape, 2)}
     print(f"{name}: {seconds:.3f} s a batch, worst cosine to fp32 {float(cosine.min()):.5f}; first call "
           f"{first:.1f} s, first call at a second shape {second_shape:.1f} s")
+for name, (model, made) in (onnx_paths(backbone) or {}).items() if args.onnx else ():
+    seconds = timed(model)
+    cosine = nn.functional.cosine_similarity(vectors(model), reference, dim=-1)
+    results["paths"][name] = {"seconds": round(seconds, 4), "worst_cosine": round(float(cosine.min()), 6),
+                              "seconds_to_make": round(made, 2)}
+    print(f"{name}: {seconds:.3f} s a batch, worst cosine to fp32 {float(cosine.min()):.5f}; made in {made:.1f} s")
 if args.json:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
