@@ -68,8 +68,8 @@ def unit_outputs(model, documents: list[dict], batch_size: int) -> list[dict]:
         batch = tokens[start:start + batch_size]
         with torch.no_grad(), autocast_for(model, "auto"):
             units = model.encode(batch)
-            logits = model.head(model.strategy.pool(units).vector).float()  # (B, C)
-            unit_logits = model.head(units.vectors).float()  # (B, N, C)
+            logits = model(units=units).logits.float()  # (B, C): the model's own reading of these units
+            unit_logits = model.head(units.vectors).float()  # (B, N, C): each unit through the same head
         for k in range(len(batch)):
             kept = units.mask[k]
             out.append({"probabilities": logits[k].softmax(-1), "unit_logits": unit_logits[k][kept],
