@@ -177,3 +177,38 @@ def test_unit_readouts_read_the_units_four_ways():
     logits = torch.tensor([[0.0, 0.5], [0.0, 0.4], [0.2, 0.0]])
     outputs[0].update(unit_logits=logits, unit_probabilities=logits.softmax(-1))
     assert readouts.readings(outputs, threshold=0.5)["soft vote"] == [1]
+
+
+def test_where_it_looks_weighs_the_units_that_hold_a_review():
+    looks = load_example("where_it_looks")
+    text = "n1 n2 r1 r2 n3 n4 m1 n5 n6 l1 l2"
+    document = {"text": text, "review_starts": [2, 6, 9], "review_words": [2, 1, 2]}
+    # One token a word, except m1, which is two tokens (m, ##1).
+    offsets = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14), (15, 17), (18, 19), (19, 20), (21, 23), (24, 26),
+               (27, 29), (30, 32)]
+    reviews = looks.review_token_ranges(document, offsets)
+    assert reviews == [(2, 4), (6, 8), (10, 12)]
+    from longbert.strategies.windows import window_spans
+
+    spans = window_spans(len(offsets), 4, 4)  # units: tokens 0-3, 4-7, 8-11
+    looked = looks.looked_at([0.5, 0.25, 0.25], spans, reviews)
+    assert looked["on reviews"] == 1.0 and looked["if even"] == 1.0 and looked["top unit"] == 1.0
+    assert (looked["first"], looked["middle"], looked["last"]) == (0.5, 0.25, 0.25)
+    spans = window_spans(len(offsets), 2, 2)  # six units; those at tokens 0-1, 4-5 and 8-9 hold no review
+    looked = looks.looked_at([0.4, 0.1, 0.3, 0.1, 0.0, 0.1], spans, reviews)
+    assert looked["if even"] == 0.5 and looked["top unit"] == 0.0
+    assert abs(looked["on reviews"] - 0.3) < 1e-9 and abs(looked["middle"] - 0.1) < 1e-9
+
+
+def test_where_it_looks_refuses_predictions_without_unit_weights_in_one_line(tmp_path):
+    run = write_run(tmp_path / "run", [(600, 1, 1)])
+    probe = tmp_path / "test.jsonl"
+    probe.write_text(json.dumps({"id": "majority-npp-000000", "text": "a b c", "label": 1, "review_starts": [0, 1, 2],
+                                 "review_words": [1, 1, 1]}) + "\n")
+    for args, fragment in (((run / "predictions-test.jsonl", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
+                           ((run / "predictions-test.jsonl", "--probe", probe), "no unit_weights")):
+        result = subprocess.run([sys.executable, str(EXAMPLES / "where_it_looks.py"), *map(str, args)],
+                                capture_output=True, text=True)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
