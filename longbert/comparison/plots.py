@@ -114,7 +114,7 @@ def _speed_by_length(plt, results: dict, colours: dict) -> bytes:
     plain = ScalarFormatter()
     plain.set_scientific(False)
     left.yaxis.set_major_formatter(plain)
-    right.set_ylim(bottom=0)
+    right.set_ylim(0, right.get_ylim()[1] * 1.08)  # from zero, with room above the highest point's marker
     left.legend(fontsize="small")
     fig.tight_layout()
     return _png(plt, fig)
