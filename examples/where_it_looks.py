@@ -76,15 +76,9 @@ def read_file(path: Path) -> list:
 
 
 def probe_by_id(probe: Path) -> dict[str, dict]:
-    if not probe.is_file():
-        fail(f"{probe} is not a file (python examples/make_reach_probe.py --task majority writes it)")
-    try:
-        rows = [json.loads(line) for line in probe.read_text().splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        fail(f"{probe} cannot be read as JSON lines: {error}")
-    if any("review_starts" not in row for row in rows):
-        fail(f"{probe} is not a majority probe: its rows have no review_starts")
-    return {row["id"]: row for row in rows}
+    from majority_ceiling import probe_documents  # a script beside this one: python puts examples/ on the path
+
+    return {row["id"]: row for row in probe_documents(probe, None, None)}
 
 
 def summarise(path: Path, probe: dict[str, dict], tokenizer, args) -> dict:
