@@ -41,8 +41,8 @@ def main() -> None:
 
     from longbert.data.sources import resolve_data_path
     from longbert.errors import LongbertError
-    from longbert.inference.int8 import int8_recheck_gap
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.int8 import int8_recheck_gap
     from longbert.utils.hardware import describe_machine
 
     try:

@@ -122,7 +122,7 @@ class LongbertForSequenceClassification(PreTrainedModel):
         """input_ids, attention_mask (B, T); labels (B,) class indices, or (B, C) multi-hot for multi-label ->
         logits (B, C) and, with labels, the loss. token_type_ids are ignored (one segment per document). In eval
         mode the forward runs at `self.precision` as `predict` does (auto: bf16 where the hardware runs it fast;
-        int8: the classifier's int8 wrapper, longbert.inference.int8)."""
+        int8: the classifier's int8 wrapper, longbert.modeling.int8)."""
         from longbert.utils.hardware import autocast_for
 
         documents = self.documents(input_ids, attention_mask)

@@ -1,13 +1,13 @@
 """`longbert quantize RUN`: measure once what int8 inference costs a trained model, and keep the answer with it.
 
 int8 (`--precision int8` of predict, evaluate and serve) runs a copy of the model whose backbone Linear layers are
-dynamically quantized (`longbert.inference.int8.Int8Model`, which `LongDocumentClassifier.for_precision` hands out);
+dynamically quantized (`longbert.modeling.int8.Int8Model`, which `LongDocumentClassifier.for_precision` hands out);
 nothing quantized is stored, since the copy is made in a second when the model loads. What is stored is the
 measurement: the kept model runs over the run's own validation split in fp32 and in int8, and how often the two
 predict the same labels, both accuracies and the speed of each pass go into the model folder's training.json and its
 model card.
 
-It also chooses the model's recheck gap (`longbert.inference.int8.Int8Model.recheck_close_calls`): the smallest of
+It also chooses the model's recheck gap (`longbert.modeling.int8.Int8Model.recheck_close_calls`): the smallest of
 RECHECK_GAPS at which re-reading int8's close calls in fp32 makes the labels agree with fp32's on at least
 `agreement` of the validation documents. That is computed from the two passes (a document re-read in fp32 gets
 fp32's label), then int8 runs once more with the chosen gap for its speed.
@@ -107,7 +107,7 @@ def _decide(model, probabilities: np.ndarray, documents: int) -> np.ndarray:
 
 def _rechecked(model, int8_probabilities: torch.Tensor, gap: float) -> np.ndarray:
     """Which documents int8 at `gap` re-reads in fp32."""
-    from longbert.inference.int8 import close_calls
+    from longbert.modeling.int8 import close_calls
 
     return close_calls(int8_probabilities, model.multi_label, model.thresholds, gap).numpy()
 
@@ -116,7 +116,7 @@ def _choose_gap(model, fp32: np.ndarray, plain: np.ndarray, int8_probabilities: 
                 agreement: float) -> float:
     """The smallest of RECHECK_GAPS at which int8's labels, its close calls re-read in fp32 (which gives fp32's
     labels), agree with fp32's on at least `agreement` of the documents; the largest when none does."""
-    from longbert.inference.int8 import RECHECK_GAPS
+    from longbert.modeling.int8 import RECHECK_GAPS
 
     def agreeing(gap: float) -> float:
         rechecked = _rechecked(model, int8_probabilities, gap)

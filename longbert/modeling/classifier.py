@@ -39,7 +39,7 @@ from longbert.strategies.base import Pooled, SpecialTokens, Units, build_strateg
 from longbert.utils.hardware import autocast_for
 
 if TYPE_CHECKING:
-    from longbert.inference.int8 import Int8Model
+    from longbert.modeling.int8 import Int8Model
 
 
 @dataclass
@@ -238,13 +238,13 @@ class LongDocumentClassifier(nn.Module):
         yield from read_in_batches(self, texts, batch_size, autocast, lambda documents: compute(model, documents))
 
     def for_precision(self, precision: str, recheck_gap: float | None = None) -> LongDocumentClassifier | Int8Model:
-        """The model that runs at `precision`: this one, or for int8 its `Int8Model` (longbert.inference.int8: a copy
+        """The model that runs at `precision`: this one, or for int8 its `Int8Model` (longbert.modeling.int8: a copy
         whose backbone Linear layers are dynamically quantized, its close calls read again by this model). The
         wrapper is made at its first use, from the weights then, and kept (outside the module tree: never saved, never
         moved with the model). `recheck_gap` sets the wrapper's (None: as it is, at first use `int8_recheck_gap`)."""
         if precision != "int8":
             return self
-        from longbert.inference.int8 import Int8Model  # int8 is inference's; the classifier only keeps its wrapper
+        from longbert.modeling.int8 import Int8Model  # imports this module: a wrapper beside the classifier
 
         if self.__dict__.get("_int8_model") is None:
             self.__dict__["_int8_model"] = Int8Model(self)

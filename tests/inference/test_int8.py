@@ -1,4 +1,4 @@
-"""int8 inference (longbert.inference.int8): the backbone's Linear layers dynamically quantized on a copy (LoRA merged
+"""int8 inference (longbert.modeling.int8): the backbone's Linear layers dynamically quantized on a copy (LoRA merged
 first), everything else fp32, wrapped with the model itself, which re-reads the close calls; the model is left as it
 was; the wrapper is made once; a GPU model is refused in one line."""
 
@@ -56,6 +56,20 @@ def test_int8_is_refused_on_a_gpu_in_one_line(tiny_backbone_dir, monkeypatch):
     monkeypatch.setattr(type(model), "parameters", lambda self, recurse=True: iter([fake]))
     with pytest.raises(LongbertError, match="precision int8 runs on the CPU only"):
         hardware.autocast_for(model, "int8")
+
+
+def test_int8_without_torchs_dynamic_quantization_is_one_line_and_fp32_still_reads(tiny_backbone_dir, monkeypatch):
+    """torch deprecates torch.ao.quantization; a torch without it refuses int8 in one line, and only int8."""
+    import sys
+
+    model = build_model(tiny_backbone_dir, "chunk")
+    monkeypatch.setitem(sys.modules, "torch.ao.quantization", None)  # what importing a removed module does
+    with pytest.raises(LongbertError, match=r"precision int8 needs torch\.ao\.quantization\.quantize_dynamic, which "
+                                            r"torch .* does not have .*use precision fp32 or bf16") as caught:
+        model.predict(TEXTS, precision="int8")
+    assert "\n" not in str(caught.value)
+    assert model.__dict__.get("_int8_model") is None  # nothing half-made is kept
+    assert len(model.predict(TEXTS, precision="fp32")) == len(TEXTS)
 
 
 @pytest.fixture
@@ -119,7 +133,7 @@ def test_evaluate_at_int8_records_it_and_agrees_with_fp32(tiny_recipe):
 
 
 def test_close_calls_are_the_two_likeliest_classes_near_each_other_or_a_label_near_its_threshold():
-    from longbert.inference.int8 import close_calls
+    from longbert.modeling.int8 import close_calls
 
     single = torch.tensor([[0.55, 0.3, 0.15], [0.9, 0.05, 0.05], [0.2, 0.35, 0.45], [0.6, 0.25, 0.15]])
     # the two likeliest apart: 0.25, 0.85, 0.10, 0.35
@@ -153,9 +167,9 @@ def test_int8_reads_its_close_calls_again_in_fp32_and_only_those(tiny_backbone_d
 
 
 def test_int8_takes_its_recheck_gap_from_the_quantize_measurement(saved):
-    from longbert.inference.int8 import DEFAULT_RECHECK_GAP
     from longbert.modeling.card import TrainingFacts
     from longbert.modeling.classifier import LongDocumentClassifier
+    from longbert.modeling.int8 import DEFAULT_RECHECK_GAP
 
     model = LongDocumentClassifier.from_pretrained(saved)
     assert model.for_precision("int8").recheck_gap == DEFAULT_RECHECK_GAP == 0  # never measured

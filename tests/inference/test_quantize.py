@@ -26,7 +26,7 @@ def test_quantize_records_agreement_in_the_folder_and_its_card(tiny_recipe):
     measured = json.loads((result.run_dir / "best" / "training.json").read_text())["int8"]
     assert measured["documents"] == 15 and measured["split"] == "validation" and 0.5 <= measured["agreement"] <= 1
     # The recheck gap is the smallest that reaches the target on validation; int8 then runs with it.
-    from longbert.inference.int8 import RECHECK_GAPS
+    from longbert.modeling.int8 import RECHECK_GAPS
 
     assert measured["recheck_gap"] in RECHECK_GAPS and 0 <= measured["rechecked"] <= 1
     assert measured["agreement"] >= 0.99 or measured["recheck_gap"] == RECHECK_GAPS[-1]
