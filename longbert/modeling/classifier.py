@@ -244,7 +244,7 @@ class LongDocumentClassifier(nn.Module):
         moved with the model). `recheck_gap` sets the wrapper's (None: as it is, at first use `int8_recheck_gap`)."""
         if precision != "int8":
             return self
-        from longbert.modeling.int8 import Int8Model  # imports this module: a wrapper beside the classifier
+        from longbert.modeling.int8 import Int8Model  # here, not at the top: int8.py imports this module
 
         if self.__dict__.get("_int8_model") is None:
             self.__dict__["_int8_model"] = Int8Model(self)
