@@ -5,6 +5,10 @@ model might combine them:
 
     per review         how often the model gets one review right, alone (a, overall and by position)
     majority vote      the majority of its three labels: what reading every review and counting gives
+    mean probability   the label of the mean of its three probabilities: counting with bounded votes, as a pooler that
+                       averages per-unit probabilities (or tanh-bounded votes: `pooling: vote`) would
+    mean logit         the label of the mean of its three logits: what a linear head over the mean of the review
+                       vectors computes, where one confident review can outweigh two mild ones
     one review         its label for the first, the middle or the last review: what a model that reads one gives
                        (the last review agrees with the document's label in 3 of 4 documents, the first in 1 of 2)
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -64,8 +69,9 @@ def reviews_of(document: dict) -> list[str]:
             for start, length in zip(document["review_starts"], document["review_words"], strict=True)]
 
 
-def counted(documents: list[dict], predicted: list[list[int]]) -> dict:
-    """Accuracy per review (overall and by position), of the vote, and of each single review against the label."""
+def counted(documents: list[dict], predicted: list[list[int]], positive: list[list[float]] | None = None) -> dict:
+    """Accuracy per review (overall and by position), of the vote, of each single review against the label, and
+    where `positive` gives each review's probability of class 1, of the mean probability and of the mean logit."""
     label = [d["label"] for d in documents]
     truth = [d["review_labels"] for d in documents]
     n = len(documents)
@@ -74,8 +80,19 @@ def counted(documents: list[dict], predicted: list[list[int]]) -> dict:
     vote = sum((sum(pr) >= 2) == bool(y) for pr, y in zip(predicted, label)) / n
     single = {p: sum(pr[i] == y for pr, y in zip(predicted, label)) / n for i, p in enumerate(POSITIONS)}
     return {"documents": n, "review_accuracy": a, "review_accuracy_by_position": per_position,
-            "majority_vote": vote, "one_review": single,
+            "majority_vote": vote, "one_review": single, **averaged(documents, positive),
             "formula": {"majority_vote": a * a + 2 * a * (1 - a) ** 2, "last_review": 0.75 * a + 0.25 * (1 - a)}}
+
+
+def averaged(documents: list[dict], positive: list[list[float]] | None) -> dict:
+    """Accuracy of the label of the mean probability and of the mean logit of each document's three reviews."""
+    if positive is None:
+        return {}
+    label = [bool(d["label"]) for d in documents]
+    logit = [[math.log(max(p, 1e-12)) - math.log(max(1 - p, 1e-12)) for p in ps] for ps in positive]
+    n = len(documents)
+    return {"mean_probability": sum((sum(ps) / 3 >= 0.5) == y for ps, y in zip(positive, label)) / n,
+            "mean_logit": sum((sum(ls) >= 0) == y for ls, y in zip(logit, label)) / n}
 
 
 def main():
@@ -111,7 +128,9 @@ def main():
     rows = model.predict(texts, batch_size=args.batch_size)
     labels = [names.index(row["label"]) for row in rows]
     predicted = [labels[3 * i:3 * i + 3] for i in range(len(documents))]
-    result = {"model": str(args.model_dir), "probe": str(args.probe), **counted(documents, predicted)}
+    ones = [row["probabilities"][names[1]] for row in rows]
+    positive = [ones[3 * i:3 * i + 3] for i in range(len(documents))]
+    result = {"model": str(args.model_dir), "probe": str(args.probe), **counted(documents, predicted, positive)}
     print(json.dumps(result, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -138,6 +138,12 @@ def test_majority_ceiling_counts_reviews_and_votes_as_its_formula_says(tmp_path)
     assert counted["one_review"] == {"first": 0.75, "middle": 0.75, "last": 0.75}
     a = 0.75
     assert counted["formula"]["majority_vote"] == a * a + 2 * a * (1 - a) ** 2
+    assert "mean_probability" not in counted  # no probabilities given
+    # One confident review against two mild ones: the mean logit (11.5 - 1.39 - 1.39 > 0) follows the confident one,
+    # the mean probability (0.47 < 0.5: bounded votes) the two.
+    one = [{"label": 0, "review_labels": [1, 0, 0]}]
+    averaged = ceiling.counted(one, [[1, 0, 0]], [[0.99999, 0.2, 0.2]])
+    assert (averaged["mean_probability"], averaged["mean_logit"], averaged["majority_vote"]) == (1.0, 0.0, 1.0)
     words = " ".join(f"w{i}" for i in range(10))
     assert ceiling.reviews_of({"text": words, "review_starts": [0, 4, 8], "review_words": [2, 1, 2]}) == \
         ["w0 w1", "w4", "w8 w9"]

@@ -31,7 +31,7 @@ with the adapter); a frozen backbone keeps them as they started.
 
 Units. With `unit_tokens: 0` the document is one unit, its pooled token states (as before units existed). With
 `unit_tokens: k` the content tokens' states (each read with the whole document's block-sparse attention) are cut into
-consecutive spans of k tokens, each span's mean is one unit, and `pooling` (mean, max, attention, gated,
+consecutive spans of k tokens, each span's mean is one unit, and `pooling` (mean, max, attention, gated, vote,
 transformer: the poolers chunk and sliding use) makes the document vector. So a learned pooler can find the part of
 the document that decides the label, as it can over chunks, while every token was read in the context of the whole
 document.

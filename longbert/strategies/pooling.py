@@ -6,7 +6,7 @@ Token pooling: how the token states of one pass row (a window, a segment) become
 Unit pooling: how a document's unit vectors become the document vector. Pooling happens on embeddings, not on
 per-unit logits. Each pooler maps (B, N, H) vectors and a (B, N) mask to a (B, H) vector and, where it has them,
 (B, N) weights saying how much each unit counted; `build_pooler` makes any of them.
-    UNIT_POOLINGS     mean, max, attention, gated, transformer: for units read independently (chunk, sliding)
+    UNIT_POOLINGS     mean, max, attention, gated, vote, transformer: for units read independently (chunk, sliding)
     SEGMENT_POOLINGS  last, then the above: for segments read in order with a memory (recurrence, rmt), where
                       the last segment has read the earlier ones
 Each strategy's config says which vocabulary it accepts.
@@ -26,7 +26,7 @@ TOKEN_POOLINGS = ("cls", "mean")
 # own pooling config (`backbone.backbone_token_pooling`), and the saved model records what it became.
 TOKEN_POOLING_SETTINGS = ("auto", *TOKEN_POOLINGS)
 UNIT_WEIGHTS = ("new_tokens", "equal")
-UNIT_POOLINGS = ("mean", "max", "attention", "gated", "transformer")
+UNIT_POOLINGS = ("mean", "max", "attention", "gated", "vote", "transformer")
 SEGMENT_POOLINGS = ("last", *UNIT_POOLINGS)
 
 
@@ -102,6 +102,32 @@ class GatedPooler(nn.Module):
         return Pooled((units.vectors * weights.unsqueeze(-1)).sum(1), weights)
 
 
+class VotePooler(nn.Module):
+    """Attention's learned weights over bounded votes: each unit's vector goes through its own projection and a tanh,
+    so no unit's contribution to any dimension can exceed 1, and the weighted mean counts units rather than adds up
+    their strength. Attention over raw vectors followed by the linear head is a weighted mean of unbounded per-unit
+    logits, where one emphatic passage outweighs two mild ones; a document decided by how many passages say what
+    (a majority of reviews, a count of findings) needs each passage to count once. The projection starts as the
+    identity, so at the start a unit's vote is tanh of its vector: about the vector itself where its entries are
+    small, as a backbone's pooled states are, and the pooler then starts close to attention's."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.attention = AttentionPooler(hidden_size)
+        self.vote = nn.Linear(hidden_size, hidden_size)
+        with torch.no_grad():
+            self.vote.weight.copy_(torch.eye(hidden_size))
+            self.vote.bias.zero_()
+
+    def votes(self, vectors: torch.Tensor) -> torch.Tensor:
+        """(..., H) unit vectors -> (..., H) votes, each entry in (-1, 1)."""
+        return torch.tanh(self.vote(vectors))
+
+    def forward(self, units: Units) -> Pooled:
+        weights = self.attention(units).weights  # (B, N)
+        return Pooled((self.votes(units.vectors) * weights.unsqueeze(-1)).sum(1), weights)  # (B, H)
+
+
 class TransformerPooler(nn.Module):
     """A small transformer over unit vectors (ToBERT, Pappagari et al. 2019), then a masked mean.
 
@@ -160,6 +186,8 @@ def build_pooler(kind: str, hidden_size: int) -> nn.Module:
         return AttentionPooler(hidden_size)
     if kind == "gated":
         return GatedPooler(hidden_size)
+    if kind == "vote":
+        return VotePooler(hidden_size)
     if kind == "transformer":
         heads = next(h for h in (8, 6, 4, 3, 2, 1) if hidden_size % h == 0)
         return TransformerPooler(hidden_size, heads=heads)

@@ -254,7 +254,7 @@ class RecurrenceConfig:
 
     # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
     ABSENT_MEANS = {"distance_bias": False}
-    pooling: str = option("mean", "document vector from segment vectors: last, mean, max, attention, gated or "
+    pooling: str = option("mean", "document vector from segment vectors: last, mean, max, attention, gated, vote or "
                                   "transformer")
     token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of token states), or auto: "
                                         "what the backbone's pooling config says")

@@ -63,7 +63,7 @@ class RmtConfig:
                                     "independent segments")
     backprop_segments: int | None = option(None, "segment boundaries gradients cross through the memory: null = the "
                                                  "whole document (RMT), 0 stops them")
-    pooling: str = option("last", "document vector from segment vectors: last, mean, max, attention, gated or "
+    pooling: str = option("last", "document vector from segment vectors: last, mean, max, attention, gated, vote or "
                                   "transformer")
     token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of the segment's token states, "
                                         "memory tokens left out), or auto: what the backbone's pooling config says")

@@ -456,7 +456,7 @@ def test_an_attention_pooler_over_spans_trains_with_the_backbone(tiny_backbone_d
 
 def test_unit_settings_are_checked_and_old_folders_read_as_one_unit():
     assert BigBirdConfig(unit_tokens=-1, pooling="sum").problems("strategy") == [
-        "strategy.pooling must be one of mean, max, attention, gated, transformer, got 'sum'",
+        "strategy.pooling must be one of mean, max, attention, gated, vote, transformer, got 'sum'",
         "strategy.unit_tokens must be >= 0 (0: one unit per document), got -1",
     ]
     assert BigBirdConfig.ABSENT_MEANS["unit_tokens"] == 0 and BigBirdConfig.ABSENT_MEANS["pooling"] == "mean"

@@ -101,7 +101,7 @@ def test_chunk_equals_truncate_head_when_the_document_fits_one_chunk(tiny_backbo
     torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated", "transformer"])
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated", "vote", "transformer"])
 def test_sliding_with_stride_equal_to_window_equals_chunk(pooling, tiny_backbone_dir):
     chunk = build_model(tiny_backbone_dir, "chunk", ["strategy.window=40", f"strategy.pooling={pooling}"], seed=3)
     sliding = build_model(tiny_backbone_dir, "sliding", ["strategy.window=40", "strategy.stride=40",
@@ -134,7 +134,7 @@ def test_chunk_is_sliding_with_the_stride_at_the_window_and_keeps_its_own_settin
     assert sizes == [40.0, 40.0, 10.0]
 
 
-@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated", "transformer"])
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention", "gated", "vote", "transformer"])
 def test_every_pooler_ignores_missing_units(pooling, tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk", ["strategy.window=40", f"strategy.pooling={pooling}"])
     short, long = random_documents([30, 330], seed=4)
@@ -611,3 +611,28 @@ def test_the_gated_pooler_counts_every_open_unit_equally_where_attention_settles
         g, a = gated(Units(units, mask)), attention(Units(units, mask))
     assert abs(g.weights[0, 0] - g.weights[0, 1]) < 0.01 and g.weights[0, 2] < 1e-4 and g.weights[0, 3] == 0
     assert a.weights[0, 1] > 0.95  # the softmax: one unit takes it all
+
+
+def test_the_vote_pooler_counts_units_where_attention_adds_up_their_strength():
+    """One emphatic unit against two mild ones of the other sign, weighed equally: attention's mean (and so the
+    linear head after it) follows the emphatic one; the vote pooler's bounded votes follow the two. At the start
+    (identity projection) a unit's vote is tanh of its vector, and a missing unit never counts."""
+    from longbert.strategies.base import Units
+    from longbert.strategies.pooling import AttentionPooler, VotePooler
+
+    vote, attention = VotePooler(4), AttentionPooler(4)
+    units = torch.zeros(1, 4, 4)
+    units[0, :3, 0] = torch.tensor([50.0, -2.0, -2.0])
+    units[0, 3, 0] = 1000.0  # unit 3 is padding
+    mask = torch.tensor([[True, True, True, False]])
+    with torch.no_grad():
+        for pooler in (vote.attention, attention):
+            pooler.score.weight.zero_()  # equal weights on the three units that exist
+        v, a = vote(Units(units, mask)), attention(Units(units, mask))
+        torch.testing.assert_close(v.weights, a.weights)
+        torch.testing.assert_close(v.weights[0], torch.tensor([1 / 3, 1 / 3, 1 / 3, 0.0]))
+        assert a.vector[0, 0] > 0 > v.vector[0, 0]  # (50 - 4) / 3 against (tanh 50 - 2 tanh 2) / 3
+        torch.testing.assert_close(v.vector, (torch.tanh(units[:, :3]) / 3).sum(1))
+        assert v.vector.abs().max() < 1
+        one = Units(units[:, :1] / 100, mask[:, :1])  # one small unit: its vote is about the vector itself
+        torch.testing.assert_close(vote(one).vector, torch.tanh(units[:, 0] / 100))
