@@ -74,10 +74,13 @@ class AttentionPooler(nn.Module):
         self.project = nn.Linear(hidden_size, hidden_size)
         self.score = nn.Linear(hidden_size, 1, bias=False)
 
-    def forward(self, units: Units) -> Pooled:
+    def weights(self, units: Units) -> torch.Tensor:
+        """(B, N) softmax weights over each document's units, 0 on missing ones."""
         scores = self.score(torch.tanh(self.project(units.vectors))).squeeze(-1)  # (B, N)
-        scores = scores.masked_fill(~units.mask, float("-inf"))
-        weights = scores.softmax(-1)  # (B, N)
+        return scores.masked_fill(~units.mask, float("-inf")).softmax(-1)
+
+    def forward(self, units: Units) -> Pooled:
+        weights = self.weights(units)  # (B, N)
         return Pooled((units.vectors * weights.unsqueeze(-1)).sum(1), weights)
 
 
@@ -124,7 +127,7 @@ class VotePooler(nn.Module):
         return torch.tanh(self.vote(vectors))
 
     def forward(self, units: Units) -> Pooled:
-        weights = self.attention(units).weights  # (B, N)
+        weights = self.attention.weights(units)  # (B, N): attention's, without the vector it would pool
         return Pooled((self.votes(units.vectors) * weights.unsqueeze(-1)).sum(1), weights)  # (B, H)
 
 
