@@ -36,6 +36,13 @@ transformer: the poolers chunk and sliding use) makes the document vector. So a 
 the document that decides the label, as it can over chunks, while every token was read in the context of the whole
 document.
 
+Global bias. The global blocks hold the document's first tokens, and every block reads them: on a document made of
+several parts, each part's tokens read the first part. `global_bias: b` adds a learned bias per layer and head,
+starting at b, to every score between a global and a non-global token, both ways (a strategy weight: it trains at
+train.head_learning_rate, as recurrence's distance bias does). With b = -3 a global key gets about e^-3 = 5% of the
+weight a window key of the same score gets, so a pretrained model starts out reading each block mostly within its
+window, and training raises the bias where reading the whole document helps. `null` (the default) adds nothing.
+
 How it reaches the backbone. `adapt_backbone` installs `block_sparse_attention` as the backbone's attention
 implementation `longbert_block_sparse`, through the installer shared with `recurrence` (strategies/attention.py).
 Called with the keyword argument `block_sparse_plan` (built per pass by this strategy and passed through
@@ -45,6 +52,7 @@ attention with a key-padding mask. So the mode is an argument of each call, neve
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +92,10 @@ class BigBirdConfig:
                                  "k consecutive content tokens' states, averaged, are one unit, pooled by pooling")
     pooling: str = option("mean", "with unit_tokens > 0, how span vectors become the document vector: mean, max, "
                                   "attention or transformer")
+    global_bias: float | None = option(None, "null: global and local tokens read each other as any two keys; a "
+                                             "number: a learned attention bias per layer and head, starting there, on "
+                                             "every score between a global and a non-global token (e.g. -3: each "
+                                             "block starts reading mostly its own window)")
 
     # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
     ABSENT_MEANS = {"position_scheme": "copy", "unit_tokens": 0, "pooling": "mean"}
@@ -113,6 +125,8 @@ class BigBirdConfig:
             out.append(f"{path}.full_attention_up_to must be between 0 and {path}.max_tokens, "
                        f"got {self.full_attention_up_to} (max_tokens {self.max_tokens})")
         out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
+        if self.global_bias is not None and not math.isfinite(self.global_bias):
+            out.append(f"{path}.global_bias must be a finite number or null, got {self.global_bias}")
         return out
 
 
@@ -130,6 +144,7 @@ class BlockSparsePlan:
     token_mask: torch.Tensor  # (W, L) bool, True at real tokens
     key_blocks: torch.Tensor  # (layers or 1, W or 1, Q, K) long: the blocks each sparse query block reads
     key_valid: torch.Tensor  # (layers or 1, W or 1, Q, K) bool: False where a slot is off the sequence or a repeat
+    global_bias: torch.Tensor | None = None  # (layers, A): added to scores between a global and a non-global token
 
 
 def fixed_key_blocks(n_blocks: int, global_blocks: int, window_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,6 +187,13 @@ def draw_random_blocks(
     return blocks.clamp(0, n_blocks - 1), valid
 
 
+def with_bias(mask: torch.Tensor, bias: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """A boolean key mask (R, 1, 1, N) -> additive scores (R, A, 1, N): `bias` (A,) at the keys `where` (N,) marks, 0
+    at the others, the dtype's lowest value where the mask is False."""
+    scores = bias[:, None] * where[None, :].to(bias.dtype)  # (A, N)
+    return scores[None, :, None, :].masked_fill(~mask, torch.finfo(bias.dtype).min)  # (R, A, 1, N)
+
+
 def block_sparse_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -188,16 +210,21 @@ def block_sparse_attention(
     n_blocks = length // s  # G
     key_mask = plan.token_mask  # (W, L)
 
+    layer = getattr(module, "layer_idx", None) or 0
+    bias = None if plan.global_bias is None else plan.global_bias[layer].to(query.dtype)  # (A,)
+
     # Global query rows read every key: (W, A, g·S, L) scores, linear in L.
+    global_mask = key_mask[:, None, None, :]  # (W, 1, 1, L)
+    if bias is not None:  # non-global keys get the bias
+        global_mask = with_bias(global_mask, bias, torch.arange(length, device=query.device) >= g * s)  # (W, A, 1, L)
     global_out = F.scaled_dot_product_attention(
-        query[:, :, : g * s], key, value, attn_mask=key_mask[:, None, None, :], dropout_p=dropout, scale=scaling
+        query[:, :, : g * s], key, value, attn_mask=global_mask, dropout_p=dropout, scale=scaling
     )  # (W, A, g·S, D)
     global_out = global_out.transpose(1, 2)  # (W, g·S, A, D)
     if n_blocks == g:
         return global_out.contiguous()
 
     # Sparse query blocks read their K key blocks, gathered per query block.
-    layer = getattr(module, "layer_idx", None) or 0
     blocks = plan.key_blocks[layer % plan.key_blocks.shape[0]]  # (W or 1, Q, K)
     valid = plan.key_valid[layer % plan.key_valid.shape[0]]  # (W or 1, Q, K)
     q_blocks, k_blocks = blocks.shape[-2], blocks.shape[-1]  # Q, K
@@ -211,6 +238,8 @@ def block_sparse_attention(
 
     mask = key_mask.view(rows, n_blocks, s)[row, blocks] & valid[..., None]  # (W, Q, K, S)
     mask = mask.reshape(rows * q_blocks, 1, 1, k_blocks * s)  # (W·Q, 1, 1, K·S)
+    if bias is not None:  # the first g key slots are the global blocks (fixed_key_blocks puts them first)
+        mask = with_bias(mask, bias, torch.arange(k_blocks * s, device=query.device) < g * s)  # (W·Q, A, 1, K·S)
     # Every row of `mask` is true somewhere: block 0 is always read, and it holds [CLS].
     sparse_out = F.scaled_dot_product_attention(
         q, gather(key), gather(value), attn_mask=mask, dropout_p=dropout, scale=scaling
@@ -230,6 +259,7 @@ class BigBirdStrategy(nn.Module):
         super().__init__()
         self.config, self.special, self.budget = config, special, budget
         self.generator = torch.Generator().manual_seed(config.random_seed)
+        self.register_parameter("global_bias", None)  # (layers, A), made by adapt_backbone when config.global_bias
         # One unit needs no pooler: a mean (no weights) stands in, so that no weight is left untrained.
         self.pooler = build_pooler(config.pooling if config.unit_tokens else "mean", hidden_size)
 
@@ -238,6 +268,11 @@ class BigBirdStrategy(nn.Module):
         position_table(base_model(backbone))
         install_attention(backbone, "bigbird", ATTENTION_NAME, PLAN_ARGUMENT, block_sparse_attention)
         extend_positions(base_model(backbone), self.config.max_tokens, self.config.position_scheme)
+        if self.config.global_bias is not None:
+            settings = base_model(backbone).config
+            shape = (settings.num_hidden_layers, settings.num_attention_heads)
+            if self.global_bias is None or tuple(self.global_bias.shape) != shape:
+                self.global_bias = nn.Parameter(torch.full(shape, float(self.config.global_bias)))
 
     # The extended position table trains in full under LoRA (its rows past 512 start as copies or interpolations
     # and must learn to tell positions apart; adapters on attention cannot change them).
@@ -334,7 +369,7 @@ class BigBirdStrategy(nn.Module):
             blocks = torch.cat([blocks.expand(shape), extra], dim=-1)  # (layers, W, Q, K)
             valid = torch.cat([valid.expand(shape), extra_valid], dim=-1)  # (layers, W, Q, K)
         device = token_mask.device
-        return BlockSparsePlan(c.block_size, g, token_mask, blocks.to(device), valid.to(device))
+        return BlockSparsePlan(c.block_size, g, token_mask, blocks.to(device), valid.to(device), self.global_bias)
 
     def unit_spans(self, length: int) -> list[list[tuple[int, int]]]:
         """The head that is read: one unit, or one per `unit_tokens` consecutive tokens of it."""

@@ -155,6 +155,81 @@ def test_global_tokens_see_every_block_and_local_ones_do_not():
     assert read_by_mid.nonzero().flatten().tolist() == [0, 3, 4, 5], "global block + its window, nothing else"
 
 
+@pytest.mark.parametrize("global_blocks,window_blocks,bias", [(1, 3, -2.0), (2, 1, 1.5), (2, 5, 0.0)])
+def test_a_global_bias_is_added_to_every_score_between_global_and_other_tokens(global_blocks, window_blocks, bias):
+    """Equal to dense attention over the BigBird pattern with `bias` (a different one per head) added where one side
+    is global and the other is not; 0 equals no bias."""
+    torch.manual_seed(0)
+    rows, heads, length, size, block = 2, 3, 96, 8, 8
+    real = [96, 50]
+    query, key, value = (torch.randn(rows, heads, length, size) for _ in range(3))
+    token_mask = torch.arange(length)[None] < torch.tensor(real)[:, None]  # (W, L)
+    blocks, valid = fixed_key_blocks(length // block, global_blocks, window_blocks)
+    per_head = bias + torch.tensor([0.0, -1.0, 0.5])  # (A,)
+    plan = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None], per_head[None])
+    out = block_sparse_attention(torch.nn.Module().eval(), query, key, value, plan, scaling=size**-0.5)
+    is_global = torch.arange(length) // block < global_blocks  # (L,)
+    across = (is_global[:, None] != is_global[None, :]).float()  # (L, L)
+    for row in range(rows):
+        allowed = expected_mask(length, real[row], block, global_blocks, window_blocks)  # (L, L)
+        scores = (per_head[:, None, None] * across).masked_fill(~allowed, float("-inf"))  # (A, L, L)
+        want = torch.nn.functional.scaled_dot_product_attention(query[row], key[row], value[row], attn_mask=scores)
+        torch.testing.assert_close(out[row].transpose(0, 1), want, atol=1e-5, rtol=1e-4)
+    if bias == 0.0:
+        plain = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None])
+        unbiased = block_sparse_attention(torch.nn.Module().eval(), query, key, value, plain, scaling=size**-0.5)
+        zero = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None],
+                               torch.zeros(1, heads))
+        torch.testing.assert_close(block_sparse_attention(torch.nn.Module().eval(), query, key, value, zero,
+                                                          scaling=size**-0.5), unbiased)
+
+
+def test_a_very_negative_global_bias_keeps_the_other_tokens_apart_from_the_global_ones(tiny_backbone):
+    """With the bias far below zero, no token outside the global blocks reads them (nor the reverse): changing the
+    global tokens leaves every other token's state as it was. Without it, every token moves."""
+    docs = documents([250], seed=8)
+    changed = [docs[0].clone()]
+    changed[0][:20] = 1000  # the first 20 content tokens lie in the global block (16 tokens a block, [CLS] first)
+    states = {}
+    for bias in (None, -1e4):
+        s = strategy(window_blocks=3, global_blocks=2, random_blocks=0, global_bias=bias)
+        backbone = copy.deepcopy(tiny_backbone)
+        s.adapt_backbone(backbone)
+        with torch.no_grad():
+            states[bias] = [s.encode_tokens(backbone, d)[0] for d in (docs, changed)]  # (T, H) each
+    later = slice(2 * 16 - 1, None)  # content tokens outside the two global blocks
+    torch.testing.assert_close(states[-1e4][0][later], states[-1e4][1][later])
+    assert not torch.allclose(states[None][0][later][-50:], states[None][1][later][-50:], atol=1e-3)
+
+
+def test_the_global_bias_is_a_weight_per_layer_and_head_that_trains_and_is_saved(tiny_backbone_dir, tmp_path):
+    recipe = load_recipe(None, [f"backbone.name={tiny_backbone_dir}", "strategy.name=bigbird",
+                                *(f"strategy.{k}={v}" for k, v in {**TINY, "unit_tokens": 32, "pooling": "attention",
+                                                                    "global_bias": -3}.items())])
+    assert recipe.strategy.global_bias == -3.0
+    torch.manual_seed(0)
+    model = LongDocumentClassifier.from_recipe(recipe, ["neg", "pos"])
+    bias = model.strategy.global_bias
+    layers, heads = model.backbone.config.num_hidden_layers, model.backbone.config.num_attention_heads
+    assert tuple(bias.shape) == (layers, heads) and torch.equal(bias.detach(), torch.full((layers, heads), -3.0))
+    docs = documents([250, 90])
+    model(docs).logits.sum().backward()
+    assert bias.grad is not None and bias.grad.abs().sum() > 0
+    with torch.no_grad():
+        bias.add_(torch.randn_like(bias))
+    model.eval()
+    with torch.no_grad():
+        want = model(docs).logits
+    model.save_pretrained(tmp_path / "model")
+    loaded = LongDocumentClassifier.from_pretrained(tmp_path / "model")
+    torch.testing.assert_close(loaded.strategy.global_bias, bias)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(docs).logits, want, atol=1e-5, rtol=1e-4)
+    assert BigBirdConfig(global_bias=float("inf")).problems("strategy") == [
+        "strategy.global_bias must be a finite number or null, got inf"]
+    assert build_classifier(tiny_backbone_dir, "full").strategy.global_bias is None, "no bias unless asked for"
+
+
 def test_padding_mask_is_never_square():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
     assert key_padding_mask(2, 4, 4, attention_mask=mask).shape == (2, 1, 1, 4)
