@@ -30,6 +30,18 @@ def base_model(backbone: nn.Module) -> nn.Module:
     return backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
 
 
+def layer_head_weight(current: nn.Parameter | None, backbone: nn.Module, extra: tuple[int, ...],
+                      start: float) -> nn.Parameter:
+    """A strategy weight with one entry per layer and attention head of `backbone`, shape (layers, heads, *extra),
+    starting at `start` everywhere; `current` where it already has that shape (adapt_backbone called again, e.g.
+    after loading a saved model)."""
+    settings = base_model(backbone).config
+    shape = (settings.num_hidden_layers, settings.num_attention_heads, *extra)
+    if current is not None and tuple(current.shape) == shape:
+        return current
+    return nn.Parameter(torch.full(shape, float(start)))
+
+
 def key_padding_mask(batch_size: int, q_length: int, kv_length: int, attention_mask: torch.Tensor | None = None,
                      **kwargs) -> torch.Tensor | None:
     """transformers mask function: the key-padding mask as (W, 1, 1, L) bool, or None when nothing is padded.

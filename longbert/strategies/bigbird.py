@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.strategies.attention import base_model, install_attention
+from longbert.strategies.attention import base_model, install_attention, layer_head_weight
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, build_pooler, weights_carry_content
 from longbert.strategies.positions import POSITION_SCHEMES, extend_positions, position_table
@@ -269,10 +269,7 @@ class BigBirdStrategy(nn.Module):
         install_attention(backbone, "bigbird", ATTENTION_NAME, PLAN_ARGUMENT, block_sparse_attention)
         extend_positions(base_model(backbone), self.config.max_tokens, self.config.position_scheme)
         if self.config.global_bias is not None:
-            settings = base_model(backbone).config
-            shape = (settings.num_hidden_layers, settings.num_attention_heads)
-            if self.global_bias is None or tuple(self.global_bias.shape) != shape:
-                self.global_bias = nn.Parameter(torch.full(shape, float(self.config.global_bias)))
+            self.global_bias = layer_head_weight(self.global_bias, backbone, (), self.config.global_bias)
 
     # The extended position table trains in full under LoRA (its rows past 512 start as copies or interpolations
     # and must learn to tell positions apart; adapters on attention cannot change them).

@@ -70,7 +70,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.strategies.attention import base_model, install_attention
+from longbert.strategies.attention import base_model, install_attention, layer_head_weight
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
 from longbert.strategies.segments import read_segments, segment_problems, segment_spans
@@ -289,15 +289,11 @@ class RecurrenceStrategy(nn.Module):
         if self.config.memory == 0:
             return
         install_attention(backbone, "recurrence", ATTENTION_NAME, STATE_ARGUMENT, recurrence_attention, per_layer=True)
-        settings = base_model(backbone).config
         if self.config.memory_bias:
-            shape = (settings.num_hidden_layers, settings.num_attention_heads, self.config.memory_segments)
-            if self.memory_bias is None or tuple(self.memory_bias.shape) != shape:
-                self.memory_bias = nn.Parameter(torch.zeros(shape))
+            self.memory_bias = layer_head_weight(self.memory_bias, backbone, (self.config.memory_segments,), 0.0)
         if self.config.distance_bias:
-            shape = (settings.num_hidden_layers, settings.num_attention_heads, DISTANCE_BUCKETS)
-            if self.distance_bias is None or tuple(self.distance_bias.shape) != shape:
-                self.distance_bias = nn.Parameter(torch.full(shape, DISTANCE_BIAS_INIT))
+            self.distance_bias = layer_head_weight(self.distance_bias, backbone, (DISTANCE_BUCKETS,),
+                                                   DISTANCE_BIAS_INIT)
 
     def read_pass(self, backbone: nn.Module, pieces: list[torch.Tensor], memory: LayerMemory | None):
         """One pass of one step: E segments (content pieces) and the memory carried for them (None at the first

@@ -122,15 +122,25 @@ def expected_mask(length, real, block, global_blocks, window_blocks):
     return allowed & (torch.arange(length) < real)[None, :]
 
 
-@pytest.mark.parametrize("global_blocks,window_blocks", [(1, 3), (2, 1), (2, 5), (1, 15)])
-def test_block_sparse_attention_follows_the_bigbird_pattern(global_blocks, window_blocks):
+def pattern_case(global_blocks: int, window_blocks: int):
+    """Two rows (96 and 50 real tokens) of random query/key/value (W, A, L, D), 8-token blocks, and the arguments of a
+    BlockSparsePlan for the fixed pattern but its bias."""
     torch.manual_seed(0)
     rows, heads, length, size, block = 2, 3, 96, 8, 8
     real = [96, 50]
     query, key, value = (torch.randn(rows, heads, length, size) for _ in range(3))
     token_mask = torch.arange(length)[None] < torch.tensor(real)[:, None]  # (W, L)
     blocks, valid = fixed_key_blocks(length // block, global_blocks, window_blocks)
-    plan = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None])
+    plan = (block, global_blocks, token_mask, blocks[None, None], valid[None, None])
+    return (query, key, value), plan, real
+
+
+@pytest.mark.parametrize("global_blocks,window_blocks", [(1, 3), (2, 1), (2, 5), (1, 15)])
+def test_block_sparse_attention_follows_the_bigbird_pattern(global_blocks, window_blocks):
+    (query, key, value), arguments, real = pattern_case(global_blocks, window_blocks)
+    rows, heads, length, size = query.shape
+    block = arguments[0]
+    plan = BlockSparsePlan(*arguments)
     module = torch.nn.Module().eval()
     out = block_sparse_attention(module, query, key, value, plan, scaling=size**-0.5)
     for row in range(rows):
@@ -159,14 +169,11 @@ def test_global_tokens_see_every_block_and_local_ones_do_not():
 def test_a_global_bias_is_added_to_every_score_between_global_and_other_tokens(global_blocks, window_blocks, bias):
     """Equal to dense attention over the BigBird pattern with `bias` (a different one per head) added where one side
     is global and the other is not; 0 equals no bias."""
-    torch.manual_seed(0)
-    rows, heads, length, size, block = 2, 3, 96, 8, 8
-    real = [96, 50]
-    query, key, value = (torch.randn(rows, heads, length, size) for _ in range(3))
-    token_mask = torch.arange(length)[None] < torch.tensor(real)[:, None]  # (W, L)
-    blocks, valid = fixed_key_blocks(length // block, global_blocks, window_blocks)
+    (query, key, value), arguments, real = pattern_case(global_blocks, window_blocks)
+    rows, heads, length, size = query.shape
+    block = arguments[0]
     per_head = bias + torch.tensor([0.0, -1.0, 0.5])  # (A,)
-    plan = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None], per_head[None])
+    plan = BlockSparsePlan(*arguments, per_head[None])
     out = block_sparse_attention(torch.nn.Module().eval(), query, key, value, plan, scaling=size**-0.5)
     is_global = torch.arange(length) // block < global_blocks  # (L,)
     across = (is_global[:, None] != is_global[None, :]).float()  # (L, L)
@@ -176,10 +183,9 @@ def test_a_global_bias_is_added_to_every_score_between_global_and_other_tokens(g
         want = torch.nn.functional.scaled_dot_product_attention(query[row], key[row], value[row], attn_mask=scores)
         torch.testing.assert_close(out[row].transpose(0, 1), want, atol=1e-5, rtol=1e-4)
     if bias == 0.0:
-        plain = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None])
-        unbiased = block_sparse_attention(torch.nn.Module().eval(), query, key, value, plain, scaling=size**-0.5)
-        zero = BlockSparsePlan(block, global_blocks, token_mask, blocks[None, None], valid[None, None],
-                               torch.zeros(1, heads))
+        unbiased = block_sparse_attention(torch.nn.Module().eval(), query, key, value, BlockSparsePlan(*arguments),
+                                          scaling=size**-0.5)
+        zero = BlockSparsePlan(*arguments, torch.zeros(1, heads))
         torch.testing.assert_close(block_sparse_attention(torch.nn.Module().eval(), query, key, value, zero,
                                                           scaling=size**-0.5), unbiased)
 
