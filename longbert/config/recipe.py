@@ -272,7 +272,8 @@ class TrainConfig:
     report_to: str = option("none", "also send the training log to a tracker: none, tensorboard, wandb or mlflow (its "
                             "package must be installed)")
     early_stopping_patience: int | None = option(None, "stop after this many validations in a row without a better "
-                                                 "best_metric; null: never")
+                                                 "best_metric than training's best so far (a trained start, "
+                                                 "validated at step 0, can be kept but sets no bar); null: never")
     trim_heap: bool = option(False, "on the CPU, after every optimiser step, hand the memory the step freed back to "
                              "the operating system (glibc's malloc_trim), which otherwise keeps it and grows step "
                              "after step: sliding, batches of 16, peaked at 3.0 GB instead of 3.7 GB over 30 steps, "

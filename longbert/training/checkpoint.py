@@ -46,7 +46,8 @@ class LoopState:
     loss_batches: int = 0  # ... and how many batches that was
     tokens: int = 0  # document tokens trained on since the last train_log entry
     logged_seconds: float = 0.0  # train_seconds at the last train_log entry, plus the validation time since
-    validations_without_improvement: int = 0  # for early stopping
+    validations_without_improvement: int = 0  # for early stopping ...
+    trained_best: float | None = None  # ... counted against the best validation after step 0, not the start's
     stopped_early_at_step: int | None = None
 
 

@@ -103,6 +103,31 @@ def test_a_start_that_fine_tuning_does_not_beat_is_kept(tiny_recipe, monkeypatch
     assert all(torch.equal(kept[k], start[k]) for k in start)
 
 
+def test_patience_counts_the_trainings_own_validations_not_the_start(tiny_recipe, monkeypatch):
+    """A trained start (step 0) competes to be kept but sets no bar for patience: after a start that scores 0.9, the
+    first validations of training at 0.6 and 0.7 go on (the second beats the first), and the run stops at 0.65, the
+    first without a better score than training's own best. The start is kept."""
+    import longbert.training.finetune as finetune
+
+    one_epoch = tiny_recipe + ["train.epochs=1", "strategy.pooling=attention"]
+    first = longbert.train(longbert.load_recipe(None, one_epoch))
+    real, scores = finetune.evaluate_split, iter([0.9, 0.6, 0.7, 0.65, 0.8, 0.8])
+
+    def scripted(*args, **kwargs):
+        metrics, raw = real(*args, **kwargs)
+        if kwargs.get("description") == "validation":
+            score = next(scores)
+            metrics = {**metrics, "accuracy": score, "macro_f1": score}
+        return metrics, raw
+
+    monkeypatch.setattr(finetune, "evaluate_split", scripted)
+    again = longbert.load_recipe(None, tiny_recipe + [
+        "strategy.pooling=attention", "train.epochs=5", "train.eval_every_steps=2", "train.early_stopping_patience=1",
+        f"train.init_from={first.run_dir}", f"output_dir={first.run_dir}-again"])
+    metrics = longbert.train(again).metrics
+    assert [h["macro_f1"] for h in metrics["validation_history"]] == [0.9, 0.6, 0.7, 0.65]
+    assert metrics["stopped_early_at_step"] == 6 and metrics["best_step"] == 0
+
 def test_recurrences_distance_bias_waits_for_the_main_stage(tiny_recipe):
     overrides = [o for o in tiny_recipe if not o.startswith("strategy.")] + [
         "strategy.name=recurrence", *TINY_STRATEGY_SETTINGS["recurrence"], *HEAD_FIRST, "train.max_steps=2"]
