@@ -128,6 +128,7 @@ def test_patience_counts_the_trainings_own_validations_not_the_start(tiny_recipe
     assert [h["macro_f1"] for h in metrics["validation_history"]] == [0.9, 0.6, 0.7, 0.65]
     assert metrics["stopped_early_at_step"] == 6 and metrics["best_step"] == 0
 
+
 def test_recurrences_distance_bias_waits_for_the_main_stage(tiny_recipe):
     overrides = [o for o in tiny_recipe if not o.startswith("strategy.")] + [
         "strategy.name=recurrence", *TINY_STRATEGY_SETTINGS["recurrence"], *HEAD_FIRST, "train.max_steps=2"]
