@@ -302,12 +302,12 @@ def ensemble(
 
 @app.command()
 def hybrid(
-    run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train` (single-label)"),
+    run_dir: Path = typer.Argument(..., help="a single-label run folder, or an ensemble folder (`longbert ensemble`)"),
     output: Optional[Path] = typer.Option(None, "--output", help="where the hybrid goes (default: RUN/hybrid; an "
                                           "older hybrid there is replaced)"),
 ):
-    """Make a hybrid of the run's model and TF-IDF over the same token ids: fitted on the run's training documents,
-    mixed at a weight chosen on its validation split; written as a folder predict, evaluate and serve take."""
+    """Make a hybrid of the run's model (an ensemble's members' mean) and TF-IDF over the same token ids: fitted on
+    the run's training documents, mixed at a weight chosen on its validation split; a folder predict and serve take."""
     from longbert.training.hybrid import make_hybrid
 
     def action():

@@ -4,7 +4,8 @@ the validation split (each run's predictions-validation.jsonl, written by its ke
     ensemble   the test probabilities of two or more strategies, averaged: every group of two or more is scored on
                validation, and the best group's test rows become one more row of the report
     hybrid     the strategy best on validation, mixed with TF-IDF over its own token ids (`longbert hybrid`,
-               longbert.training.hybrid): a model folder of its own under that run, <run>/hybrid/
+               longbert.training.hybrid): a model folder of its own under that run, <run>/hybrid/; or the ensemble
+               row mixed with TF-IDF, when the ensemble scores higher on validation than every strategy alone
 
     seeds      with `compare --seeds N`, one row per strategy: its N runs (seeds s0 ... s0 + N - 1, the same documents)
                with their test probabilities averaged, and the spread of the single runs (mean ± sd); nothing is
@@ -129,11 +130,14 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
     return summary, rows, None
 
 
-def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
-                 splits) -> tuple[dict | None, list[dict] | None, str | None]:
+def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool, splits, ensemble: dict | None = None,
+                 folder: Path | None = None) -> tuple[dict | None, list[dict] | None, str | None]:
     """(the hybrid row's summary, its test rows, None) or (None, None, why there is none): `longbert hybrid` made from
-    the run whose validation predictions score best by `metric` (ties: the earlier strategy). `splits()` gives the
+    the run whose validation predictions score best by `metric` (ties: the earlier strategy), or from the `ensemble`
+    row when its validation score is higher still. That ensemble is then written as a folder, `folder`/ensemble, and
+    the hybrid of it to `folder`/hybrid; a strategy's hybrid goes to its run folder's hybrid/. `splits()` gives the
     comparison's tokenized Corpus."""
+    from longbert.comparison.ensemble_folder import write_ensemble_row
     from longbert.comparison.results import PREDICTIONS_FILE
     from longbert.training.hybrid import HYBRID, make_hybrid
 
@@ -144,11 +148,14 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool,
         return None, None, why
     names = list(run_dirs)
     base = max(names, key=lambda s: (score_rows(validation[s], metric), -names.index(s)))
-    summary = make_hybrid(run_dirs[base], corpus=splits())
-    rows = read_prediction_rows(run_dirs[base] / HYBRID / PREDICTIONS_FILE)
+    source, output = run_dirs[base], run_dirs[base] / HYBRID
+    if ensemble is not None and folder is not None and ensemble["validation"] > score_rows(validation[base], metric):
+        base, source, output = ENSEMBLE, write_ensemble_row(run_dirs, ensemble, folder), folder / HYBRID
+    summary = make_hybrid(source, output, corpus=splits())
+    rows = read_prediction_rows(output / PREDICTIONS_FILE)
     return ({"name": HYBRID, "members": [base, "tfidf"], "mix": summary["mix"], "C": summary["C"],
              "chosen_by": summary["chosen_by"], "base_chosen_by": metric, "validation": summary["validation"],
-             "folder": str(run_dirs[base] / HYBRID), "metrics": summary["test"]}, rows, None)
+             "folder": str(output), "metrics": summary["test"]}, rows, None)
 
 
 def seeds_name(strategy: str, seeds: int) -> str:

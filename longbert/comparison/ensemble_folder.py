@@ -227,7 +227,20 @@ def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, 
     best = max(scores, key=lambda name: (scores[name], -list(scores).index(name)))
     if best in members:
         row = next(r for r in combined if r["name"] == best)
-        how = (f"its ensemble row, {row['chosen_by']} among {row['groups_scored']} groups" if best == ENSEMBLE
-               else f"the {len(row['members'])} seeds of {row['strategy']}, averaged")
-        make_ensemble(members[best], folders[best], chosen_by=f"compare: {how}")
+        if best == ENSEMBLE:
+            write_ensemble_row({m: runs[m][0] for m in row["members"]}, row, folder)
+        else:
+            make_ensemble(members[best], folders[best],
+                          chosen_by=f"compare: the {len(row['members'])} seeds of {row['strategy']}, averaged")
     return {"row": best, "folder": str(folders[best]), "metric": metric, "validation": scores}
+
+
+def write_ensemble_row(run_dirs: dict[str, Path], row: dict, folder: Path) -> Path:
+    """compare's ensemble row (`row`, its members named by strategy, run folders in `run_dirs`) written as an
+    ensemble folder, `folder`/ensemble (an earlier one there replaced); returns that folder."""
+    from longbert.comparison.ensemble import ENSEMBLE
+
+    output = folder / ENSEMBLE
+    make_ensemble([run_dirs[m] for m in row["members"]], output,
+                  chosen_by=f"compare: its ensemble row, {row['chosen_by']} among {row['groups_scored']} groups")
+    return output

@@ -29,7 +29,9 @@ With --seeds N each strategy is also trained at seeds s0 + 1 ... s0 + N - 1 (s0:
 documents, into <runs_dir>/<name>/<strategy>-seed<k>/; the report adds a row per strategy for its seeds' averaged
 probabilities, and the spread (mean ± sd) of its single runs.
 The run folder of the strategy best on validation also gets hybrid/: that run's model mixed with TF-IDF
-(`longbert hybrid`), remade by every compare (seconds: no neural pass is repeated).
+(`longbert hybrid`), remade by every compare (seconds: no neural pass is repeated). When the ensemble row scores
+higher on validation than every strategy, the ensemble is mixed with TF-IDF instead: <runs_dir>/<name>/ensemble/
+(the ensemble as a folder) and <runs_dir>/<name>/hybrid/.
 
 This module runs a comparison from start to end; the rest of it lives beside it:
     plan         one recipe per strategy from the base and the overrides; reuse, resume or train; early checks
@@ -246,12 +248,13 @@ def _combined_rows(c: _Comparison, predictions, label_names, splits) -> tuple[li
     from longbert.comparison.results import read_predictions
 
     # The rows that combine trained strategies, each chosen on validation, no training: the ensemble (test
-    # probabilities averaged) and the hybrid (the best strategy mixed with TF-IDF over its token ids).
+    # probabilities averaged) and the hybrid (the best strategy, or the ensemble when it is better still on
+    # validation, mixed with TF-IDF over its token ids).
     first, run_dirs = c.first, {s: Path(c.recipes[s].output_dir) for s in c.names}
     combined, combined_notes, combined_test = [], [], {}
-    for summary, rows, note in (
-            build_ensemble(run_dirs, predictions, first.train.best_metric, c.multi_label, label_names),
-            build_hybrid(run_dirs, first.train.best_metric, c.multi_label, splits)):
+    ensemble = build_ensemble(run_dirs, predictions, first.train.best_metric, c.multi_label, label_names)
+    hybrid = build_hybrid(run_dirs, first.train.best_metric, c.multi_label, splits, ensemble[0], c.runs_dir / c.name)
+    for summary, rows, note in (ensemble, hybrid):
         combined_notes.append(note)
         if summary is not None:
             combined.append(summary)

@@ -96,7 +96,8 @@ def write_card(folder: Path, settings: ModelSettings, backbone_config, facts: Tr
                lexical=None, ensemble=None) -> None:
     """Write README.md (and training.json when `facts` are known) into a model folder, each file atomically.
     `lexical`: a hybrid model's TF-IDF half (`longbert.modeling.lexical.LexicalModel`), described in the card;
-    `ensemble`: an ensemble's `EnsembleFacts` (longbert.modeling.ensemble), its members and how they were chosen."""
+    `ensemble`: an ensemble's `Ensemble` (longbert.modeling.ensemble): its facts (members, how they were chosen) and,
+    for a hybrid ensemble, the TF-IDF half mixed into their mean."""
     if facts is not None:
         write_text_atomically(folder / FACTS_FILE, json.dumps(facts.to_dict(), indent=2))
     write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts, lexical, ensemble))
@@ -106,7 +107,7 @@ def refresh_card(folder: Path, model: LongDocumentClassifier) -> None:
     """Rewrite the card of `model`, saved in `folder` by its save_pretrained, after its `training_facts` changed
     (`longbert train` adds the test metrics once best/ is written)."""
     write_card(folder, ModelSettings.from_file(folder / CONFIG_FILE), model.backbone.config, model.training_facts,
-               model.lexical, None if model.ensemble is None else model.ensemble.facts)
+               model.lexical, model.ensemble)
 
 
 def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | None, lexical=None,
@@ -121,13 +122,15 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
     title = facts.recipe if facts else f"longbert {name} classifier"
     reads = (f"a {backbone_config.model_type} encoder reads each whole document through the `{name}` strategy, "
              "and a linear head classifies it")
+    mixed = None if ensemble is None else ensemble.lexical  # a hybrid ensemble's TF-IDF half
     if ensemble is not None:
-        title = f"longbert ensemble of {' + '.join(ensemble.members)}"
-        reads = f"an ensemble of {len(ensemble.members)} classifiers, each reading each whole document"
+        title = f"longbert {'hybrid ' if mixed is not None else ''}ensemble of {' + '.join(ensemble.facts.members)}"
+        reads = f"an ensemble of {len(ensemble.facts.members)} classifiers, each reading each whole document"
     lines = [front_matter(settings, name, facts), f"# {title}", "",
              f"A long-document classifier made with longbert: {reads}. Documents are not cut at 512 tokens (up to "
              f"{settings.max_document_tokens:,} tokens are read).", "",
-             *([] if ensemble is None else describe_ensemble(ensemble)),
+             *([] if ensemble is None else describe_ensemble(ensemble.facts)),
+             *([] if mixed is None else describe_hybrid(mixed, "the ensemble's mean probabilities")),
              "## Model" if ensemble is None else "## First member", "", "| | |", "|---|---|",
              f"| strategy | `{name}`: {', '.join(f'{k} {v}' for k, v in strategy.items())} |",
              f"| backbone | {describe_backbone(settings.backbone, backbone_config)} |",
@@ -272,10 +275,10 @@ def training_section(facts: TrainingFacts) -> list[str]:
     return lines
 
 
-def describe_hybrid(lexical) -> list[str]:
+def describe_hybrid(lexical, neural: str = "the classifier's probabilities") -> list[str]:
     """The card's words for a hybrid model's TF-IDF half: what it is, its weight, and how that was chosen."""
     facts, v = lexical.facts, lexical.facts.get("validation", {})
-    line = (f"**Hybrid.** The output mixes the classifier's probabilities (weight {lexical.mix:.2f}) with those of "
+    line = (f"**Hybrid.** The output mixes {neural} (weight {lexical.mix:.2f}) with those of "
             f"{facts.get('features', 'a TF-IDF model')} ({facts.get('n_features', len(lexical.keys)):,} features, "
             f"C = {facts.get('C')}), which reads the same token ids; C and the weight were chosen on "
             f"{facts.get('chosen_by', 'validation')}.")

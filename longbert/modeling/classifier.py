@@ -144,7 +144,7 @@ class LongDocumentClassifier(nn.Module):
             if documents is None:
                 raise LongbertError("an ensemble's members read the documents' token ids: pass documents, not "
                                     "cached units")
-            logits = self.ensemble.mean_probabilities(logits, documents).clamp_min(1e-30).log()
+            logits = self.ensemble.logits(logits, documents)
             pooled = Pooled(pooled.vector, None)  # the first member's unit weights are not the ensemble's
         return ClassifierOutput(logits, pooled.weights, units.mask, units)
 
@@ -303,7 +303,7 @@ class LongDocumentClassifier(nn.Module):
         load_folder_head(model, directory)
         model.lexical = load_folder_lexical(directory, settings, backbone.config.vocab_size)
         model.training_facts = read_training_facts(directory)
-        model.ensemble = load_ensemble(directory, cls)
+        model.ensemble = load_ensemble(directory, cls, backbone.config.vocab_size)
         model.eval()
         return model
 

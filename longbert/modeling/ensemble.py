@@ -4,13 +4,15 @@ compare's ensemble and seed-average rows average them. It is one model folder, l
     <dir>/            the first member's model folder, as `save_model_folder` writes it
     <dir>/members/    the other members, each a model folder of its own (members/1, members/2, ...)
     <dir>/ensemble.json   EnsembleFacts: each member's name, how the members were chosen, the validation scores
+    <dir>/ensemble_lexical/   a hybrid ensemble's TF-IDF half (`longbert hybrid ENSEMBLE`), mixed into the members'
+                          mean probabilities as a hybrid's half is mixed into one model's (longbert.modeling.lexical)
 
 `LongDocumentClassifier.from_pretrained` finds members/ and loads them into `model.ensemble`; `forward` then returns
-the log of the members' mean probabilities, so predict, evaluate, serve, explain, int8 and the transformers pipeline
-read an ensemble as they read one model. The members share one tokenization (the same vocabulary and
-max_document_tokens are required when the ensemble is made); each reads the documents with its own strategy. A
-member may be a hybrid; it may not be an ensemble. Single-label only: averaged multi-label probabilities would need
-thresholds of their own, tuned on validation.
+the log of the members' mean probabilities (a hybrid ensemble's: that mean mixed with its TF-IDF half), so predict,
+evaluate, serve, explain, int8 and the transformers pipeline read an ensemble as they read one model. The members share
+one tokenization (the same vocabulary and max_document_tokens are required when the ensemble is made); each reads the
+documents with its own strategy. A member may be a hybrid; it may not be an ensemble. Single-label only: averaged
+multi-label probabilities would need thresholds of their own, tuned on validation.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 MEMBERS_DIR = "members"
 ENSEMBLE_FILE = "ensemble.json"
+LEXICAL_DIR = "ensemble_lexical"  # not the folder's own lexical.json, which is its first member's (a hybrid member)
 
 
 @dataclass
@@ -58,12 +61,14 @@ class EnsembleFacts:
 
 
 class Ensemble(nn.Module):
-    """The members of an ensemble other than the model that holds it (`model.ensemble`), and its facts."""
+    """The members of an ensemble other than the model that holds it (`model.ensemble`), its facts, and for a hybrid
+    ensemble the TF-IDF half (`lexical`, a `LexicalModel`) mixed into the members' mean."""
 
-    def __init__(self, others: list[LongDocumentClassifier], facts: EnsembleFacts):
+    def __init__(self, others: list[LongDocumentClassifier], facts: EnsembleFacts, lexical=None):
         super().__init__()
         self.others = nn.ModuleList(others)
         self.facts = facts
+        self.lexical = lexical
 
     def members(self, first: LongDocumentClassifier) -> list[LongDocumentClassifier]:
         return [first, *self.others]
@@ -77,6 +82,11 @@ class Ensemble(nn.Module):
         same documents."""
         probabilities = [first_logits.float().softmax(-1), *self.others_probabilities(documents, first_logits.device)]
         return torch.stack(probabilities).mean(0)
+
+    def logits(self, first_logits: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
+        """(B, C): the log of the members' mean probabilities, mixed with the TF-IDF half's for a hybrid ensemble."""
+        logits = self.mean_probabilities(first_logits, documents).clamp_min(1e-30).log()
+        return logits if self.lexical is None else self.lexical.fuse(logits, documents)
 
 
 @contextmanager
@@ -135,12 +145,17 @@ def save_ensemble(model: LongDocumentClassifier, staging: Path) -> None:
 
     for number, member in enumerate(model.ensemble.others, start=1):
         save_model_folder(member, staging / MEMBERS_DIR / str(number))
+    if model.ensemble.lexical is not None:
+        (staging / LEXICAL_DIR).mkdir()
+        model.ensemble.lexical.save(staging / LEXICAL_DIR)
     (staging / ENSEMBLE_FILE).write_text(json.dumps(dataclasses.asdict(model.ensemble.facts), indent=2))
 
 
-def load_ensemble(directory: Path, model_class) -> Ensemble | None:
-    """The other members of the ensemble folder `directory` (None for a plain model folder); a folder whose
-    ensemble.json and members/ disagree raises one LongbertError line."""
+def load_ensemble(directory: Path, model_class, vocab_size: int) -> Ensemble | None:
+    """The other members of the ensemble folder `directory` (None for a plain model folder), and its TF-IDF half when
+    it is a hybrid ensemble (read for a backbone of `vocab_size` tokens); a folder whose ensemble.json and members/
+    disagree raises one LongbertError line."""
+    from longbert.modeling.lexical import LexicalModel
     path = directory / ENSEMBLE_FILE
     if not path.is_file():
         return None
@@ -153,7 +168,10 @@ def load_ensemble(directory: Path, model_class) -> Ensemble | None:
     others = [model_class.from_pretrained(f) for f in folders]
     if any(m.ensemble is not None for m in others):
         raise LongbertError(f"{directory}: a member of an ensemble is an ensemble itself")
-    return Ensemble(others, facts)
+    lexical = LexicalModel.load(directory / LEXICAL_DIR, vocab_size) if (directory / LEXICAL_DIR).is_dir() else None
+    if (directory / LEXICAL_DIR).is_dir() and lexical is None:
+        raise LongbertError(f"{directory / LEXICAL_DIR} is incomplete: it holds no TF-IDF half (lexical.json)")
+    return Ensemble(others, facts, lexical)
 
 
 def refuse_ensemble(model: LongDocumentClassifier, where: str, what: str) -> None:

@@ -77,8 +77,7 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
             model.lexical.save(staging)
         if model.ensemble is not None:
             save_ensemble(model, staging)
-        write_card(staging, settings, model.backbone.config, model.training_facts, model.lexical,
-                   None if model.ensemble is None else model.ensemble.facts)
+        write_card(staging, settings, model.backbone.config, model.training_facts, model.lexical, model.ensemble)
 
 
 def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, ModelSettings]:

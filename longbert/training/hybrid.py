@@ -1,7 +1,8 @@
-"""`longbert hybrid RUN`: make a hybrid model from a trained run. Its TF-IDF half (`longbert.modeling.lexical`) is
-fitted on the run's own training documents, and its C and mixing weight are chosen on the run's validation split,
-never on test; the hybrid is written as a model folder of its own (default RUN/hybrid/), which predict, evaluate,
-serve and the transformers pipeline load like any other.
+"""`longbert hybrid RUN`: make a hybrid model from a trained run, or from an ensemble folder (`longbert ensemble`,
+compare's ensemble), whose members' mean probabilities are then the neural half. Its TF-IDF half
+(`longbert.modeling.lexical`) is fitted on the run's own training documents, and its C and mixing weight are chosen
+on the run's validation split, never on test; the hybrid is written as a model folder of its own (default
+RUN/hybrid/), which predict, evaluate, serve and the transformers pipeline load like any other.
 
 No neural pass is repeated: the run's kept model already predicted its validation and test splits
 (predictions-validation.jsonl, predictions-test.jsonl), and the hybrid's probabilities are those mixed with the
@@ -46,10 +47,14 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         splits = corpus.splits
         if "validation" not in splits:
             raise LongbertError(f"{run_dir}'s recipe has no validation split to choose the hybrid's weight on")
-        documents, neural = _fit_lexical_half(run_dir, model, splits, recipe.eval.batch_size)
-        summary = {"base": str(run_dir), "mix": model.lexical.mix, **model.lexical.facts}
+        documents, neural, lexical = _fit_lexical_half(run_dir, model, splits, recipe.eval.batch_size)
+        if model.ensemble is not None:  # mixed into the members' mean, not into the first member's own output
+            model.ensemble.lexical = lexical
+        else:
+            model.lexical = lexical
+        summary = {"base": str(run_dir), "mix": lexical.mix, **lexical.facts}
         roles = ["validation"] + (["test"] if tested and "test" in splits else [])
-        raws = _mixed_predictions(run_dir, model.lexical, splits, documents, neural, roles)
+        raws = _mixed_predictions(run_dir, lexical, splits, documents, neural, roles)
         if "test" in raws:
             summary["test"] = compute_metrics(raws["test"]["labels"], raws["test"]["probabilities"],
                                               list(splits["test"]["n_tokens"]), model.label_names, False)
@@ -75,10 +80,9 @@ def _refuse_folders(run_dir: Path, output: Path) -> Path:
 
 def _load_run(run_dir: Path, recipe_file: Path) -> tuple:
     """The run's recipe and kept model, refused when a hybrid cannot be made from it (multi-label, a hybrid
-    already, an ensemble)."""
+    already, an ensemble with a hybrid among its members)."""
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.ensemble import refuse_ensemble
     from longbert.training.runs import BEST
 
     folder = run_dir / BEST
@@ -87,16 +91,25 @@ def _load_run(run_dir: Path, recipe_file: Path) -> tuple:
     if model.multi_label:
         raise LongbertError(f"{run_dir} is multi-label; hybrid models are single-label only (the neural half's "
                             "per-label thresholds were tuned on its own probabilities)")
-    if model.lexical is not None:
-        raise LongbertError(f"{folder} is a hybrid already")
-    refuse_ensemble(model, str(folder), "a hybrid is made from one run: name a member's run")
+    if model.ensemble is not None and model.ensemble.lexical is not None:
+        raise LongbertError(f"{folder} is a hybrid ensemble already")
+    members = [model] if model.ensemble is None else model.ensemble.members(model)
+    hybrids = [name for name, m in zip(_member_names(model), members) if m.lexical is not None]
+    if hybrids:
+        raise LongbertError(f"{folder} is a hybrid already" if model.ensemble is None else
+                            f"{folder} is an ensemble whose member {hybrids[0]} is a hybrid already: make the "
+                            "ensemble of plain runs, then the hybrid of the ensemble")
     return recipe, model
 
 
+def _member_names(model) -> list[str]:
+    return ["the model"] if model.ensemble is None else list(model.ensemble.facts.members)
+
+
 def _fit_lexical_half(run_dir: Path, model, splits: dict, batch_size: int) -> tuple:
-    """Fit the TF-IDF half into `model.lexical`, its C and mixing weight chosen on the validation split against the
-    neural half's validation predictions (the run's, else made now). Returns each split's token ids and those
-    neural predictions ({"validation": (D, C) probabilities})."""
+    """Fit the TF-IDF half, its C and mixing weight chosen on the validation split against the neural half's
+    validation predictions (the run's, else made now). Returns each split's token ids, those neural predictions
+    ({"validation": (D, C) probabilities}) and the fitted `LexicalModel`."""
     from longbert.evaluation.split_pass import predict_dataset
     from longbert.modeling.lexical import fit_lexical
 
@@ -106,10 +119,10 @@ def _fit_lexical_half(run_dir: Path, model, splits: dict, batch_size: int) -> tu
         neural["validation"] = predict_dataset(model, splits["validation"], batch_size,
                                                description="validation")["probabilities"]
     n_classes = len(model.label_names)
-    model.lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
-                                splits["validation"]["labels"], neural["validation"], n_classes,
-                                model.backbone.config.vocab_size)
-    return documents, neural
+    lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
+                          splits["validation"]["labels"], neural["validation"], n_classes,
+                          model.backbone.config.vocab_size)
+    return documents, neural, lexical
 
 
 def _mixed_predictions(run_dir: Path, lexical, splits: dict, documents: dict, neural: dict, roles: list) -> dict:

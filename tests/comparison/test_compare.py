@@ -115,10 +115,14 @@ def test_compare_writes_the_report_with_every_field(compared):
     assert "| tfidf (baseline) |" in (report / "report.md").read_text()
     # The hybrid row: the strategy best on validation mixed with TF-IDF over its token ids, its weight chosen on
     # validation; a model folder of its own under that run, paired against every other row, said in the verdict.
-    hybrid = saved["hybrid"]
+    # Its base is the ensemble when the ensemble scores higher on validation than either strategy alone.
+    hybrid, singles = saved["hybrid"], saved["deployable"]["validation"]
+    best_single = max(STRATEGIES, key=lambda s: (singles[s], -STRATEGIES.index(s)))
+    on_ensemble = ensemble["validation"] > singles[best_single]
     base_name = hybrid["members"][0]
-    assert hybrid["members"] == [base_name, "tfidf"] and base_name in STRATEGIES and 0 <= hybrid["mix"] <= 1
-    assert hybrid["documents"] == 30 and (root / "runs" / "tiny" / base_name / "hybrid" / "best").is_dir()
+    assert hybrid["members"] == [("ensemble" if on_ensemble else best_single), "tfidf"] and 0 <= hybrid["mix"] <= 1
+    folder = root / "runs" / "tiny" / ("hybrid" if on_ensemble else f"{base_name}/hybrid")
+    assert hybrid["documents"] == 30 and hybrid["folder"] == str(folder) and (folder / "best").is_dir()
     unordered = {(frozenset(p[:2]), p[2]) for p in pairs}
     assert {(frozenset({base_name, "hybrid"}), "all"), (frozenset({"ensemble", "hybrid"}), "all"),
             (frozenset({"hybrid", "tfidf"}), "long")} <= unordered

@@ -21,9 +21,12 @@ def rows(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def texts_path(tiny_recipe):
+    return next(o.split("=", 1)[1] for o in tiny_recipe if o.startswith("data.path=")) + "/test.jsonl"
+
+
 def texts_of(tiny_recipe, n):
-    path = next(o.split("=", 1)[1] for o in tiny_recipe if o.startswith("data.path="))
-    return [json.loads(line)["text"] for line in open(f"{path}/test.jsonl")][:n]
+    return [json.loads(line)["text"] for line in open(texts_path(tiny_recipe))][:n]
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +105,99 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
     answer = runner.invoke(app, ["embed", str(out), str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")])
     assert answer.exit_code == 2 and "one document vector per member" in answer.output
     assert not (tmp_path / "v.npy").exists()
-    answer = runner.invoke(app, ["hybrid", str(out), "--output", str(tmp_path / "h")])
-    assert answer.exit_code == 2 and "a hybrid is made from one run" in answer.output
+
+
+@pytest.mark.heavy
+def test_a_hybrid_of_an_ensemble_mixes_tfidf_into_the_members_mean(three_runs, tiny_recipe, tmp_path):
+    import longbert
+    from longbert.evaluation.command import evaluate
+    from longbert.training.hybrid import mix_probabilities
+
+    ensemble = tmp_path / "ensemble"
+    answer = runner.invoke(app, ["ensemble", str(three_runs["chunk"]), str(three_runs["truncate"]), "--output",
+                                 str(ensemble)])
+    assert answer.exit_code == 0, answer.output
+    answer = runner.invoke(app, ["hybrid", str(ensemble)])
+    assert answer.exit_code == 0, answer.output
+    folder = ensemble / "hybrid"
+    summary = json.loads((folder / "hybrid.json").read_text())
+    recorded = np.array([r["probabilities"] for r in rows(folder / "predictions-test.jsonl")])
+    model = longbert.LongDocumentClassifier.from_pretrained(folder)
+    # The TF-IDF half is the ensemble's, mixed into its members' mean; no member is a hybrid.
+    assert model.ensemble is not None and model.ensemble.lexical is not None and model.lexical is None
+    assert model.ensemble.lexical.mix == summary["mix"] and (folder / "best" / "ensemble_lexical").is_dir()
+    assert all(m.lexical is None for m in model.ensemble.members(model))
+    # Run from its folder, the hybrid gives the ensemble's own probabilities (run from its folder) mixed with TF-IDF's.
+    evaluate(ensemble, "test", precision="fp32")
+    neural = np.array([r["probabilities"] for r in rows(ensemble / "predictions-test.jsonl")])
+    evaluate(folder, "test", precision="fp32")
+    got = np.array([r["probabilities"] for r in rows(folder / "predictions-test.jsonl")])
+    texts = [json.loads(line)["text"] for line in open(texts_path(tiny_recipe))]
+    documents = [torch.as_tensor(d) for d in model.tokenize(texts)[0]]
+    np.testing.assert_allclose(got, mix_probabilities(model.ensemble.lexical, neural, documents), atol=2e-5)
+    np.testing.assert_allclose(got, recorded, atol=5e-3)  # the rows `hybrid` wrote mixed the members' kept rows
+    if summary["mix"] < 1:
+        assert not np.allclose(got, neural, atol=1e-3)
+    # predict from texts and the transformers model give the same
+    predicted = np.array([list(r["probabilities"].values()) for r in model.predict(texts[:5], precision="fp32")])
+    np.testing.assert_allclose(predicted, got[:5], atol=1e-4)
+    hf = longbert.LongbertForSequenceClassification.from_pretrained(folder, precision="fp32")
+    encoded = model.tokenizer(texts[:5], padding=True, truncation=True, max_length=402, return_tensors="pt")
+    with torch.no_grad():
+        np.testing.assert_allclose(hf(**encoded).logits.softmax(-1).numpy(), predicted, atol=1e-5)
+    card = (folder / "best" / "README.md").read_text()
+    assert "# longbert hybrid ensemble of chunk + truncate" in card
+    assert f"**Hybrid.** The output mixes the ensemble's mean probabilities (weight {summary['mix']:.2f})" in card
+    # A hybrid ensemble is not mixed again, and an ensemble with a hybrid member is not made a hybrid: one line each.
+    answer = runner.invoke(app, ["hybrid", str(folder), "--output", str(tmp_path / "again")])
+    assert answer.exit_code == 2 and "is a hybrid ensemble already" in answer.output
+    assert not (tmp_path / "again").exists()
+    answer = runner.invoke(app, ["ensemble", str(folder), str(three_runs["chunk7"]), "--output",
+                                 str(tmp_path / "nested")])
+    assert answer.exit_code == 2 and "is an ensemble already" in answer.output
+    hybrid_member = tmp_path / "hybrid_chunk"
+    assert runner.invoke(app, ["hybrid", str(three_runs["chunk"]), "--output", str(hybrid_member)]).exit_code == 0
+    mixed = tmp_path / "mixed"
+    answer = runner.invoke(app, ["ensemble", str(hybrid_member), str(three_runs["truncate"]), "--output", str(mixed)])
+    assert answer.exit_code == 0, answer.output
+    answer = runner.invoke(app, ["hybrid", str(mixed), "--output", str(tmp_path / "h")])
+    assert answer.exit_code == 2 and "is a hybrid already: make the ensemble of plain runs" in answer.output
+    assert not (tmp_path / "h").exists()
+    # A hybrid ensemble whose TF-IDF half lost its files is one line on loading, not a plain ensemble.
+    import shutil
+
+    from longbert.errors import LongbertError
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(folder / "best", damaged)
+    (damaged / "ensemble_lexical" / "lexical.json").unlink()
+    with pytest.raises(LongbertError, match="ensemble_lexical is incomplete: it holds no TF-IDF half"):
+        longbert.LongDocumentClassifier.from_pretrained(damaged)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("ensemble_score", [1.5, -1.0])
+def test_compares_hybrid_mixes_into_the_ensemble_only_when_it_beats_every_run_on_validation(three_runs, tmp_path,
+                                                                                            ensemble_score):
+    """build_hybrid's choice of base: the ensemble row's validation score (here set above any score, or below) against
+    the best strategy's; the ensemble's hybrid goes beside the runs, a strategy's into its run folder."""
+    import longbert
+    from longbert.comparison.ensemble import build_hybrid
+
+    runs = {name: three_runs[name] for name in ("chunk", "truncate")}
+    row = {"name": "ensemble", "members": ["chunk", "truncate"], "validation": ensemble_score,
+           "chosen_by": "validation macro_f1", "groups_scored": 1}
+    summary, rows, why = build_hybrid(runs, "macro_f1", False, lambda: None, row, tmp_path / "compare")
+    assert why is None and len(rows) == 30
+    model = longbert.LongDocumentClassifier.from_pretrained(summary["folder"])
+    if ensemble_score > 1:
+        assert summary["members"] == ["ensemble", "tfidf"] and summary["folder"] == str(tmp_path / "compare" / "hybrid")
+        assert model.ensemble.facts.members == ["chunk", "truncate"] and model.ensemble.lexical is not None
+        assert "compare: its ensemble row" in model.ensemble.facts.chosen_by
+    else:
+        assert summary["members"][0] in runs and not (tmp_path / "compare").exists()
+        assert summary["folder"] == str(runs[summary["members"][0]] / "hybrid")
+        assert model.ensemble is None and model.lexical is not None
 
 
 @pytest.mark.heavy
