@@ -156,6 +156,7 @@ def load_ensemble(directory: Path, model_class, vocab_size: int) -> Ensemble | N
     it is a hybrid ensemble (read for a backbone of `vocab_size` tokens); a folder whose ensemble.json and members/
     disagree raises one LongbertError line."""
     from longbert.modeling.lexical import LexicalModel
+
     path = directory / ENSEMBLE_FILE
     if not path.is_file():
         return None
