@@ -228,7 +228,9 @@ def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, 
     if best in members:
         row = next(r for r in combined if r["name"] == best)
         if best == ENSEMBLE:
-            write_ensemble_row({m: runs[m][0] for m in row["members"]}, row, folder)
+            # written already when the hybrid row was made from it (`ensemble.build_hybrid`), by this same compare
+            if not any(r["name"] == HYBRID and r["members"][0] == ENSEMBLE for r in combined):
+                write_ensemble_row({m: runs[m][0] for m in row["members"]}, row, folder)
         else:
             make_ensemble(members[best], folders[best],
                           chosen_by=f"compare: the {len(row['members'])} seeds of {row['strategy']}, averaged")

@@ -169,9 +169,11 @@ def load_ensemble(directory: Path, model_class, vocab_size: int) -> Ensemble | N
     others = [model_class.from_pretrained(f) for f in folders]
     if any(m.ensemble is not None for m in others):
         raise LongbertError(f"{directory}: a member of an ensemble is an ensemble itself")
-    lexical = LexicalModel.load(directory / LEXICAL_DIR, vocab_size) if (directory / LEXICAL_DIR).is_dir() else None
-    if (directory / LEXICAL_DIR).is_dir() and lexical is None:
-        raise LongbertError(f"{directory / LEXICAL_DIR} is incomplete: it holds no TF-IDF half (lexical.json)")
+    lexical = None
+    if (directory / LEXICAL_DIR).is_dir():  # a hybrid ensemble
+        lexical = LexicalModel.load(directory / LEXICAL_DIR, vocab_size)
+        if lexical is None:
+            raise LongbertError(f"{directory / LEXICAL_DIR} is incomplete: it holds no TF-IDF half (lexical.json)")
     return Ensemble(others, facts, lexical)
 
 

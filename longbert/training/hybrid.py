@@ -91,19 +91,18 @@ def _load_run(run_dir: Path, recipe_file: Path) -> tuple:
     if model.multi_label:
         raise LongbertError(f"{run_dir} is multi-label; hybrid models are single-label only (the neural half's "
                             "per-label thresholds were tuned on its own probabilities)")
-    if model.ensemble is not None and model.ensemble.lexical is not None:
+    if model.ensemble is None:
+        if model.lexical is not None:
+            raise LongbertError(f"{folder} is a hybrid already")
+        return recipe, model
+    if model.ensemble.lexical is not None:
         raise LongbertError(f"{folder} is a hybrid ensemble already")
-    members = [model] if model.ensemble is None else model.ensemble.members(model)
-    hybrids = [name for name, m in zip(_member_names(model), members) if m.lexical is not None]
+    hybrids = [name for name, m in zip(model.ensemble.facts.members, model.ensemble.members(model))
+               if m.lexical is not None]
     if hybrids:
-        raise LongbertError(f"{folder} is a hybrid already" if model.ensemble is None else
-                            f"{folder} is an ensemble whose member {hybrids[0]} is a hybrid already: make the "
+        raise LongbertError(f"{folder} is an ensemble whose member {hybrids[0]} is a hybrid already: make the "
                             "ensemble of plain runs, then the hybrid of the ensemble")
     return recipe, model
-
-
-def _member_names(model) -> list[str]:
-    return ["the model"] if model.ensemble is None else list(model.ensemble.facts.members)
 
 
 def _fit_lexical_half(run_dir: Path, model, splits: dict, batch_size: int) -> tuple:
