@@ -100,6 +100,50 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     assert missing.returncode == 1 and "nope.yaml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_draws_it_again(tmp_path):
+    from longbert import load_recipe
+    from longbert.data.documents import load_corpus
+    from longbert.modeling.backbone import load_tokenizer
+
+    words = {0: "dull boring awful waste", 1: "wonderful moving brilliant joy"}
+    rows = [{"text": f"{words[i % 2]} film number {i} " + "more " * (i % 7), "label": ["neg", "pos"][i % 2],
+             "id": f"doc-{i}"} for i in range(60)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, part in (("train", rows[:45]), ("test", rows[45:])):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"name: tiny\nseed: 7\ndata:\n  path: {data}\n  validation_fraction: 0.2\n"
+                      "  max_train_documents: 20\n  max_test_documents: 8\n  test_longer_than: 12\n")
+    out = tmp_path / "written"
+    result = subprocess.run([sys.executable, str(EXAMPLES / "write_documents.py"), str(recipe), str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    tokenizer = load_tokenizer("minilm")
+    drawn = load_corpus(load_recipe(recipe).data, tokenizer, 7)
+    again = load_corpus(load_recipe(recipe, [f"data.path={out}"]).data, tokenizer, 7)
+    assert drawn.label_names == again.label_names == ["neg", "pos"]
+    for role in ("train", "validation", "test"):
+        for column in ("id", "text", "labels", "input_ids"):
+            assert again.splits[role][column] == drawn.splits[role][column], (role, column)
+    # The draw subsampled training and selected test documents by length, and the written folder kept just those.
+    assert len(drawn.splits["train"]) == 20 and 0 < len(drawn.splits["test"]) < 15
+    assert min(drawn.splits["test"]["n_tokens"]) > 12
+
+    # An existing folder that holds anything is refused in one line, and left as it was.
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    refused = subprocess.run([sys.executable, str(EXAMPLES / "write_documents.py"), str(recipe), str(taken)],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1 and str(taken) in refused.stderr
+    assert [p.name for p in taken.iterdir()] == ["keep.txt"]
+    bad = subprocess.run([sys.executable, str(EXAMPLES / "write_documents.py"), str(tmp_path / "nope.yaml"),
+                          str(tmp_path / "new")], capture_output=True, text=True)
+    assert bad.returncode == 1 and "nope.yaml" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.slow
 def test_embed_and_classify_fits_a_classifier_on_real_minilm_vectors(tmp_path):
     """The real backbone on real reviews (slow: MiniLM reads 40 long IMDb reviews): the vectors carry the sentiment
