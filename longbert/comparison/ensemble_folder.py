@@ -67,9 +67,23 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         if rows.get("test") is not None:
             summary["test"] = scored(rows["test"], model.label_names)
         if model.training_facts is not None:  # the card's results are the ensemble's, not its first member's
-            model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"])
+            model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"],
+                                                       validation=card_validation(rows["validation"],
+                                                                                  model.label_names))
         write_folder(output, model, rows, summary, runs[names.index(chosen[0])] / "recipe.yaml")
     return summary
+
+
+def card_validation(rows: list[PredictionRow] | None, label_names: list[str]) -> dict | None:
+    """The card's validation line for an ensemble: the scores of its members' mean probabilities (None when a
+    member kept no validation predictions), marked as such in place of a training step."""
+    from longbert.comparison.ensemble import scored
+
+    if rows is None:
+        return None
+    metrics = scored(rows, label_names)
+    return {"of": "the members' mean probabilities",
+            **{k: metrics[k] for k in ("accuracy", "macro_f1") if isinstance(metrics.get(k), float)}}
 
 
 def _validation_rows(runs: list[Path], names: list[str], use_all: bool) -> tuple[dict, list[str]]:

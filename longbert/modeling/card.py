@@ -37,7 +37,7 @@ ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s='\"(,:]))(?:~|[A-Za-z]:)?[/\\][^\
 class TrainingFacts:
     """What a training run knew about the model it kept: written by `longbert train`, None for a model built
     otherwise. Metrics dicts are `evaluation.compute_metrics`'s (plain JSON); `validation` is the history entry of the
-    kept step."""
+    kept step, or for an ensemble its averaged probabilities' scores with `of` saying so."""
 
     recipe: str
     command: str | None = None
@@ -261,9 +261,10 @@ def training_section(facts: TrainingFacts) -> list[str]:
     lines += ["## Results", ""]
     if facts.validation:
         shown = ", ".join(f"{k} {format_metric(k, v)}" for k, v in facts.validation.items()
-                          if k not in ("step", "epoch"))
-        lines += [f"Validation, at the kept step {facts.validation.get('step')} (best {facts.best_metric}): "
-                  f"{shown}.", ""]
+                          if k not in ("step", "epoch", "of"))
+        where = (f"of {facts.validation['of']}" if "of" in facts.validation else  # an ensemble's
+                 f"at the kept step {facts.validation.get('step')} (best {facts.best_metric})")
+        lines += [f"Validation, {where}: {shown}.", ""]
     if facts.test:
         lines += test_results(facts.test)
     else:

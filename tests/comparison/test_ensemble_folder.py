@@ -97,6 +97,13 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
     card = (out / "best" / "README.md").read_text()
     assert "**Ensemble.**" in card and all(m in card for m in members) and "## First member" in card
     assert f"# longbert ensemble of {' + '.join(members)}" in card
+    # its results are the ensemble's: validation of the members' mean, not the first member's kept step
+    from longbert.modeling.card import format_metric
+
+    line = next(text for text in card.splitlines() if text.startswith("Validation, "))
+    metric = summary["metric"]
+    assert line.startswith("Validation, of the members' mean probabilities: accuracy ") and "kept step" not in card
+    assert f"{metric} {format_metric(metric, summary['validation']['ensemble'])}" in line
     # paths that carry one model say so in one line, and write nothing
     answer = runner.invoke(app, ["export", str(out), "--output", str(tmp_path / "onnx")])
     assert answer.exit_code == 2 and "ONNX export carries one model" in answer.output
