@@ -13,6 +13,7 @@ from pathlib import Path
 
 import longbert
 from longbert.comparison.baseline import prediction_rows, tfidf_baseline
+from longbert.config.recipe import is_multi_label
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
 from longbert.evaluation.command import write_json
@@ -29,7 +30,7 @@ args = parser.parse_args()
 try:
     recipe = longbert.load_recipe(args.recipe, args.overrides)
     corpus = load_corpus(recipe.data, load_tokenizer(recipe.backbone.name), recipe.seed,
-                         recipe.model.problem_type == "multi_label")
+                         is_multi_label(recipe.model.problem_type))
 except LongbertError as error:
     raise SystemExit(f"error: {error}") from None
 result = tfidf_baseline(corpus)

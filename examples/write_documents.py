@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import longbert
+from longbert.config.recipe import is_multi_label
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import load_tokenizer
@@ -33,7 +34,7 @@ if args.output.exists() and (not args.output.is_dir() or any(args.output.iterdir
     raise SystemExit(f"error: {args.output} exists and is not an empty folder; name a new one")
 try:
     recipe = longbert.load_recipe(args.recipe, args.overrides)
-    multi_label = recipe.model.problem_type == "multi_label"
+    multi_label = is_multi_label(recipe.model.problem_type)
     corpus = load_corpus(recipe.data, load_tokenizer(recipe.backbone.name), recipe.seed, multi_label)
 except LongbertError as error:
     raise SystemExit(f"error: {error}") from None
