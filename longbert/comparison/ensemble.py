@@ -1,8 +1,10 @@
 """compare's rows that combine strategies already trained in the same comparison, at no training cost, each chosen on
 the validation split (each run's predictions-validation.jsonl, written by its kept model), never on the test split:
 
-    ensemble   the test probabilities of two or more strategies, averaged: every group of two or more is scored on
-               validation, and the best group's test rows become one more row of the report
+    ensemble   the test probabilities of two or more runs, averaged: every group of two or more is scored on
+               validation (past EXHAUSTIVE_UP_TO runs, groups grown by forward selection), and the best group's
+               test rows become one more row of the report. With `compare --seeds N` every seed's run of every
+               strategy is a candidate, named as compare names it ('chunk', 'chunk-seed43')
     hybrid     the strategy best on validation, mixed with TF-IDF over its own token ids (`longbert hybrid`,
                longbert.training.hybrid): a model folder of its own under that run, <run>/hybrid/; or the ensemble
                row mixed with TF-IDF, when the ensemble scores higher on validation than every strategy alone
@@ -76,16 +78,57 @@ def averaged(rows_by_member: dict[str, list[PredictionRow]], members: tuple[str,
     return np.mean([[r.probabilities for r in rows_by_member[m]] for m in members], axis=0)
 
 
-def choose_members(validation: dict[str, list[PredictionRow]], metric: str) -> tuple[tuple[str, ...], float, int]:
-    """(members, their validation score, how many groups were scored): the group of two or more strategies whose
-    averaged validation probabilities score best by `metric` (accuracy or macro_f1). Ties go to the smaller group,
-    then to the group whose strategies come first in `validation`'s order."""
+EXHAUSTIVE_UP_TO = 10  # runs: every group of two or more is scored (1,013 groups at 10); past it, forward selection
+
+
+def choose_members(validation: dict[str, list[PredictionRow]], metric: str,
+                   strategy_of: dict[str, str] | None = None) -> tuple[tuple[str, ...], float, int]:
+    """(members, their validation score, how many groups were scored): the group of two or more runs whose averaged
+    validation probabilities score best by `metric` (accuracy or macro_f1). `strategy_of` (run -> strategy, for
+    compare --seeds) keeps to groups of two strategies or more: one strategy's seeds averaged are its seed row.
+    Up to EXHAUSTIVE_UP_TO runs every group is scored; ties go to the smaller group, then to the group whose runs
+    come first in `validation`'s order. Past it, `forward_selection`."""
     names = list(validation)
-    groups = [g for size in range(2, len(names) + 1) for g in itertools.combinations(names, size)]
-    scored = [(score(validation[names[0]], averaged(validation, g), metric), -len(g), -i) for i, g in
-              enumerate(groups)]
+    mixed = _mixed(strategy_of)
+    if len(names) > EXHAUSTIVE_UP_TO:
+        return forward_selection(validation, metric, mixed)
+    groups = [g for size in range(2, len(names) + 1) for g in itertools.combinations(names, size) if mixed(g)]
+    return _best_group(validation, groups, metric) + (len(groups),)
+
+
+def forward_selection(validation: dict[str, list[PredictionRow]], metric: str,
+                      allowed=lambda group: True) -> tuple[tuple[str, ...], float, int]:
+    """choose_members' answer for many runs, as Caruana et al. (2004) select an ensemble from a library of models:
+    the best pair (of those `allowed`), then, one run at a time, the run whose addition raises the group's
+    validation score most, until no run raises it. Each run joins at most once. Scores O(n²) groups, not 2^n."""
+    names = list(validation)
+    groups = [g for g in itertools.combinations(names, 2) if allowed(g)]
+    members, best = _best_group(validation, groups, metric)
+    while len(members) < len(names):
+        grown = [members + (n,) for n in names if n not in members]
+        groups += grown
+        candidate, value = _best_group(validation, grown, metric)
+        if value <= best:
+            break
+        members, best = candidate, value
+    return members, best, len(groups)
+
+
+def _mixed(strategy_of: dict[str, str] | None):
+    """A test of a group: True when its runs come from two strategies or more (always, with no `strategy_of`)."""
+    if strategy_of is None:
+        return lambda group: True
+    return lambda group: len({strategy_of[name] for name in group}) > 1
+
+
+def _best_group(validation: dict[str, list[PredictionRow]], groups: list[tuple[str, ...]],
+                metric: str) -> tuple[tuple[str, ...], float]:
+    """(the group whose averaged validation probabilities score best, its score); ties go to the smaller group, then
+    to the earlier one in `groups`."""
+    first = next(iter(validation.values()))
+    scored = [(score(first, averaged(validation, g), metric), -len(g), -i) for i, g in enumerate(groups)]
     best = max(range(len(groups)), key=lambda i: scored[i])
-    return groups[best], scored[best][0], len(groups)
+    return groups[best], scored[best][0]
 
 
 def scored(rows: list[PredictionRow], label_names: list[str]) -> dict:
@@ -112,20 +155,23 @@ def ensemble_rows(test: dict[str, list[PredictionRow]], members: tuple[str, ...]
 
 
 def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metric: str, multi_label: bool,
-                   label_names: list[str]) -> tuple[dict | None, list[dict] | None, str | None]:
+                   label_names: list[str], strategy_of: dict[str, str] | None = None
+                   ) -> tuple[dict | None, list[dict] | None, str | None]:
     """(the ensemble's summary, its test rows, None) or (None, None, why there is none) for a comparison's trained
-    strategies (`run_dirs` and `test` rows keyed by strategy, in report order). `metric`: the recipe's best_metric
-    (loss, which a hard prediction has not, falls back to macro_f1)."""
+    runs (`run_dirs` and `test` rows keyed by run name, in report order: strategies, then their other seeds;
+    `strategy_of` each run's strategy, where runs are seeds). `metric`: the recipe's best_metric (loss, which a hard
+    prediction has not, falls back to macro_f1)."""
     if multi_label:
         return None, None, "no ensemble row: averaged multi-label probabilities would need thresholds of their own"
-    if len(run_dirs) < 2:
+    if len(set((strategy_of or {n: n for n in run_dirs}).values())) < 2:
         return None, None, None
     validation, metric, why = validation_of(run_dirs, metric, ENSEMBLE)
     if validation is None:
         return None, None, why
-    members, validation_score, candidates = choose_members(validation, metric)
+    members, validation_score, candidates = choose_members(validation, metric, strategy_of)
     rows, metrics = scored_average(test, members, label_names)
-    summary = {"name": ENSEMBLE, "members": list(members), "chosen_by": f"validation {metric}",
+    how = f"validation {metric}" + (", by forward selection," if len(run_dirs) > EXHAUSTIVE_UP_TO else "")
+    summary = {"name": ENSEMBLE, "members": list(members), "chosen_by": how,
                "validation": validation_score, "groups_scored": candidates, "metrics": metrics}
     return summary, rows, None
 
@@ -133,7 +179,7 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
 def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool, splits, ensemble: dict | None = None,
                  folder: Path | None = None) -> tuple[dict | None, list[dict] | None, str | None]:
     """(the hybrid row's summary, its test rows, None) or (None, None, why there is none): `longbert hybrid` made from
-    the run whose validation predictions score best by `metric` (ties: the earlier strategy), or from the `ensemble`
+    the run whose validation predictions score best by `metric` (ties: the earlier run), or from the `ensemble`
     row when its validation score is higher still. That ensemble is then written as a folder, `folder`/ensemble, and
     the hybrid of it to `folder`/hybrid; a strategy's hybrid goes to its run folder's hybrid/. `splits()` gives the
     comparison's tokenized Corpus."""

@@ -105,15 +105,16 @@ def _members(names: list[str], validation: dict, metric: str, use_all: bool,
              chosen_by: str | None) -> tuple[tuple[str, ...], str]:
     """(the members' names, how they were chosen): every run given when all are taken, when the caller chose them,
     or when there are two; else the group of two or more that scores best on validation."""
-    from longbert.comparison.ensemble import choose_members
+    from longbert.comparison.ensemble import EXHAUSTIVE_UP_TO, choose_members
 
     if use_all or chosen_by or len(names) == 2:
         chosen, groups = tuple(names), 1
     else:
         chosen, _, groups = choose_members(validation, metric)
+    how = ", by forward selection," if len(names) > EXHAUSTIVE_UP_TO else ""
     return chosen, chosen_by or ("all the runs given (--all)" if use_all else
                                  "the 2 runs given (the only group of two or more)" if len(names) == 2 else
-                                 f"validation {metric} among {groups} groups of 2 or more of {len(names)} runs")
+                                 f"validation {metric}{how} among {groups} groups of 2 or more of {len(names)} runs")
 
 
 def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[PredictionRow] | None:
@@ -205,33 +206,34 @@ def averaged_rows(rows: dict[str, list[PredictionRow]], members: tuple[str, ...]
     return out
 
 
-def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, metric: str) -> dict | None:
+def deployable(runs: dict[str, dict[str, Path]], combined: list[dict], folder: Path, metric: str) -> dict | None:
     """compare's model to deploy: of every row a folder can hold (each strategy's run; the ensemble, written here as
     an ensemble folder under `folder`; the hybrid's folder; each strategy's seeds averaged, written as an ensemble
     folder), the one whose validation predictions score best by `metric` (accuracy or macro_f1); ties go to the
-    earlier row, strategies first. Chosen on validation, never on test. `runs`: each strategy's run folders, its
-    base seed's first. Returns {row, folder, metric, validation: {row: score}}, or None when some run kept no
-    validation predictions."""
+    earlier row, strategies first. Chosen on validation, never on test. `runs`: each strategy's run folders by run
+    name ('chunk', 'chunk-seed43'), its base seed's first. Returns {row, folder, metric, validation: {row: score}},
+    or None when some run kept no validation predictions."""
     from longbert.comparison.ensemble import ENSEMBLE, averaged, read_validation, score, score_rows
     from longbert.training.hybrid import HYBRID
 
-    validation = {strategy: read_validation(dirs[0]) for strategy, dirs in runs.items()}
+    by_name = {name: d for dirs in runs.values() for name, d in dirs.items()}
+    validation = {strategy: read_validation(next(iter(dirs.values()))) for strategy, dirs in runs.items()}
     if any(rows is None for rows in validation.values()):
         return None
     members, scores, folders = {}, {}, {}
     for strategy, dirs in runs.items():
-        scores[strategy], folders[strategy] = score_rows(validation[strategy], metric), dirs[0]
+        scores[strategy], folders[strategy] = score_rows(validation[strategy], metric), next(iter(dirs.values()))
     for row in combined:
         if row["name"] == ENSEMBLE:
-            members[ENSEMBLE] = [runs[m][0] for m in row["members"]]
-            scores[ENSEMBLE] = score(validation[row["members"][0]], averaged(validation, tuple(row["members"])),
-                                     metric)
+            members[ENSEMBLE] = [by_name[m] for m in row["members"]]
+            rows = {m: read_validation(by_name[m]) for m in row["members"]}
+            scores[ENSEMBLE] = score(rows[row["members"][0]], averaged(rows, tuple(row["members"])), metric)
             folders[ENSEMBLE] = folder / ENSEMBLE
         elif row["name"] == HYBRID:
             scores[HYBRID] = score_rows(read_validation(Path(row["folder"])), metric)
             folders[HYBRID] = Path(row["folder"])
         elif "seeds" in row:
-            dirs = runs[row["strategy"]]
+            dirs = list(runs[row["strategy"]].values())
             by_seed = {str(d): read_validation(d) for d in dirs}
             if any(rows is None for rows in by_seed.values()):
                 continue
@@ -244,7 +246,7 @@ def deployable(runs: dict[str, list[Path]], combined: list[dict], folder: Path, 
         if best == ENSEMBLE:
             # written already when the hybrid row was made from it (`ensemble.build_hybrid`), by this same compare
             if not any(r["name"] == HYBRID and r["members"][0] == ENSEMBLE for r in combined):
-                write_ensemble_row({m: runs[m][0] for m in row["members"]}, row, folder)
+                write_ensemble_row(by_name, row, folder)
         else:
             make_ensemble(members[best], folders[best],
                           chosen_by=f"compare: the {len(row['members'])} seeds of {row['strategy']}, averaged")

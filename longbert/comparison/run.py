@@ -247,12 +247,18 @@ def _combined_rows(c: _Comparison, predictions, label_names, splits) -> tuple[li
     from longbert.comparison.ensemble import build_ensemble, build_hybrid, build_seed_ensembles
     from longbert.comparison.results import read_predictions
 
-    # The rows that combine trained strategies, each chosen on validation, no training: the ensemble (test
-    # probabilities averaged) and the hybrid (the best strategy, or the ensemble when it is better still on
-    # validation, mixed with TF-IDF over its token ids).
-    first, run_dirs = c.first, {s: Path(c.recipes[s].output_dir) for s in c.names}
+    # The rows that combine trained runs, each chosen on validation, no training: the ensemble (test probabilities
+    # averaged) and the hybrid (the best run, or the ensemble when it is better still on validation, mixed with
+    # TF-IDF over its token ids). With --seeds N every seed's run is a candidate for both; an ensemble mixes two
+    # strategies or more (one strategy's seeds averaged are its seed row).
+    first = c.first
+    seed_test = {s: {k: predictions[s] if k == c.base_seed else read_predictions(Path(r.output_dir))
+                     for k, r in c.by_seed[s].items()} for s in c.names}
+    run_dirs = {_run_label(s, k, c.base_seed): Path(c.by_seed[s][k].output_dir) for k in c.seed_list for s in c.names}
+    run_test = {_run_label(s, k, c.base_seed): seed_test[s][k] for k in c.seed_list for s in c.names}
+    strategy_of = {_run_label(s, k, c.base_seed): s for k in c.seed_list for s in c.names}
     combined, combined_notes, combined_test = [], [], {}
-    ensemble = build_ensemble(run_dirs, predictions, first.train.best_metric, c.multi_label, label_names)
+    ensemble = build_ensemble(run_dirs, run_test, first.train.best_metric, c.multi_label, label_names, strategy_of)
     hybrid = build_hybrid(run_dirs, first.train.best_metric, c.multi_label, splits, ensemble[0], c.runs_dir / c.name)
     for summary, rows, note in (ensemble, hybrid):
         combined_notes.append(note)
@@ -260,8 +266,6 @@ def _combined_rows(c: _Comparison, predictions, label_names, splits) -> tuple[li
             combined.append(summary)
             combined_test[summary["name"]] = rows
     if c.seeds > 1:  # each strategy's seeds averaged: a row per strategy
-        seed_test = {s: {k: predictions[s] if k == c.base_seed else read_predictions(Path(r.output_dir))
-                         for k, r in c.by_seed[s].items()} for s in c.names}
         summaries, rows, note = build_seed_ensembles(seed_test, c.multi_label, label_names, c.long_tokens)
         combined += summaries
         combined_test.update(rows)
@@ -303,8 +307,8 @@ def _deployable(c: _Comparison, combined: list[dict]) -> dict | None:
     if c.multi_label:
         return None
     metric = c.first.train.best_metric if c.first.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
-    return deployable({s: [Path(c.by_seed[s][k].output_dir) for k in c.seed_list] for s in c.names}, combined,
-                      c.runs_dir / c.name, metric)
+    return deployable({s: {_run_label(s, k, c.base_seed): Path(c.by_seed[s][k].output_dir) for k in c.seed_list}
+                       for s in c.names}, combined, c.runs_dir / c.name, metric)
 
 
 def _write_report(results: dict, folder: Path) -> None:

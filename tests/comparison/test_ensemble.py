@@ -38,6 +38,30 @@ def test_a_tie_goes_to_the_smaller_group_then_to_the_earlier_one():
     assert choose_members(same, "macro_f1")[0] == ("x", "y")
 
 
+def test_runs_of_one_strategy_alone_are_not_an_ensemble_group():
+    """compare --seeds: one strategy's seeds averaged are that strategy's seed row, so the ensemble's groups mix
+    strategies; a and b here are seeds of one strategy, so their pair (the best group above) is not a candidate."""
+    members, _, scored = choose_members(VALIDATION, "accuracy", {"a": "chunk", "b": "chunk", "c": "truncate"})
+    assert scored == 3 and "c" in members  # ac, bc, abc
+
+
+def test_past_the_exhaustive_limit_forward_selection_grows_the_best_pair(monkeypatch):
+    from longbert.comparison import ensemble
+
+    # P(positive) on six documents, labels 0 1 0 1 0 1. The best pair is d + f (right on five); e grows it to all
+    # six, g would take it to three; from d + f + e, adding g gains nothing, so the selection stops.
+    six = [0, 1, 0, 1, 0, 1]
+    positive = {"d": [0.6, 0.8, 0.1, 0.8, 0.4, 0.2], "e": [0.6, 0.3, 0.8, 0.2, 0.1, 0.8],
+                "f": [0.2, 0.9, 0.3, 0.8, 0.6, 0.7], "g": [0.8, 0.6, 0.8, 0.9, 0.6, 0.1]}
+    validation = {name: rows(six, [[1 - q, q] for q in ps]) for name, ps in positive.items()}
+    exhaustive = choose_members(validation, "accuracy")
+    monkeypatch.setattr(ensemble, "EXHAUSTIVE_UP_TO", 3)
+    members, score, scored = choose_members(validation, "accuracy")
+    assert score == 1.0 and set(members) == {"d", "e", "f"} and score == exhaustive[1]
+    assert scored == 6 + 2 + 1  # every pair, then d + f grown by e or g, then d + f + e by g (no gain: stop)
+    assert exhaustive[2] == 11
+
+
 def test_the_test_rows_average_the_members_probabilities():
     test = {"a": rows([0, 1], [[0.8, 0.2], [0.3, 0.7]]), "b": rows([0, 1], [[0.4, 0.6], [0.6, 0.4]])}
     out = ensemble_rows(test, ("a", "b"))

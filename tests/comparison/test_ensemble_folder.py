@@ -282,7 +282,7 @@ def _rewrite_validation(run, right_first_half: bool):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("row", ["ensemble", "seeds"])
+@pytest.mark.parametrize("row", ["ensemble", "seeds", "ensemble of a seed run"])
 def test_compare_deploys_the_row_best_on_validation_as_a_folder(three_runs, tmp_path, row):
     import shutil
 
@@ -295,19 +295,30 @@ def test_compare_deploys_the_row_best_on_validation_as_a_folder(three_runs, tmp_
     if row == "ensemble":
         _rewrite_validation(copies["chunk"], True)
         _rewrite_validation(copies["truncate"], False)
-        runs = {"chunk": [copies["chunk"]], "truncate": [copies["truncate"]]}
+        runs = {"chunk": {"chunk": copies["chunk"]}, "truncate": {"truncate": copies["truncate"]}}
         combined = [{"name": "ensemble", "members": ["chunk", "truncate"], "chosen_by": "validation accuracy",
                      "groups_scored": 1}]
-    else:
+    elif row == "seeds":
         _rewrite_validation(copies["chunk"], True)
         _rewrite_validation(copies["chunk7"], False)
-        runs = {"chunk": [copies["chunk"], copies["chunk7"]]}
+        runs = {"chunk": {"chunk": copies["chunk"], "chunk-seed7": copies["chunk7"]}}
         combined = [{"name": "chunk × 2 seeds", "strategy": "chunk", "members": ["seed 42", "seed 7"],
                      "seeds": [42, 7]}]
+    else:  # compare --seeds: the ensemble's members are named as compare names runs, a seed's run among them
+        _rewrite_validation(copies["chunk"], True)
+        _rewrite_validation(copies["chunk7"], True)
+        _rewrite_validation(copies["truncate"], False)
+        runs = {"chunk": {"chunk": copies["chunk"], "chunk-seed7": copies["chunk7"]},
+                "truncate": {"truncate": copies["truncate"]}}
+        combined = [{"name": "ensemble", "members": ["chunk-seed7", "truncate"], "chosen_by": "validation accuracy",
+                     "groups_scored": 3}]
     chosen = deployable(runs, combined, tmp_path / "cmp", "accuracy")
     name = combined[0]["name"]
     assert chosen["row"] == name and chosen["validation"][name] == 1.0 and chosen["validation"]["chunk"] < 0.6
-    folder = tmp_path / "cmp" / ("ensemble" if row == "ensemble" else "chunk-seeds")
+    folder = tmp_path / "cmp" / ("chunk-seeds" if row == "seeds" else "ensemble")
+    if row == "ensemble of a seed run":
+        facts = json.loads((folder / "best" / "ensemble.json").read_text())
+        assert facts["members"] == ["chunk7", "truncate"]  # the seed's run, found by the name compare gave it
     assert chosen["folder"] == str(folder)
     model = longbert.LongDocumentClassifier.from_pretrained(folder)
     assert model.ensemble is not None and len(model.ensemble.facts.members) == 2

@@ -98,6 +98,27 @@ def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone
 
 
 @pytest.mark.heavy
+def test_with_seeds_every_seeds_run_is_a_candidate_for_the_ensemble(tiny_backbone_dir, imdb_slice, tmp_path):
+    """compare --seeds 2 over two strategies: the ensemble is chosen among the four runs (groups that mix the two
+    strategies), as choose_members chooses from their kept validation predictions, and what compare deploys names
+    the runs as compare does."""
+    from longbert.comparison.ensemble import choose_members, read_validation
+
+    overrides = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("strategy.pooling")]
+    results = compare(strategies=["truncate", "chunk"], overrides=overrides + ["data.max_train_documents=30"],
+                      name="tiny", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", speed_documents=4,
+                      long_tokens=128, seeds=2)
+    runs = tmp_path / "runs" / "tiny"
+    names = ["truncate", "chunk", "truncate-seed43", "chunk-seed43"]
+    validation = {n: read_validation(runs / n) for n in names}
+    members, score, groups = choose_members(validation, "macro_f1", {n: n.split("-")[0] for n in names})
+    assert groups == 11 - 2  # every group of two or more but the two of one strategy's seeds
+    assert results["ensemble"]["members"] == list(members)
+    assert results["ensemble"]["validation"] == pytest.approx(score)
+    assert results["deployable"]["validation"]["ensemble"] == pytest.approx(score)
+
+
+@pytest.mark.heavy
 def test_seeds_without_seed_rows_still_name_every_seed(tiny_backbone_dir, imdb_slice, tmp_path, monkeypatch):
     """Where no seed row can be made (multi-label: averaged probabilities would need thresholds of their own), the
     budget and the page still say which seeds were trained, not the base seed alone."""
