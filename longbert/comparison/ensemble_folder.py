@@ -43,7 +43,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
 
     runs = [Path(r) for r in run_dirs]
     output = Path(output)
-    check_runs(runs, output)
+    check_runs(runs, output, None if chosen_by else MAX_MEMBERS)  # the ceiling bounds a choice, not a chosen group
     names = member_names(runs)
     with contextlib.ExitStack() as stack:
         for run in runs:
@@ -105,16 +105,15 @@ def _members(names: list[str], validation: dict, metric: str, use_all: bool,
              chosen_by: str | None) -> tuple[tuple[str, ...], str]:
     """(the members' names, how they were chosen): every run given when all are taken, when the caller chose them,
     or when there are two; else the group of two or more that scores best on validation."""
-    from longbert.comparison.ensemble import EXHAUSTIVE_UP_TO, choose_members
+    from longbert.comparison.ensemble import choose_members
 
     if use_all or chosen_by or len(names) == 2:
         chosen, groups = tuple(names), 1
     else:
         chosen, _, groups = choose_members(validation, metric)
-    how = ", by forward selection," if len(names) > EXHAUSTIVE_UP_TO else ""
     return chosen, chosen_by or ("all the runs given (--all)" if use_all else
                                  "the 2 runs given (the only group of two or more)" if len(names) == 2 else
-                                 f"validation {metric}{how} among {groups} groups of 2 or more of {len(names)} runs")
+                                 f"validation {metric} among {groups} groups of 2 or more of {len(names)} runs")
 
 
 def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[PredictionRow] | None:
@@ -146,15 +145,17 @@ def write_folder(output: Path, model, rows: dict[str, list[PredictionRow] | None
         (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
 
 
-def check_runs(runs: list[Path], output: Path) -> None:
-    """Refuse, before any work: fewer than two runs or more than MAX_MEMBERS, a run named twice, a folder that is not
-    a finished run, and an --output that is one of the runs or holds one, or is neither empty nor an earlier
-    ensemble (its replacement would delete what `ensemble` did not write)."""
+def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -> None:
+    """Refuse, before any work: fewer than two runs or more than `most` (None: no ceiling, for members chosen
+    already, as compare's rows over many seeds), a run named twice, a folder that is not a finished run, and an
+    --output that is one of the runs or holds one, or is neither empty nor an earlier ensemble (its replacement
+    would delete what `ensemble` did not write)."""
     from longbert.training.runs import BEST
     from longbert.utils.atomic import named_folder, replaceable_folder
 
-    if not 2 <= len(runs) <= MAX_MEMBERS:
-        raise LongbertError(f"an ensemble takes 2 to {MAX_MEMBERS} runs, got {len(runs)}")
+    if len(runs) < 2 or (most is not None and len(runs) > most):
+        raise LongbertError(f"an ensemble takes 2 to {most} runs, got {len(runs)}" if most is not None else
+                            f"an ensemble takes 2 runs or more, got {len(runs)}")
     resolved = [r.resolve() for r in runs]
     twice = next((r for i, r in enumerate(runs) if resolved[i] in resolved[:i]), None)
     if twice is not None:

@@ -143,7 +143,7 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
         lines += describe_hybrid(lexical)
     lines += usage()
     if facts is not None:
-        lines += training_section(facts)
+        lines += training_section(facts, first_member=ensemble is not None)
     lines += limits(settings)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -248,8 +248,12 @@ def usage() -> list[str]:
             "`longbert.LongDocumentClassifier.from_pretrained(PATH_OR_HUB_ID).predict([...])`.", ""]
 
 
-def training_section(facts: TrainingFacts) -> list[str]:
-    lines = ["## Training data", "", f"Recipe `{facts.recipe}`; documents from {facts.data}.", ""]
+def training_section(facts: TrainingFacts, first_member: bool = False) -> list[str]:
+    """The card's training data, results and training command. For an ensemble (`first_member`) the data and
+    command are its first member's (the members share the data) and the results are the ensemble's own."""
+    data_title, command_title = (("Training data (the first member's)", "The first member's training command")
+                                 if first_member else ("Training data", "Training command"))
+    lines = [f"## {data_title}", "", f"Recipe `{facts.recipe}`; documents from {facts.data}.", ""]
     if facts.init_from:
         lines += [describe_init(facts.init_from), ""]
     if facts.splits:
@@ -272,7 +276,7 @@ def training_section(facts: TrainingFacts) -> list[str]:
     if facts.int8:
         lines += [describe_int8(facts.int8), ""]
     if facts.command:
-        lines += ["## Training command", "", "```bash", facts.command, "```", ""]
+        lines += [f"## {command_title}", "", "```bash", facts.command, "```", ""]
     return lines
 
 

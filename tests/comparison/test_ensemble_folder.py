@@ -104,6 +104,8 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
     metric = summary["metric"]
     assert line.startswith("Validation, of the members' mean probabilities: accuracy ") and "kept step" not in card
     assert f"{metric} {format_metric(metric, summary['validation']['ensemble'])}" in line
+    # the data are the first member's, and the card says so (the command too: tests/modeling/test_card.py)
+    assert "## Training data (the first member's)" in card and "## Training command" not in card
     # paths that carry one model say so in one line, and write nothing
     answer = runner.invoke(app, ["export", str(out), "--output", str(tmp_path / "onnx")])
     assert answer.exit_code == 2 and "ONNX export carries one model" in answer.output
@@ -227,6 +229,23 @@ def _fake_run(path):
     (path / "recipe.yaml").write_text("x")
     (path / "best" / "weights").write_text("w")
     return path
+
+
+def test_eight_runs_bound_a_choice_not_a_group_compare_chose(tmp_path):
+    """`longbert ensemble` chooses among at most eight runs; compare's seed rows and its ensemble over many seeds
+    come chosen already (chosen_by), so nine members are written, not refused."""
+    from longbert.comparison.ensemble_folder import check_runs
+    from longbert.errors import LongbertError
+
+    runs = [_fake_run(tmp_path / "runs" / str(i)) for i in range(9)]
+    with pytest.raises(LongbertError, match="an ensemble takes 2 to 8 runs, got 9"):
+        check_runs(runs, tmp_path / "out")
+    check_runs(runs, tmp_path / "out", None)
+    with pytest.raises(LongbertError, match="an ensemble takes 2 runs or more, got 1"):
+        check_runs(runs[:1], tmp_path / "out", None)
+    answer = runner.invoke(app, ["ensemble", *map(str, runs), "--output", str(tmp_path / "out")])
+    assert answer.exit_code == 2 and "an ensemble takes 2 to 8 runs, got 9" in answer.output
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("case, message", [

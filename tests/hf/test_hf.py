@@ -242,8 +242,9 @@ def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_re
     for bucket, row in test["by_length"].items():
         value = "n/a" if row["accuracy"] is None else f"{row['accuracy']:.1%}"
         assert f"| {bucket} | {row['documents']} | {value} |" in card
-    assert ("```bash\nlongbert train .../tiny.yaml --set backbone.name=.../tiny-bert0 "
+    assert ("## Training command\n\n```bash\nlongbert train .../tiny.yaml --set backbone.name=.../tiny-bert0 "
             "--set train.max_steps=4\n```") in card
+    assert "## Training data\n" in card and "first member" not in card
     assert "## Intended use and limits" in card
     assert str(tmp_path) not in card and tiny_backbone_dir not in card
 

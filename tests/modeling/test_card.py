@@ -51,3 +51,15 @@ def test_a_model_without_a_run_or_a_licensed_backbone_claims_neither(tiny_backbo
     card = saved_card(local, tmp_path / "local")
     assert "datasets" not in card.data.to_dict()  # a local folder's name is no hub dataset
     assert card.data.eval_results[0].dataset_name == "imdb (a local folder)"
+
+
+def test_an_ensembles_training_headings_say_they_are_its_first_members():
+    """An ensemble's card shows its first member's data and training command under headings that say whose they are;
+    a plain model's keep theirs."""
+    from longbert.modeling.card import training_section
+
+    facts = TrainingFacts(recipe="tiny_run", data="imdb", command="longbert train tiny.yaml")
+    plain, first = "\n".join(training_section(facts)), "\n".join(training_section(facts, first_member=True))
+    assert "## Training data\n" in plain and "## Training command\n\n```bash\nlongbert train tiny.yaml" in plain
+    assert "## Training data (the first member's)\n" in first and "## Training command" not in first
+    assert "## The first member's training command\n\n```bash\nlongbert train tiny.yaml" in first
