@@ -357,8 +357,8 @@ def compare(
     reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes "
                                                                            "(<reports-dir>/<name>/)"),
     seeds: int = typer.Option(1, "--seeds", help="runs per strategy, at the recipe's seed and the next ones, on the "
-                                                 "same documents; above 1 the report adds each strategy's seeds "
-                                                 "averaged and their mean ± sd"),
+                                                 "same documents; above 1: each strategy's seeds averaged, their "
+                                                 "mean ± sd, and every run a candidate for the ensemble"),
     train_sizes: Optional[str] = typer.Option(None, "--train-sizes", help="a learning curve, e.g. 100,300,1000: a "
                                               "compare per size on nested training subsets, one report over them"),
 ):
