@@ -1,13 +1,13 @@
 """compare's rows that combine strategies already trained in the same comparison, at no training cost, each chosen on
 the validation split (each run's predictions-validation.jsonl, written by its kept model), never on the test split:
 
-    ensemble   the test probabilities of two or more runs, averaged: every group of two or more is scored on
-               validation (past EXHAUSTIVE_UP_TO runs, groups grown by forward selection), and the best group's
-               test rows become one more row of the report. With `compare --seeds N` every seed's run of every
-               strategy is a candidate, named as compare names it ('chunk', 'chunk-seed43')
-    hybrid     the strategy best on validation, mixed with TF-IDF over its own token ids (`longbert hybrid`,
+    ensemble   the test probabilities of two or more runs, averaged: every group of runs from two strategies or
+               more is scored on validation (past EXHAUSTIVE_UP_TO runs, groups grown by forward selection), and
+               the best group's test rows become one more row of the report. With `compare --seeds N` every seed's
+               run of every strategy is a candidate, named as compare names it ('chunk', 'chunk-seed43')
+    hybrid     the run best on validation, mixed with TF-IDF over its own token ids (`longbert hybrid`,
                longbert.training.hybrid): a model folder of its own under that run, <run>/hybrid/; or the ensemble
-               row mixed with TF-IDF, when the ensemble scores higher on validation than every strategy alone
+               row mixed with TF-IDF, when the ensemble scores higher on validation than every run alone
 
     seeds      with `compare --seeds N`, one row per strategy: its N runs (seeds s0 ... s0 + N - 1, the same documents)
                with their test probabilities averaged, and the spread of the single runs (mean ± sd); nothing is
