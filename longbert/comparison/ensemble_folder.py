@@ -34,7 +34,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     replaced whole; a run folder, a folder holding one, or any other folder that is not empty is refused in one line
     before any work). Returns the summary ensemble-summary.json holds: members, how they were chosen, each one's and
     the ensemble's validation score, and its test metrics when every member was tested."""
-    from longbert.comparison.ensemble import averaged, score, score_rows, scored
+    from longbert.comparison.ensemble import score_rows, scored
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
@@ -52,13 +52,12 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         metric = recipe.train.best_metric if recipe.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
         validation, missing = _validation_rows(runs, names, use_all)
         chosen, chosen_by = _members(names, validation, metric, use_all, chosen_by)
-        scores = None if missing else {
-            **{m: score_rows(validation[m], metric) for m in chosen},
-            "ensemble": score(validation[chosen[0]], averaged(validation, chosen), metric)}
-        facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
         members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]
+        rows = {"validation": None if missing else averaged_rows(validation, chosen, members[0].label_names)}
+        scores = None if missing else {**{m: score_rows(validation[m], metric) for m in chosen},
+                                       "ensemble": score_rows(rows["validation"], metric)}
+        facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
         model = assemble_ensemble(members, facts)
-        rows = {"validation": None if missing else averaged_rows(validation, chosen, model.label_names)}
         test_rows = _test_rows(runs, names, chosen, model.label_names)
         if test_rows is not None:
             rows["test"] = test_rows
