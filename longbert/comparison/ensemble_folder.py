@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -217,24 +218,25 @@ def deployable(runs: dict[str, dict[str, Path]], combined: list[dict], folder: P
     from longbert.training.hybrid import HYBRID
 
     by_name = {name: d for dirs in runs.values() for name, d in dirs.items()}
-    validation = {strategy: read_validation(next(iter(dirs.values()))) for strategy, dirs in runs.items()}
-    if any(rows is None for rows in validation.values()):
+    base = {strategy: next(iter(dirs.values())) for strategy, dirs in runs.items()}
+    read = functools.cache(read_validation)  # a run's rows are read once, however many rows it is a member of
+    if any(read(d) is None for d in base.values()):
         return None
     members, scores, folders = {}, {}, {}
-    for strategy, dirs in runs.items():
-        scores[strategy], folders[strategy] = score_rows(validation[strategy], metric), next(iter(dirs.values()))
+    for strategy, d in base.items():
+        scores[strategy], folders[strategy] = score_rows(read(d), metric), d
     for row in combined:
         if row["name"] == ENSEMBLE:
             members[ENSEMBLE] = [by_name[m] for m in row["members"]]
-            rows = {m: read_validation(by_name[m]) for m in row["members"]}
+            rows = {m: read(by_name[m]) for m in row["members"]}
             scores[ENSEMBLE] = score(rows[row["members"][0]], averaged(rows, tuple(row["members"])), metric)
             folders[ENSEMBLE] = folder / ENSEMBLE
         elif row["name"] == HYBRID:
-            scores[HYBRID] = score_rows(read_validation(Path(row["folder"])), metric)
+            scores[HYBRID] = score_rows(read(Path(row["folder"])), metric)
             folders[HYBRID] = Path(row["folder"])
         elif "seeds" in row:
             dirs = list(runs[row["strategy"]].values())
-            by_seed = {str(d): read_validation(d) for d in dirs}
+            by_seed = {str(d): read(d) for d in dirs}
             if any(rows is None for rows in by_seed.values()):
                 continue
             members[row["name"]] = dirs
