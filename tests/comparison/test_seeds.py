@@ -64,14 +64,22 @@ def test_extra_seeds_differ_only_in_their_seed_and_folder(tmp_path):
         seed_recipes(recipes, 0, base, "base", [], "x", tmp_path)
 
 
-@pytest.mark.heavy
-def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone_dir, imdb_slice, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def seeded(tiny_backbone_dir, imdb_slice, tmp_path_factory):
+    """One compare --seeds 2 over truncate and chunk on the same 30 training documents; the tests below read it, and
+    compare again into its runs (reused, not trained again)."""
+    root = tmp_path_factory.mktemp("seeds")
     overrides = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("strategy.pooling")]
-    overrides.append("data.max_train_documents=30")
-    settings = dict(strategies=["truncate"], overrides=overrides, name="tiny", runs_dir=tmp_path / "runs",
-                    reports_dir=tmp_path / "reports", speed_documents=4, long_tokens=128, seeds=2)
-    results = compare(**settings)
-    runs = tmp_path / "runs" / "tiny"
+    settings = dict(strategies=["truncate", "chunk"], overrides=overrides + ["data.max_train_documents=30"],
+                    name="tiny", runs_dir=root / "runs", reports_dir=root / "reports", speed_documents=4,
+                    long_tokens=128, seeds=2)
+    return {"root": root, "settings": settings, "results": compare(**settings)}
+
+
+@pytest.mark.heavy
+def test_compare_with_seeds_trains_each_seed_on_the_same_documents(seeded, capsys):
+    root, results = seeded["root"], seeded["results"]
+    runs = root / "runs" / "tiny"
     first, second = read_predictions(runs / "truncate"), read_predictions(runs / "truncate-seed43")
     assert [r.id for r in first] == [r.id for r in second]  # the same test documents...
     ids = [[json.loads(line)["index"] for line in (runs / f / "predictions-validation.jsonl").open()]
@@ -80,7 +88,7 @@ def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone
     assert json.loads((runs / "truncate-seed43" / "metrics.json").read_text())["data"] == json.loads(
         (runs / "truncate" / "metrics.json").read_text())["data"]
     assert [r.probabilities for r in first] != [r.probabilities for r in second]  # a different model
-    row = results["seed_ensembles"][0]
+    row = next(r for r in results["seed_ensembles"] if r["strategy"] == "truncate")
     averaged = np.mean([[r.probabilities for r in first], [r.probabilities for r in second]], axis=0)
     right = np.mean(averaged.argmax(1) == np.array([r.label for r in first]))
     assert row["accuracy"] == pytest.approx(right) and row["seeds"] == [42, 43]
@@ -88,27 +96,23 @@ def test_compare_with_seeds_trains_each_seed_on_the_same_documents(tiny_backbone
         (results["strategies"]["truncate"]["accuracy"] + np.mean([r.right for r in second])) / 2)
     assert results["budget"]["seeds"] == [42, 43]
     assert any({c["a"], c["b"]} == {"truncate", "truncate × 2 seeds"} for c in results["comparisons"])
-    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    report = (root / "reports" / "tiny" / "report.md").read_text()
     assert "### Across seeds" in report and "truncate × 2 seeds (averaged)" in report and "--seeds 2" in report
 
     capsys.readouterr()
-    again = compare(**settings)  # both seeds' runs are reused
-    assert capsys.readouterr().err.count("reused") == 2
-    assert again["seed_ensembles"][0]["accuracy"] == row["accuracy"]
+    again = compare(**{**seeded["settings"], "reports_dir": root / "again"})  # every seed's run is reused
+    assert capsys.readouterr().err.count("reused") == 4
+    assert again["seed_ensembles"][0]["accuracy"] == results["seed_ensembles"][0]["accuracy"]
 
 
 @pytest.mark.heavy
-def test_with_seeds_every_seeds_run_is_a_candidate_for_the_ensemble(tiny_backbone_dir, imdb_slice, tmp_path):
+def test_with_seeds_every_seeds_run_is_a_candidate_for_the_ensemble(seeded):
     """compare --seeds 2 over two strategies: the ensemble is chosen among the four runs (groups that mix the two
     strategies), as choose_members chooses from their kept validation predictions, and what compare deploys names
     the runs as compare does."""
     from longbert.comparison.ensemble import choose_members, read_validation
 
-    overrides = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("strategy.pooling")]
-    results = compare(strategies=["truncate", "chunk"], overrides=overrides + ["data.max_train_documents=30"],
-                      name="tiny", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", speed_documents=4,
-                      long_tokens=128, seeds=2)
-    runs = tmp_path / "runs" / "tiny"
+    results, runs = seeded["results"], seeded["root"] / "runs" / "tiny"
     names = ["truncate", "chunk", "truncate-seed43", "chunk-seed43"]
     validation = {n: read_validation(runs / n) for n in names}
     members, score, groups = choose_members(validation, "macro_f1", {n: n.split("-")[0] for n in names})
@@ -119,18 +123,16 @@ def test_with_seeds_every_seeds_run_is_a_candidate_for_the_ensemble(tiny_backbon
 
 
 @pytest.mark.heavy
-def test_seeds_without_seed_rows_still_name_every_seed(tiny_backbone_dir, imdb_slice, tmp_path, monkeypatch):
+def test_seeds_without_seed_rows_still_name_every_seed(seeded, monkeypatch):
     """Where no seed row can be made (multi-label: averaged probabilities would need thresholds of their own), the
     budget and the page still say which seeds were trained, not the base seed alone."""
     from longbert.comparison import ensemble
 
     monkeypatch.setattr(ensemble, "build_seed_ensembles", lambda *a, **k: ([], {}, "no seed-ensemble rows here"))
-    overrides = [o for o in tiny_overrides(tiny_backbone_dir, imdb_slice) if not o.startswith("strategy.pooling")]
-    results = compare(strategies=["truncate"], overrides=overrides + ["data.max_train_documents=30"], name="tiny",
-                      runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", speed_documents=4,
-                      long_tokens=128, seeds=2)
+    reports = seeded["root"] / "without-seed-rows"
+    results = compare(**{**seeded["settings"], "reports_dir": reports})
     assert results["seed_ensembles"] == [] and results["budget"]["seeds"] == [42, 43]
-    assert "seeds 42–43" in (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert "seeds 42–43" in (reports / "tiny" / "report.md").read_text()
 
 
 def test_cli_seeds_below_one_is_one_line_before_anything_is_written(tmp_path):
