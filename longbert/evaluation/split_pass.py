@@ -64,11 +64,11 @@ def model_inputs(batch: dict, device: torch.device | None = None) -> dict:
 
 @torch.no_grad()
 def predict_dataset(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
-                    cached: list[dict] | None = None, precision: str = "auto") -> dict:
+                    cached: list[dict] | None = None, precision: str = "auto", memory: bool = True) -> dict:
     """Run `model` over a tokenized split (or its cached unit vectors, see `split_loader`) at `precision` (see
     `longbert.utils.hardware.INFERENCE_PRECISIONS`; training's evaluations pass an accelerator and run under its
     autocast instead). Returns probabilities (D, C), labels, per-document unit weights, and the inference speed and
-    peak memory of the pass."""
+    peak memory of the pass (on the CPU, None with `memory=False`: see `measure`)."""
     if precision != "auto":
         model = _unwrapped(model).for_precision(precision)
     # Longest documents first, as `predict` batches them: a batch pads little, and its windows fill large passes (in
@@ -85,7 +85,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     probabilities, labels, weights = [], [], []
     device = next(model.parameters()).device
     autocast = accelerator.autocast() if accelerator is not None else autocast_for(model, precision)
-    with measure(device) as cost, autocast:
+    with measure(device, memory) as cost, autocast:
         for batch in progress(loader, description):
             out = model(**model_inputs(batch, device))
             p = out.unit_weights
@@ -130,7 +130,7 @@ def _throughput(dataset, seconds: float | None) -> dict:
 
 
 def predict_across_processes(model, dataset, batch_size: int, process, description: str = "evaluating",
-                             precision: str = "auto") -> dict:
+                             precision: str = "auto", memory: bool = True) -> dict:
     """`predict_dataset` with the split divided between the processes of `process` (accelerate's PartialState):
     each predicts a contiguous share, and every process gets the whole result back in the split's order. The speed
     is that of the slowest process over all documents; the peak memory, the highest of any process."""
@@ -138,8 +138,8 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
 
     with process.split_between_processes(list(range(len(dataset)))) as share:
         mine = list(share)
-    part = (predict_dataset(model, dataset.select(mine), batch_size, description=description, precision=precision)
-            if mine else None)
+    part = (predict_dataset(model, dataset.select(mine), batch_size, description=description, precision=precision,
+                            memory=memory) if mine else None)
     parts = [p for p in gather_object([part]) if p is not None]  # in process order: the split's order
     peaks = [p["speed"]["peak_memory_mb"] for p in parts if p["speed"]["peak_memory_mb"] is not None]
     return {
@@ -158,14 +158,16 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
 
 
 def evaluate_split(model, dataset, batch_size: int, accelerator=None, description: str = "evaluating",
-                   cached: list[dict] | None = None, process=None, precision: str = "auto") -> tuple[dict, dict]:
+                   cached: list[dict] | None = None, process=None, precision: str = "auto",
+                   memory: bool = True) -> tuple[dict, dict]:
     """(metrics with a `speed` section, raw predictions) for one tokenized split (or its cached unit vectors).
     Multi-label predictions use the model's thresholds. Given `process` (accelerate's PartialState) of several
-    processes and no `accelerator`, the split is divided between them (see `predict_across_processes`)."""
+    processes and no `accelerator`, the split is divided between them (see `predict_across_processes`).
+    `memory=False`: a pass whose memory nobody reads (training's validations) is only timed on the CPU."""
     if accelerator is None and cached is None and process is not None and process.num_processes > 1:
-        raw = predict_across_processes(model, dataset, batch_size, process, description, precision)
+        raw = predict_across_processes(model, dataset, batch_size, process, description, precision, memory)
     else:
-        raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached, precision)
+        raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached, precision, memory)
     core = _unwrapped(model)
     metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names,
                               core.multi_label, core.thresholds if core.multi_label else None)

@@ -69,13 +69,12 @@ TRACKER_LOGS = "logs"  # the trackers' folder inside the run folder (tensorboard
 
 def train(recipe: Recipe, resume: bool = False, command: str | None = None,
           stop: StopRequest | None = None, data=None) -> TrainResult:
-    """Train `recipe` into its run folder (recipe.output_dir) and evaluate the kept model on the test split.
-    With `resume`, continue the run from its last checkpoint (the recipe must be the same).
-    `stop`: checked once after every optimiser step; once set, training writes a checkpoint and raises
-    TrainingInterrupted. Ctrl-C and SIGTERM set it (in the main thread); a second Ctrl-C interrupts at once.
-    `data`: documents in memory instead of data.path (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts
-    and labels; see longbert.data.objects); the recipe's other data settings apply, and the recipe saved in the run
-    folder says what kind of object it was and its rows per split."""
+    """Train `recipe` into its run folder (recipe.output_dir) and evaluate the kept model on the test split. With
+    `resume`, continue the run from its last checkpoint (the recipe must be the same). `stop`: checked once after every
+    optimiser step; once set, training writes a checkpoint and raises TrainingInterrupted. Ctrl-C and SIGTERM set it
+    (in the main thread); a second Ctrl-C interrupts at once. `data`: documents in memory instead of data.path (a
+    datasets.Dataset or DatasetDict, a pandas DataFrame, texts and labels; see longbert.data.objects); the recipe's
+    other data settings apply, and the recipe saved in the run folder names the object's kind and rows per split."""
     from longbert.data.objects import recipe_for_data_object
 
     if data is not None:
@@ -360,7 +359,8 @@ class _Loop:
         state, cfg = self.state, self.recipe.train
         evaluation_started = time.perf_counter()
         metrics, _ = evaluate_split(self.model, self.corpus.splits["validation"], self.recipe.eval.batch_size,
-                                    self.accelerator, description="validation", cached=self.cached.get("validation"))
+                                    self.accelerator, description="validation", cached=self.cached.get("validation"),
+                                    memory=False)
         value = metrics[cfg.best_metric]
         better = improves(value, state.best_metric, cfg.best_metric)
         entry = {k: metrics[k] for k in HISTORY_METRICS if k in metrics}

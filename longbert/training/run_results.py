@@ -35,7 +35,7 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
     if "validation" in corpus.splits:
         _, validation_raw = evaluate_split(core, corpus.splits["validation"], recipe.eval.batch_size,
                                            description="validation", cached=cached["validation"] if cached else None,
-                                           process=accelerator.state)
+                                           process=accelerator.state, memory=False)
     threshold = recipe.model.multi_label_threshold
     if is_multi_label(recipe.model.problem_type) and isinstance(threshold, str):
         # The kept model's decision thresholds, tuned on its validation predictions; saved with it.

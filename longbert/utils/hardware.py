@@ -209,14 +209,23 @@ def _reset_rss_peak() -> bool:
 
 
 @contextmanager
-def measure(device: torch.device | str):
+def measure(device: torch.device | str, memory: bool = True):
     """Time a block and its peak memory. Yields a dict filled on exit with seconds, peak_memory_mb and
     added_memory_mb (the peak less what was in use when the block started: what the block itself needed):
     CUDA -> torch's peak allocation; CPU (Linux) -> the process's peak resident set size during the block,
     measured after freed memory was handed back (`release_freed_memory`), so that what earlier work left behind does
-    not count."""
+    not count. With `memory=False` on the CPU the block is only timed (both memory fields None): handing freed
+    memory back runs a full garbage collection, which costs a large process a noticeable fraction of a second."""
     device = torch.device(device)
     result: dict = {}
+    if device.type != "cuda" and not memory:
+        start = time.perf_counter()
+        try:
+            yield result
+        finally:
+            result.update(seconds=time.perf_counter() - start, peak_memory_mb=None, added_memory_mb=None,
+                          memory_kind=None)
+        return
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

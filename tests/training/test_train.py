@@ -25,9 +25,14 @@ pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_end_to_end_run_folder(tiny_recipe, tmp_path):
+def test_end_to_end_run_folder(tiny_recipe, tmp_path, monkeypatch):
+    from longbert.utils import hardware
+
     recipe = longbert.load_recipe(None, tiny_recipe)
+    released = []  # a full garbage collection before each memory measurement
+    monkeypatch.setattr(hardware, "release_freed_memory", lambda: released.append(1))
     result = longbert.train(recipe, command="pytest")
+    assert len(released) == 1, "memory is measured for the test pass only, not for training's validations"
     run = result.run_dir
     for name in ("recipe.yaml", "metrics.json", "metrics.md", "predictions-test.jsonl", "best/longbert_config.json",
                  "best/head.safetensors", "best/backbone/model.safetensors", "checkpoint/state.json"):

@@ -1,8 +1,10 @@
-"""`fast_bf16` follows the kernels torch dispatches to, not only the CPU's flags."""
+"""`fast_bf16` follows the kernels torch dispatches to, not only the CPU's flags; `measure` times a block and, when
+asked, its peak memory."""
 
 import torch
 
-from longbert.utils.hardware import fast_bf16, resolve_precision
+from longbert.utils import hardware
+from longbert.utils.hardware import fast_bf16, measure, resolve_precision
 
 
 def test_bf16_is_not_fast_where_torch_runs_avx2_kernels(monkeypatch):
@@ -49,3 +51,15 @@ def test_every_command_keeps_freed_memory(monkeypatch, tmp_path):
     monkeypatch.setattr(hardware, "keep_freed_memory", lambda: calls.append(1) or True)
     answer = CliRunner().invoke(app, ["quantize", str(tmp_path)])
     assert answer.exit_code == 2 and calls == [1]
+
+
+def test_measure_on_the_cpu_releases_freed_memory_only_when_memory_is_measured(monkeypatch):
+    released = []
+    monkeypatch.setattr(hardware, "release_freed_memory", lambda: released.append(1))
+    with measure("cpu") as cost:
+        block = torch.ones(1 << 20)
+    assert released == [1] and cost["memory_kind"].startswith("process_peak_rss") and cost["seconds"] >= 0
+    with measure("cpu", memory=False) as timed:
+        block += 1
+    assert released == [1], "a timed-only block runs no garbage collection"
+    assert timed["seconds"] >= 0 and timed["peak_memory_mb"] is timed["added_memory_mb"] is timed["memory_kind"] is None
