@@ -218,23 +218,17 @@ def measure(device: torch.device | str, memory: bool = True):
     memory back runs a full garbage collection, which costs a large process a noticeable fraction of a second."""
     device = torch.device(device)
     result: dict = {}
-    if device.type != "cuda" and not memory:
-        start = time.perf_counter()
-        try:
-            yield result
-        finally:
-            result.update(seconds=time.perf_counter() - start, peak_memory_mb=None, added_memory_mb=None,
-                          memory_kind=None)
-        return
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
         result["memory_kind"] = "cuda_max_allocated"
-    else:
+    elif memory:
         release_freed_memory()
         before = _rss_bytes()
         result["memory_kind"] = "process_peak_rss" if _reset_rss_peak() else "process_peak_rss_since_start"
+    else:
+        before, result["memory_kind"] = None, None
     start = time.perf_counter()
     try:
         yield result
@@ -243,7 +237,7 @@ def measure(device: torch.device | str, memory: bool = True):
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device)
         else:
-            peak = _rss_peak_bytes()
+            peak = _rss_peak_bytes() if memory else None
         result["seconds"] = time.perf_counter() - start
         result["peak_memory_mb"] = None if peak is None else round(peak / 2**20, 1)
         result["added_memory_mb"] = None if peak is None or before is None else round(max(peak - before, 0) / 2**20, 1)
