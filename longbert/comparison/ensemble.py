@@ -43,11 +43,17 @@ def read_validation(run_dir: Path) -> list[PredictionRow] | None:
     return read_kept(run_dir, VALIDATION_FILE)
 
 
+def selection_metric(best_metric: str) -> str:
+    """The metric a combined row (ensemble, seeds, the model to deploy) is chosen by: the recipe's best_metric, or
+    macro_f1 where that is loss, which a hard prediction has not."""
+    return best_metric if best_metric in SELECTION_METRICS else "macro_f1"
+
+
 def validation_of(run_dirs: dict[str, Path], metric: str, row: str) -> tuple[dict | None, str, str | None]:
     """(each run's validation rows, the metric a combined row is chosen by, None), or (None, metric, why `row` cannot
     be chosen) when a run kept no validation predictions. `metric`: the recipe's best_metric; loss, which a hard
     prediction has not, falls back to macro_f1."""
-    metric = metric if metric in SELECTION_METRICS else "macro_f1"
+    metric = selection_metric(metric)
     validation = {s: read_validation(d) for s, d in run_dirs.items()}
     missing = [s for s, rows in validation.items() if rows is None]
     if missing:

@@ -35,7 +35,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     replaced whole; a run folder, a folder holding one, or any other folder that is not empty is refused in one line
     before any work). Returns the summary ensemble-summary.json holds: members, how they were chosen, each one's and
     the ensemble's validation score, and its test metrics when every member was tested."""
-    from longbert.comparison.ensemble import score_rows, scored
+    from longbert.comparison.ensemble import score_rows, scored, selection_metric
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
@@ -50,7 +50,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         for run in runs:
             stack.enter_context(locked(run))
         recipe = load_recipe(runs[0] / "recipe.yaml")
-        metric = recipe.train.best_metric if recipe.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
+        metric = selection_metric(recipe.train.best_metric)
         validation, missing = _validation_rows(runs, names, use_all)
         chosen, chosen_by = _members(names, validation, metric, use_all, chosen_by)
         members = [LongDocumentClassifier.from_pretrained(runs[names.index(m)] / BEST) for m in chosen]

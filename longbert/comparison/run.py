@@ -302,13 +302,13 @@ def _speed_and_examples(c: _Comparison, predictions, chosen, label_names, splits
 
 def _deployable(c: _Comparison, combined: list[dict]) -> dict | None:
     """The model to deploy (`ensemble_folder.deployable`); None for multi-label runs."""
+    from longbert.comparison.ensemble import selection_metric
     from longbert.comparison.ensemble_folder import deployable
 
     if c.multi_label:
         return None
-    metric = c.first.train.best_metric if c.first.train.best_metric in ("accuracy", "macro_f1") else "macro_f1"
     return deployable({s: {_run_label(s, k, c.base_seed): Path(c.by_seed[s][k].output_dir) for k in c.seed_list}
-                       for s in c.names}, combined, c.runs_dir / c.name, metric)
+                       for s in c.names}, combined, c.runs_dir / c.name, selection_metric(c.first.train.best_metric))
 
 
 def _write_report(results: dict, folder: Path) -> None:
