@@ -1,4 +1,5 @@
-"""The example scripts that README numbers come from run, and fail in one line on bad input."""
+"""The research scripts in benchmarks/scripts/ (the numbers in the docs come from them) compute what they say, and fail
+in one line on bad input."""
 import json
 import subprocess
 import sys
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SCRIPTS = Path(__file__).resolve().parent.parent / "benchmarks" / "scripts"
 
 
 def write_run(folder: Path, rows: list[tuple[int, int, int]]) -> Path:
@@ -20,7 +21,7 @@ def write_run(folder: Path, rows: list[tuple[int, int, int]]) -> Path:
 
 
 def paired_runs(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXAMPLES / "paired_runs.py"), *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, str(SCRIPTS / "paired_runs.py"), *map(str, args)], capture_output=True,
                           text=True)
 
 
@@ -86,7 +87,7 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"name: tiny\ndata:\n  path: {tmp_path}\n  validation_fraction: 0.2\n")
     out = tmp_path / "tfidf"
-    result = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(recipe), "--predictions",
+    result = subprocess.run([sys.executable, str(SCRIPTS / "tfidf_baseline.py"), str(recipe), "--predictions",
                              str(out)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     predictions = [json.loads(line) for line in (out / "predictions-test.jsonl").read_text().splitlines()]
@@ -95,7 +96,7 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     assert accuracy == sum(p["label"] == p["predicted"] for p in predictions) / 10
     assert paired_runs(out, out).returncode == 0
 
-    missing = subprocess.run([sys.executable, str(EXAMPLES / "tfidf_baseline.py"), str(tmp_path / "nope.yaml")],
+    missing = subprocess.run([sys.executable, str(SCRIPTS / "tfidf_baseline.py"), str(tmp_path / "nope.yaml")],
                              capture_output=True, text=True)
     assert missing.returncode == 1 and "nope.yaml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 
@@ -116,7 +117,7 @@ def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_dra
     recipe.write_text(f"name: tiny\nseed: 7\ndata:\n  path: {data}\n  validation_fraction: 0.2\n"
                       "  max_train_documents: 20\n  max_test_documents: 8\n  test_longer_than: 12\n")
     out = tmp_path / "written"
-    result = subprocess.run([sys.executable, str(EXAMPLES / "write_documents.py"), str(recipe), str(out)],
+    result = subprocess.run([sys.executable, str(SCRIPTS / "write_documents.py"), str(recipe), str(out)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     tokenizer = load_tokenizer("minilm")
@@ -134,11 +135,11 @@ def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_dra
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
-    refused = subprocess.run([sys.executable, str(EXAMPLES / "write_documents.py"), str(recipe), str(taken)],
+    refused = subprocess.run([sys.executable, str(SCRIPTS / "write_documents.py"), str(recipe), str(taken)],
                              capture_output=True, text=True)
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1 and str(taken) in refused.stderr
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
-    bad = subprocess.run([sys.executable, str(EXAMPLES / "write_documents.py"), str(tmp_path / "nope.yaml"),
+    bad = subprocess.run([sys.executable, str(SCRIPTS / "write_documents.py"), str(tmp_path / "nope.yaml"),
                           str(tmp_path / "new")], capture_output=True, text=True)
     assert bad.returncode == 1 and "nope.yaml" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "new").exists()
@@ -148,7 +149,7 @@ def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_dra
 def test_embed_and_classify_fits_a_classifier_on_real_minilm_vectors(tmp_path):
     """The real backbone on real reviews (slow: MiniLM reads 40 long IMDb reviews): the vectors carry the sentiment
     well above chance, with C chosen on held-out training vectors."""
-    done = subprocess.run([sys.executable, str(EXAMPLES / "embed_and_classify.py"), "--train", "20", "--test", "20",
+    done = subprocess.run([sys.executable, str(SCRIPTS / "embed_and_classify.py"), "--train", "20", "--test", "20",
                            "--json", str(tmp_path / "out.json")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "out.json").read_text())
@@ -156,23 +157,23 @@ def test_embed_and_classify_fits_a_classifier_on_real_minilm_vectors(tmp_path):
 
 
 def test_check_ensemble_folder_names_a_folder_that_is_no_model_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, str(EXAMPLES / "check_ensemble_folder.py"), str(tmp_path)],
+    result = subprocess.run([sys.executable, str(SCRIPTS / "check_ensemble_folder.py"), str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
         f"error: {tmp_path} is not a longbert model folder (no longbert_config.json)"]
 
 
-def load_example(name: str):
+def load_script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_majority_ceiling_counts_reviews_and_votes_as_its_formula_says(tmp_path):
-    ceiling = load_example("majority_ceiling")
+    ceiling = load_script("majority_ceiling")
     documents = [{"label": 1, "review_labels": [1, 1, 0]}, {"label": 0, "review_labels": [1, 0, 0]},
                  {"label": 1, "review_labels": [0, 1, 1]}, {"label": 0, "review_labels": [0, 1, 0]}]
     predicted = [[1, 1, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]]  # 9 of 12 reviews right
@@ -194,16 +195,16 @@ def test_majority_ceiling_counts_reviews_and_votes_as_its_formula_says(tmp_path)
 
 
 def test_majority_ceiling_and_unit_readouts_refuse_a_missing_or_wrong_file_in_one_line(tmp_path):
-    def run_example(name, *args):
-        return subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *map(str, args)], capture_output=True,
+    def run_script(name, *args):
+        return subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)], capture_output=True,
                               text=True)
 
     depth = tmp_path / "depth.jsonl"
     depth.write_text(json.dumps({"id": "depth-0600-000001", "text": "a b", "label": 0}) + "\n")
     for result, fragment in (
-            (run_example("majority_ceiling", tmp_path / "model", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
-            (run_example("majority_ceiling", tmp_path / "model", "--probe", depth), "not a majority probe"),
-            (run_example("unit_readouts", tmp_path / "model", "--validation", tmp_path / "none.jsonl", "--test",
+            (run_script("majority_ceiling", tmp_path / "model", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
+            (run_script("majority_ceiling", tmp_path / "model", "--probe", depth), "not a majority probe"),
+            (run_script("unit_readouts", tmp_path / "model", "--validation", tmp_path / "none.jsonl", "--test",
                          depth), "none.jsonl is not a file")):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
@@ -213,7 +214,7 @@ def test_majority_ceiling_and_unit_readouts_refuse_a_missing_or_wrong_file_in_on
 def test_unit_readouts_read_the_units_four_ways():
     import torch
 
-    readouts = load_example("unit_readouts")
+    readouts = load_script("unit_readouts")
     # Three units: two lean to class 1, one is sure of class 0; the pooler said class 0.
     logits = torch.tensor([[0.0, 0.5], [0.0, 0.4], [4.0, 0.0]])
     outputs = [{"probabilities": torch.tensor([0.6, 0.4]), "unit_logits": logits,
@@ -230,7 +231,7 @@ def test_unit_readouts_read_the_units_four_ways():
 
 
 def test_where_it_looks_weighs_the_units_that_hold_a_review():
-    looks = load_example("where_it_looks")
+    looks = load_script("where_it_looks")
     text = "n1 n2 r1 r2 n3 n4 m1 n5 n6 l1 l2"
     document = {"text": text, "review_starts": [2, 6, 9], "review_words": [2, 1, 2]}
     # One token a word, except m1, which is two tokens (m, ##1).
@@ -257,7 +258,7 @@ def test_where_it_looks_refuses_predictions_without_unit_weights_in_one_line(tmp
                                  "review_words": [1, 1, 1]}) + "\n")
     for args, fragment in (((run / "predictions-test.jsonl", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
                            ((run / "predictions-test.jsonl", "--probe", probe), "no unit_weights")):
-        result = subprocess.run([sys.executable, str(EXAMPLES / "where_it_looks.py"), *map(str, args)],
+        result = subprocess.run([sys.executable, str(SCRIPTS / "where_it_looks.py"), *map(str, args)],
                                 capture_output=True, text=True)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()

@@ -1,5 +1,6 @@
-"""examples/make_reach_probe.py builds probes whose evidence lies where their ids say, from the splits it should come
-from, in a folder that longbert's own reader loads; examples/accuracy_by_group.py scores runs by those ids."""
+"""benchmarks/scripts/make_reach_probe.py builds probes whose evidence lies where their ids say, from the splits it
+should come from, in a folder that longbert's own reader loads; benchmarks/scripts/accuracy_by_group.py scores runs by
+those ids."""
 import gzip
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 from helpers import missing_shared_data
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+SCRIPTS = ROOT / "benchmarks" / "scripts"
 DATA_ROOTS = [Path(p) for p in os.environ.get("LONGBERT_DATA_DIR", "").split(os.pathsep) if p] + [
     ROOT.parent / "shared" / "data"]
 LENGTH = 300
@@ -24,7 +25,7 @@ TINY = ["--train", "40", "--validation", "20", "--test", "20", "--length", str(L
 
 
 def script(name: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXAMPLES / name), *map(str, args)], capture_output=True, text=True)
+    return subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True, text=True)
 
 
 def read_jsonl(file: Path) -> list[dict]:

@@ -1,10 +1,10 @@
 """Accuracy of runs by document group: reads each run folder's predictions-test.jsonl (written by `longbert train`,
-`longbert evaluate --split test`, `longbert compare`, or examples/tfidf_baseline.py --predictions) and prints a
-Markdown table, runs as rows, groups as columns, each cell the accuracy and its count. A document's group is its id up
-to the last '-' (depth-0600-000123 -> depth-0600: the ids examples/make_reach_probe.py writes); `all` is every
+`longbert evaluate --split test`, `longbert compare`, or benchmarks/scripts/tfidf_baseline.py --predictions) and prints
+a Markdown table, runs as rows, groups as columns, each cell the accuracy and its count. A document's group is its id up
+to the last '-' (depth-0600-000123 -> depth-0600: the ids benchmarks/scripts/make_reach_probe.py writes); `all` is every
 document. Documents whose id has no '-' (a run on data without ids numbers its rows) count in `all` only.
 
-    python examples/accuracy_by_group.py runs/compare/compare_reach/* [--json by_group.json]
+    python benchmarks/scripts/accuracy_by_group.py runs/compare/compare_reach/* [--json by_group.json]
 
 --json also writes the numbers: {"groups": [...], "runs": [{"run", "all": {"accuracy", "documents"}, "groups": {...},
 "ungrouped"}]}. A run folder that is missing, or has no readable predictions-test.jsonl, is one error line (exit 2).

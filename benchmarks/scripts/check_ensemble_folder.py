@@ -5,7 +5,7 @@ difference from its predictions-test.jsonl.
 
     longbert ensemble runs/compare/compare_imdb_learned/chunk runs/compare/compare_imdb_learned/bigbird \
         --output runs/ensembles/imdb_learned
-    python examples/check_ensemble_folder.py runs/ensembles/imdb_learned --documents 8
+    python benchmarks/scripts/check_ensemble_folder.py runs/ensembles/imdb_learned --documents 8
 """
 
 import argparse

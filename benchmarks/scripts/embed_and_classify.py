@@ -3,8 +3,8 @@
 of them), and report its test accuracy beside the model's own head; with no model folder given, a frozen MiniLM
 reads each document in 510-token chunks and mean-pools them (no training at all).
 
-    python examples/embed_and_classify.py [--model RUN_OR_FOLDER] [--train 500] [--test 500] [--longer-than 512]
-        [--data-dir ../shared/data] [--json FILE]
+    python benchmarks/scripts/embed_and_classify.py [--model RUN_OR_FOLDER] [--train 500] [--test 500]
+        [--longer-than 512] [--data-dir ../shared/data] [--json FILE]
 
 Reads IMDb's train and test splits (`<data-dir>/imdb/{train,test}.jsonl.gz`), keeps reviews longer than
 --longer-than tokens, and takes seeded samples of each.
@@ -21,7 +21,7 @@ parser.add_argument("--model", default=None, help="a run folder or saved model f
 parser.add_argument("--train", type=int, default=500)
 parser.add_argument("--test", type=int, default=500)
 parser.add_argument("--longer-than", type=int, default=512)
-parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" / "data")
 parser.add_argument("--json", type=Path, default=None)
 args = parser.parse_args()
 

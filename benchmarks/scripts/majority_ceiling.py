@@ -1,7 +1,7 @@
 """What counting the majority probe's three reviews could give: a model that reads one review alone classifies each
 review of the probe's test documents, cut out of the document at the word offsets the probe recorded
-(examples/make_reach_probe.py --task majority), and the reviews' labels are then combined in the ways a document
-model might combine them:
+(benchmarks/scripts/make_reach_probe.py --task majority), and the reviews' labels are then combined in the ways a
+document model might combine them:
 
     per review         how often the model gets one review right, alone (a, overall and by position)
     majority vote      the majority of its three labels: what reading every review and counting gives
@@ -16,7 +16,7 @@ With reviews read independently at accuracy a, a vote is right with probability 
 has exactly one dissenting review: both majority reviews read right, or one of them and the dissenter both wrong), and
 the last review alone with 3a/4 + (1-a)/4. Those two formulas are printed beside what was counted.
 
-    python examples/majority_ceiling.py MODEL_DIR [--probe runs/data/reach_majority/test.jsonl]
+    python benchmarks/scripts/majority_ceiling.py MODEL_DIR [--probe runs/data/reach_majority/test.jsonl]
         [--ids-from PREDICTIONS.jsonl[.gz]] [--documents 1000] [--json F]
 
 MODEL_DIR: any folder `longbert predict` loads. --ids-from: read the documents named in a predictions file (e.g. a
@@ -47,7 +47,7 @@ def fail(message: str):
 def probe_documents(probe: Path, ids: list[str] | None, count: int) -> list[dict]:
     """The probe's documents, those named in `ids` (in that order) or the first `count`."""
     if not probe.is_file():
-        fail(f"{probe} is not a file (python examples/make_reach_probe.py --task majority writes it)")
+        fail(f"{probe} is not a file (python benchmarks/scripts/make_reach_probe.py --task majority writes it)")
     try:
         rows = [json.loads(line) for line in probe.read_text().splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -6,7 +6,7 @@ Each review gets the tags that hold for it, out of three (none is possible):
     long       it is longer than 512 WordPiece tokens with [CLS]/[SEP] (the MiniLM tokenizer counts)
 Splits: train (from IMDb train) and test (from IMDb test), seeded random subsets.
 
-    python examples/make_imdb_tags.py [--out runs/data/imdb_tags] [--train 4000] [--test 2000] [--seed 0]
+    python benchmarks/scripts/make_imdb_tags.py [--out runs/data/imdb_tags] [--train 4000] [--test 2000] [--seed 0]
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 label lies at a known depth of a long document, or is spread over all of it, so that `longbert compare` on it
 (recipes/compare/reach.yaml) shows where reading the whole document pays.
 
-    python examples/make_reach_probe.py [--task depth] [--output runs/data/reach_depth] [--train 2000]
+    python benchmarks/scripts/make_reach_probe.py [--task depth] [--output runs/data/reach_depth] [--train 2000]
         [--validation 500] [--test 2000] [--length 1500] [--seed 0] [--data-dir ../shared/data]
-    python examples/make_reach_probe.py --task majority       # writes runs/data/reach_majority
+    python benchmarks/scripts/make_reach_probe.py --task majority       # writes runs/data/reach_majority
 
 Each document is --length whitespace words (1,500 by default: about 2,000 WordPiece tokens) of neutral filler, news
 articles from Hyperpartisan concatenated whole and cut at word boundaries, with IMDb reviews spliced in:
@@ -45,7 +45,7 @@ import re
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LABEL_NAMES = ("neg", "pos")
 LETTERS = "np"  # pattern letters by label: n = neg (0), p = pos (1)
 # (first, middle, last) sentiments, alternating the majority label (pos, neg, ...): the first review disagrees with

@@ -2,9 +2,9 @@
 on two backbones): the exact McNemar test and the detectable difference that reports use, on all test documents
 and on those longer than 512 tokens. The runs must have predicted the same test documents in the same order.
 
-    python examples/paired_runs.py runs/compare/hyperpartisan_defaults/truncate \
+    python benchmarks/scripts/paired_runs.py runs/compare/hyperpartisan_defaults/truncate \
         runs/compare/hyperpartisan_pretrained/chunk
-    python examples/paired_runs.py benchmarks/results/predictions/reach_depth_learned-chunk-test.jsonl.gz \
+    python benchmarks/scripts/paired_runs.py benchmarks/results/predictions/reach_depth_learned-chunk-test.jsonl.gz \
         runs/compare/reach_depth_sliding/sliding
 
 A run is a run folder (its predictions-test.jsonl) or a predictions file itself, gzipped as committed under

@@ -2,9 +2,9 @@
 (longbert.comparison.baseline, the row every `longbert compare` report shows), trained on the recipe's own training
 documents (same data settings, seed and subsample), C chosen on its validation split, scored once on its test split.
 
-    python examples/tfidf_baseline.py recipes/imdb_rating.yaml
-    python examples/tfidf_baseline.py recipes/imdb_full_cpu.yaml --predictions runs/imdb_full_cpu_tfidf
-        # also writes predictions-test.jsonl there, for examples/paired_runs.py against the trained run
+    python benchmarks/scripts/tfidf_baseline.py recipes/imdb_rating.yaml
+    python benchmarks/scripts/tfidf_baseline.py recipes/imdb_full_cpu.yaml --predictions runs/imdb_full_cpu_tfidf
+        # also writes predictions-test.jsonl there, for benchmarks/scripts/paired_runs.py against the trained run
 
 Arguments after the recipe are overrides, as `longbert train --set` takes them (train.epochs=3).
 """

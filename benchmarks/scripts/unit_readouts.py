@@ -10,11 +10,11 @@ trains it, `LongDocumentClassifier.unit_loss`), and the document's label is read
 
 A reading is chosen on validation only; the test file is read once with every reading, for the record.
 
-    python examples/unit_readouts.py MODEL_DIR --validation V.jsonl --test T.jsonl [--test-ids-from P.jsonl.gz]
-        [--validation-documents 500] [--json F]
+    python benchmarks/scripts/unit_readouts.py MODEL_DIR --validation V.jsonl --test T.jsonl
+        [--test-ids-from P.jsonl.gz] [--validation-documents 500] [--json F]
 
 MODEL_DIR: a single model folder of a multi-unit strategy (not an ensemble or hybrid). The files: JSON lines with
-id, text and label (an index into the model's label names), as examples/make_reach_probe.py writes them.
+id, text and label (an index into the model's label names), as benchmarks/scripts/make_reach_probe.py writes them.
 --test-ids-from: only the test documents named in a predictions file (e.g. the run's own predictions-test.jsonl),
 so that the numbers pair with it. A missing or malformed file is one error line (exit 2).
 """

@@ -4,16 +4,16 @@ to look puts its weight on the reviews; one that did not spreads it as the units
 
 For each predictions file (a run's predictions-test.jsonl, or a committed .jsonl.gz; its rows carry `unit_weights`,
 what an attention, max or gated pooler gave each unit), every document is tokenized as longbert tokenizes it, each
-review's tokens are found from the word offsets the probe recorded (examples/make_reach_probe.py --task majority), and
-the units are cut as the strategy cuts them (`window_spans`: --window tokens every --stride, the first --max-tokens
-content tokens). Printed per file, as means over its documents:
+review's tokens are found from the word offsets the probe recorded (benchmarks/scripts/make_reach_probe.py --task
+majority), and the units are cut as the strategy cuts them (`window_spans`: --window tokens every --stride, the first
+--max-tokens content tokens). Printed per file, as means over its documents:
 
     on reviews      the pooler's weight on the units that overlap a review
     if even         the share of units that overlap a review: what equal weights would put there
     top unit        how often the unit with the largest weight overlaps a review
     first / middle / last   the weight on the units overlapping each review
 
-    python examples/where_it_looks.py PREDICTIONS... [--probe runs/data/reach_majority/test.jsonl]
+    python benchmarks/scripts/where_it_looks.py PREDICTIONS... [--probe runs/data/reach_majority/test.jsonl]
         [--window 126] [--stride WINDOW] [--max-tokens N] [--tokenizer minilm] [--json F]
 
 The numbers describe a pooler's weights, not what the units' vectors hold; they pair with the files' accuracies.
@@ -76,7 +76,7 @@ def read_file(path: Path) -> list:
 
 
 def probe_by_id(probe: Path) -> dict[str, dict]:
-    from majority_ceiling import probe_documents  # a script beside this one: python puts examples/ on the path
+    from majority_ceiling import probe_documents  # a script beside this one: python puts its folder on the path
 
     return {row["id"]: row for row in probe_documents(probe, None, None)}
 

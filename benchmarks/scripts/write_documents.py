@@ -1,7 +1,7 @@
 """Write the documents a recipe draws (its training, validation and test documents after carving, subsampling and
 length selection) as a data folder, so that a machine without the recipe's data (a lent GPU, say) reads exactly them.
 
-    python examples/write_documents.py recipes/compare/imdb.yaml runs/data/imdb_reader
+    python benchmarks/scripts/write_documents.py recipes/compare/imdb.yaml runs/data/imdb_reader
     longbert compare --recipe recipes/compare/imdb.yaml --set data.path=runs/data/imdb_reader ...
         # elsewhere: the same documents in the same order, so its predictions pair with this machine's
 
