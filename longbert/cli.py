@@ -345,13 +345,13 @@ def compare(
     strategies: str = typer.Option(..., "--strategies", help="comma-separated strategy names, e.g. "
                                                              "truncate,chunk,sliding (see `longbert strategies`)"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="base recipe file or packaged recipe name "
-                                                                 "(default: recipes/compare/imdb.yaml: IMDb subset, "
-                                                                 "MiniLM)"),
+                                                                 "(default: recipes/compare/own_data.yaml with --set "
+                                                                 "data.path, else recipes/compare/imdb.yaml: IMDb)"),
     set_: List[str] = typer.Option([], "--set", help="key.path=value for every strategy; strategy.<field>=value for "
                                                      "those with that field; <strategy>.<field>=value for one "
                                                      "(repeatable)"),
     name: Optional[str] = typer.Option(None, "--name", help="report name: reports/<name>/ and runs/compare/<name>/ "
-                                                            "(default: the recipe's name)"),
+                                                            "(default: compare_<stem> of data.path, or the recipe's)"),
     runs_dir: Path = typer.Option(Path("runs/compare"), "--runs-dir", help="where the run folders go "
                                                                            "(<runs-dir>/<name>/<strategy>/)"),
     reports_dir: Path = typer.Option(Path("reports"), "--reports-dir", help="where the report goes "

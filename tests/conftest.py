@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import missing_shared_data, tiny_bert_config
+from helpers import ONE_STAGE, missing_shared_data, tiny_bert_config
 
 os.environ.setdefault("LONGBERT_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -102,6 +102,8 @@ def tiny_recipe(tiny_backbone_dir, imdb_slice, tmp_path):
         "train.batch_size=8",
         "train.learning_rate=1e-3",
         "train.mixed_precision=no",
+        *ONE_STAGE,
+        "strategy.pooling=mean",
         "eval.batch_size=16",
         f"output_dir={tmp_path / 'run'}",
     ]

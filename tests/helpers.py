@@ -26,6 +26,12 @@ TINY_STRATEGY_SETTINGS = {
 }
 
 
+# The training that tests counting steps, checkpoints and validations were written for: one stage, every epoch run
+# (the defaults before 2026-11-28). The defaults' head stage, unit loss and early stopping have tests of their own.
+ONE_STAGE = ["train.head_first=false", "train.unit_loss_weight=0", "train.early_stopping_patience=null",
+             "train.checkpoint_every_steps=50"]
+
+
 def missing_shared_data(reason: str):
     """Skip a test that needs ../shared/data when a developer's checkout has none; fail it under CI (CI=true), where
     the data is always beside the clone and a skip would hide that most of the suite did not run."""

@@ -8,7 +8,7 @@ Settings: sublinear term frequencies, words and bigrams seen in at least 2 train
 (one-vs-rest for multi-label) with its inverse regularisation strength C picked from `C_GRID` on the validation split,
 never on test. The test split is predicted once, with the chosen C.
 
-    python examples/tfidf_baseline.py recipes/imdb_rating.yaml
+    python benchmarks/scripts/tfidf_baseline.py recipes/imdb_rating.yaml
 """
 
 from __future__ import annotations

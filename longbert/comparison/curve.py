@@ -52,7 +52,7 @@ def learning_curve(strategies: Sequence[str] | str, sizes: Sequence[int], recipe
         if o.split("=", 1)[0].strip() in ("data.max_train_documents", "data.nested_train"):
             raise LongbertError(f"--set {o}: --train-sizes sets data.max_train_documents and data.nested_train for "
                                 "each size; leave them out")
-    name = report_name(name, recipe)
+    name = report_name(name, recipe, overrides)
     folder = replaceable_folder(Path(reports_dir) / name, CURVE_MARKER, "learning-curve report folder")
     per_size = {}
     for size in sizes:

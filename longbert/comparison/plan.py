@@ -1,12 +1,14 @@
-"""What a comparison will run, decided before anything trains: one validated recipe per strategy (the base recipe,
-the strategy, and the overrides that reach it), what each run folder allows (reuse, resume, train), and a build of
-every model about to train so that a setting the backbone cannot hold fails at once. Every problem of every strategy
-is raised together."""
+"""What a comparison will run, decided before anything trains: its base recipe (the one given; else, packaged,
+compare/own_data.yaml for the user's own documents and compare/imdb.yaml for an IMDb subset) and its report name,
+one validated recipe per strategy (the base recipe, the strategy, and the overrides that reach it), what each run
+folder allows (reuse, resume, train), and a build of every model about to train so that a setting the backbone cannot
+hold fails at once. Every problem of every strategy is raised together."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +18,96 @@ from longbert.training.run_record import METRICS_FILE
 
 # What a strategy's run folder allows, decided when its turn comes (`plan_runs`).
 PlanAction = Literal["reuse", "resume", "restart", "train"]
+DEFAULT_RECIPE = "compare/imdb.yaml"  # the base recipe when none is given and the documents are IMDb's
+OWN_DATA_RECIPE = "compare/own_data.yaml"  # ... and when they are the user's own: every document, no caps
+OWN_DATA_REPORT = "compare_{}"  # the report name on the user's own file or folder: compare_reviews for reviews.csv
+
+
+def default_recipe(relative: str = DEFAULT_RECIPE) -> Path:
+    """A base recipe packaged with longbert (longbert/recipes/, which a checkout also shows as recipes/): by default
+    compare/imdb.yaml, the one used when none is given and no override sets data.path."""
+    packaged = resources.files("longbert").joinpath("recipes", relative)
+    if not packaged.is_file():
+        raise LongbertError(f"the base recipe {relative} is missing from this longbert installation; pass --recipe")
+    return Path(str(packaged))
+
+
+def data_path_override(overrides) -> str | None:
+    """The data.path the overrides set (the last one that does), or None."""
+    from longbert.config import parse_override
+
+    found = None
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys == ["data", "path"] and isinstance(value, str):
+            found = value
+    return found
+
+
+def base_recipe(recipe, overrides=(), data=None) -> tuple[dict, str, Path | None]:
+    """(raw recipe mapping, a name for error messages and the report, the YAML path or None) of a compare's base:
+    `recipe` (a YAML path or a Recipe); None: compare/own_data.yaml when the documents are the user's own (an override
+    sets data.path, or `data` holds them in memory), else compare/imdb.yaml."""
+    from longbert.config import Recipe, read_recipe_file
+
+    if isinstance(recipe, Recipe):
+        return recipe.to_dict(), "the base recipe", None
+    if recipe is None:  # named as a checkout shows it, wherever longbert is installed
+        own = data is not None or data_path_override(overrides) is not None
+        relative = OWN_DATA_RECIPE if own else DEFAULT_RECIPE
+        return read_recipe_file(default_recipe(relative)), f"recipes/{relative}", None
+    path = Path(recipe)
+    if path.is_absolute() and path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())  # what the report shows: recipes/x.yaml, not a home folder
+    return read_recipe_file(path), str(path), path
+
+
+def report_name(name: str | None, recipe, overrides=(), data=None) -> str:
+    """The report name a compare takes: `name`; else, on the user's own local file or folder with no base recipe
+    given, compare_<its stem> (compare_reviews for reviews.csv); else the base recipe's. Refused unless it is a
+    plain folder name."""
+    from longbert.config import PLAIN_NAME
+    from longbert.data.sources import local_data_name
+
+    path = data_path_override(overrides) if recipe is None else None
+    own = local_data_name(path) if path is not None else None
+    name = name or (OWN_DATA_REPORT.format(own) if own else str(base_recipe(recipe, overrides, data)[0].get("name")
+                                                                or "compare"))
+    if not PLAIN_NAME.match(name):
+        raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
+    return name
+
+
+def describe_base(base_source: str, recipe, defaulted: bool) -> str:
+    """compare's status line on its base recipe: which one, how many documents it uses (`recipe`: the first
+    strategy's, whose data every run shares), and how to change that; `defaulted`: no base recipe was given."""
+    from longbert.data.files import count_rows
+    from longbert.data.sources import single_data_file
+
+    data = recipe.data
+    try:
+        file = single_data_file(data)
+    except LongbertError:  # a path that does not exist: the runs say so, in their own words
+        file = None
+    rows = count_rows(file) if file is not None else None
+    test_cap = data.max_eval_documents if data.max_test_documents is None else data.max_test_documents
+    longer = f" longer than {data.test_longer_than} tokens" if data.test_longer_than else ""
+    if data.max_train_documents or test_cap or longer:
+        train = f"at most {data.max_train_documents:,}" if data.max_train_documents else "all"
+        test = f"at most {test_cap:,}" if test_cap else "all"
+        used = f"{train} training documents and {test} test documents{longer} of {data.path}"
+    else:
+        used = f"all {'' if rows is None else f'{rows:,} '}documents of {data.path}"
+    if file is not None:
+        used += (", cut into train, validation and test" if data.test_split else ", cut into train and validation")
+        used += " (each run's data-split.json)"
+    if not defaulted:
+        change = "--set data.<field>=VALUE changes what it uses"
+    elif base_source.endswith(OWN_DATA_RECIPE):
+        change = "--set data.max_train_documents=N caps training; --recipe FILE starts from another base recipe"
+    else:
+        change = "--set data.path=FILE compares on your own documents (all of them); --recipe FILE on another base"
+    return f"base recipe {base_source}: {used}; {change}"
 
 
 def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[str]]:

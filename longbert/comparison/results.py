@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
-from longbert.config import is_multi_label
+from longbert.config import head_epochs, is_multi_label
 from longbert.errors import LongbertError
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 
@@ -232,7 +232,7 @@ def _budget(first, steps: dict[str, int], seeds) -> dict:
         "seeds": list(seeds) if seeds else [first.seed],
         "backbone": first.backbone.name,
         "finetune": first.model.finetune,
-        "epochs": first.train.frozen_head_epochs if first.model.backbone_frozen else first.train.epochs,
+        "epochs": head_epochs(first.train, head_stage=False) if first.model.backbone_frozen else first.train.epochs,
         "max_steps": first.train.max_steps,
         "batch_size": first.train.batch_size,
         "gradient_accumulation": first.train.gradient_accumulation,

@@ -6,7 +6,8 @@ one costs, and write one report that says which to use (reports/<name>/report.md
     results["strategies"]["chunk"]["accuracy"]
 
 Each strategy's recipe is resolved as
-    the base recipe (`recipe`, or recipes/compare/imdb.yaml, packaged with longbert)
+    the base recipe (`recipe`; else, packaged with longbert, recipes/compare/own_data.yaml when an override sets
+                     data.path, recipes/compare/imdb.yaml when none does)
     + strategy.name=<s>   (the base's strategy settings are kept when its strategy is <s>; others start from
                            their defaults)
     + the base recipe's section named <s>, if it has one (`bigbird: {unit_tokens: 126}`: <s>'s own fields)
@@ -34,7 +35,8 @@ higher on validation than every strategy, the ensemble is mixed with TF-IDF inst
 (the ensemble as a folder) and <runs_dir>/<name>/hybrid/.
 
 This module runs a comparison from start to end; the rest of it lives beside it:
-    plan         one recipe per strategy from the base and the overrides; reuse, resume or train; early checks
+    plan         the base recipe and the report's name; one recipe per strategy from the base and the
+                 overrides; reuse, resume or train; early checks
     strategy_runs  training (or reusing) one strategy's run, loading what it left; the TF-IDF baseline row
     speed        speed and memory by document length (measured, cached in the run folder)
     statistics   Wilson intervals and the exact McNemar test (scipy)
@@ -49,11 +51,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shlex
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from longbert.comparison.plan import plan_runs, preflight, resolve_recipes, seed_recipes
+from longbert.comparison.plan import (  # noqa: F401  (DEFAULT_RECIPE, default_recipe: compare's, named here too)
+    DEFAULT_RECIPE,
+    base_recipe,
+    default_recipe,
+    describe_base,
+    plan_runs,
+    preflight,
+    report_name,
+    resolve_recipes,
+    seed_recipes,
+)
 from longbert.comparison.strategy_runs import baseline_row, load_model, load_splits, release_memory, run_strategy, say
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
@@ -61,7 +72,6 @@ from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.utils.atomic import replaceable_folder
 from longbert.utils.destinations import folder_to_write
 
-DEFAULT_RECIPE = "compare/imdb.yaml"
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
 DEFAULT_REPORTS_DIR = Path("reports")
 
@@ -89,9 +99,11 @@ def compare(
 
     strategies: names from the registry (a list, or one comma-separated string); all are checked before any
         training, unknown ones raise LongbertError listing the valid names.
-    recipe: the base recipe: a YAML path, a Recipe, or None for compare/imdb.yaml (packaged with longbert).
+    recipe: the base recipe: a YAML path, a Recipe, or None for one packaged with longbert: compare/own_data.yaml
+        (every document) when an override sets data.path or `data` is given, else compare/imdb.yaml (an IMDb subset).
     overrides: `key.path=value` strings (see the module docstring for the per-strategy forms).
-    name: the report's name (reports/<name>/, <runs_dir>/<name>/); default: the base recipe's name.
+    name: the report's name (reports/<name>/, <runs_dir>/<name>/); default: compare_<stem> on the user's own file or
+        folder (data.path set by an override, no base recipe given), else the base recipe's name.
     speed_documents: at most this many test documents per length bucket are timed for the speed plot.
     examples: at most this many long documents in the error analysis; long_tokens: what counts as long.
     data: documents in memory for every run instead of data.path (see `longbert.train`'s `data`).
@@ -101,14 +113,15 @@ def compare(
     Returns the results dict that results.json holds (every number in the report), with `report` giving the
     written files."""
     names, overrides = parse_strategies(strategies), list(overrides)
-    base_raw, base_source, base_path = _base_recipe(recipe)
-    name = _report_name(name, base_raw)
+    base_raw, base_source, base_path = base_recipe(recipe, overrides, data)
+    name = report_name(name, recipe, overrides, data)
     runs_dir, reports_dir = Path(runs_dir), Path(reports_dir)
     recipes, by_seed, base_seed = _resolve_runs(names, base_raw, base_source, overrides, name, runs_dir, seeds, data)
     c = _Comparison(name=name, names=names, overrides=overrides, base_source=base_source, runs_dir=runs_dir,
                     reports_dir=reports_dir, recipes=recipes, by_seed=by_seed, base_seed=base_seed, data=data,
                     seeds=seeds, long_tokens=long_tokens, examples=examples, speed_documents=speed_documents)
     _check_before_training(c)
+    say(describe_base(base_source, c.first, recipe is None))  # once every check passed: a refusal stays one line
     c.command = command if command is not None else _command_of_call(c, recipe, base_path)
     runs = _train_runs(c)
     # Measure and analyse with the kept models, then assemble every number the report shows.
@@ -152,16 +165,6 @@ class _Comparison:
     @property
     def multi_label(self) -> bool:
         return is_multi_label(self.first.model.problem_type)
-
-
-def _report_name(name: str | None, base_raw: dict) -> str:
-    """The report's name: the one given, else the base recipe's; refused unless it is a plain folder name."""
-    from longbert.config import PLAIN_NAME
-
-    name = name or str(base_raw.get("name") or "compare")
-    if not PLAIN_NAME.match(name):
-        raise LongbertError(f"--name {name!r} must be a plain folder name (letters, digits, '.', '_', '-')")
-    return name
 
 
 def _resolve_runs(names, base_raw, base_source, overrides, name, runs_dir, seeds, data) -> tuple[dict, dict, int]:
@@ -344,37 +347,7 @@ def parse_strategies(value: Sequence[str] | str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The base recipe, and the command line that repeats a call
-
-
-def default_recipe() -> Path:
-    """The base recipe used when none is given: compare/imdb.yaml, packaged with longbert (longbert/recipes/, which
-    a checkout also shows as recipes/)."""
-    packaged = resources.files("longbert").joinpath("recipes", DEFAULT_RECIPE)
-    if not packaged.is_file():
-        raise LongbertError(f"the default base recipe {DEFAULT_RECIPE} is missing from this longbert installation; "
-                            "pass --recipe")
-    return Path(str(packaged))
-
-
-def report_name(name: str | None, recipe) -> str:
-    """The report name a compare of `recipe` (a path, a Recipe, or None for the default) takes: `name`, else the
-    recipe's; refused unless it is a plain folder name."""
-    return _report_name(name, _base_recipe(recipe)[0])
-
-
-def _base_recipe(recipe) -> tuple[dict, str, Path | None]:
-    """(raw recipe mapping, a name for error messages and the report, the YAML path or None)."""
-    from longbert.config import Recipe, read_recipe_file
-
-    if isinstance(recipe, Recipe):
-        return recipe.to_dict(), "the base recipe", None
-    if recipe is None:  # named as a checkout shows it, wherever longbert is installed
-        return read_recipe_file(default_recipe()), f"recipes/{DEFAULT_RECIPE}", None
-    path = Path(recipe)
-    if path.is_absolute() and path.is_relative_to(Path.cwd()):
-        path = path.relative_to(Path.cwd())  # what the report shows: recipes/x.yaml, not a home folder
-    return read_recipe_file(path), str(path), path
+# The command line that repeats a call
 
 
 def _equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds=1) -> str:

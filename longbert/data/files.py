@@ -1,4 +1,4 @@
-"""Local data files and folders -> datasets: csv / jsonl / json(.gz) / parquet files (one a split, or a folder of
+"""Local data files and folders -> datasets: csv / tsv / jsonl / json(.gz) / parquet files (one a split, or a folder of
 <split>.<ext> files), aclImdb-style folders, `save_to_disk` folders; and one table of rows from any of these or a hub
 id (`load_table`, what `longbert predict` reads). When a file cannot be read, the error names the file, the line and
 the byte to blame, not pyarrow's traceback; so do damaged compressed data and a csv line with more fields than the
@@ -18,7 +18,9 @@ from typing import BinaryIO, Iterator
 from longbert.errors import LongbertError, first_line
 
 FILE_KINDS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json", ".csv": "csv",
-              ".csv.gz": "csv", ".parquet": "parquet"}
+              ".csv.gz": "csv", ".tsv": "tsv", ".tsv.gz": "tsv", ".parquet": "parquet"}
+DELIMITERS = {"csv": ",", "tsv": "\t"}  # the kinds datasets reads with its csv loader, and their field separator
+READABLE = "csv, tsv, jsonl, json(.gz) or parquet"  # what a message says longbert reads
 SAVED_DATASET_FILES = ("dataset_dict.json", "state.json", "dataset_info.json")  # what save_to_disk writes
 # What reading a compressed data file raises when its compressed bytes are damaged inside (not the file missing):
 # a bad header or CRC (BadGzipFile), a stream cut short (EOFError), deflate data that is not deflate (zlib.error).
@@ -52,7 +54,8 @@ def text_lines(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
 
 
 def file_kind(file: Path) -> str | None:
-    """datasets' loader for a file by its name ('json', 'csv' or 'parquet'), or None when longbert does not read it."""
+    """A file's kind by its name ('json', 'csv', 'tsv' or 'parquet': datasets' loader, tsv read by the csv one), or
+    None when longbert does not read it."""
     name = file.name.lower()
     for suffix in sorted(FILE_KINDS, key=len, reverse=True):
         if name.endswith(suffix):
@@ -67,10 +70,10 @@ def open_binary(file: Path) -> BinaryIO:
 
 
 def csv_records(file: Path) -> Iterator[tuple[int, list[str]]]:
-    """(line on which the record begins, counted from 1, its fields) for each record of a csv file, the header
-    first, as pandas reads it: a quoted field may span lines; blank and whitespace-only lines are no record."""
+    """(line on which the record begins, counted from 1, its fields) for each record of a csv (or tsv) file, the
+    header first, as pandas reads it: a quoted field may span lines; blank and whitespace-only lines are no record."""
     with io.TextIOWrapper(open_binary(file), encoding="utf-8-sig", errors="replace", newline="") as text:
-        reader = csv.reader(text)
+        reader = csv.reader(text, delimiter=DELIMITERS.get(file_kind(file), ","))
         end = 0  # the line the previous record ended on
         for fields in reader:
             start, end = end + 1, reader.line_num
@@ -95,7 +98,7 @@ def row_lines(file: Path) -> list[int] | None:
     """The line (counted from 1) on which each row of a csv or JSON-lines file begins, in the order datasets reads
     the rows (blank lines are no row); None where rows are not lines (parquet, one JSON document)."""
     kind = file_kind(file)
-    if kind == "csv":
+    if kind in DELIMITERS:
         records = csv_records(file)
         next(records, None)  # the header
         return [line for line, _ in records]
@@ -111,6 +114,20 @@ def row_lines(file: Path) -> list[int] | None:
     return numbers
 
 
+def count_rows(file: Path) -> int | None:
+    """How many rows a data file holds, counted without loading it (a parquet file's metadata, a csv's records, a
+    JSON-lines file's non-blank lines); None for one JSON document, or a file that cannot be read so."""
+    try:
+        if file_kind(file) == "parquet":
+            import pyarrow.parquet
+
+            return pyarrow.parquet.ParquetFile(file).metadata.num_rows
+        lines = row_lines(file)
+    except Exception:  # the loader that reads it says what is wrong, with the line to blame
+        return None
+    return None if lines is None else len(lines)
+
+
 def split_of(file: Path) -> str:
     """The split a data file holds, by its name: 'train.jsonl.gz' -> 'train'."""
     name = file.name
@@ -121,7 +138,7 @@ def split_of(file: Path) -> str:
 
 
 def is_data_file(file: Path) -> bool:
-    """Whether `file` is named as a data file longbert reads through datasets (csv, jsonl, json(.gz), parquet)."""
+    """Whether `file` is named as a data file longbert reads through datasets (csv, tsv, jsonl, json(.gz), parquet)."""
     return file_kind(file) is not None
 
 
@@ -152,8 +169,10 @@ def load_files(kind: str, files: dict[str, Path], where: str = "data"):
     blame become one LongbertError beginning with `where` (datasets' own errors are tracebacks about pyarrow)."""
     from datasets import load_dataset
 
+    options = {"delimiter": DELIMITERS[kind]} if kind in DELIMITERS else {}
     try:
-        loaded = load_dataset(kind, data_files={split: str(file) for split, file in files.items()})
+        loaded = load_dataset("csv" if kind in DELIMITERS else kind,
+                              data_files={split: str(file) for split, file in files.items()}, **options)
         for split in files:  # pyarrow's JSON reader lets bytes that are not UTF-8 through; find them now
             loaded[split].data.table.validate(full=True)
     except Exception as error:  # datasets wraps what went wrong in many kinds of exception
@@ -164,7 +183,7 @@ def load_files(kind: str, files: dict[str, Path], where: str = "data"):
         cause = error.__cause__ or error
         detail = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise LongbertError(f"{where}: cannot read {', '.join(str(f) for f in files.values())}: {detail}") from None
-    for file in files.values() if kind == "csv" else ():  # pandas reads these without a word: refuse them here
+    for file in files.values() if kind in DELIMITERS else ():  # pandas reads these without a word: refuse them here
         problem = csv_problem(file)
         if problem:
             raise LongbertError(f"{where}: {problem}")
@@ -191,7 +210,7 @@ def file_problem(file: Path) -> str | None:
                 if not line.strip():
                     continue
                 rows += 1
-                if kind == "csv":
+                if kind in DELIMITERS:
                     continue
                 try:
                     row = json.loads(line)
@@ -206,7 +225,7 @@ def file_problem(file: Path) -> str | None:
                 if not isinstance(row, dict):
                     return (f"{file}:{number} is not a JSON object "
                             f"(one object per line, e.g. {{\"text\": ..., \"label\": ...}})")
-        if kind == "csv" and rows > 1:
+        if kind in DELIMITERS and rows > 1:
             return csv_problem(file)
     except LongbertError as error:  # not UTF-8
         return str(error)
@@ -217,7 +236,7 @@ def file_problem(file: Path) -> str | None:
         return f"{file} cannot be read: {first_line(error)}"
     if rows == 0:
         return f"{file} is empty"
-    if kind == "csv" and rows == 1:
+    if kind in DELIMITERS and rows == 1:
         return f"{file} has a header line but no rows"
     return None
 
@@ -271,7 +290,7 @@ def is_saved_dataset(folder: Path) -> bool:
 
 
 def load_table(source: str, split: str | None = None, where: str = "input"):
-    """One table of rows (a datasets.Dataset) from `source`: a csv / jsonl / json(.gz) / parquet file, a
+    """One table of rows (a datasets.Dataset) from `source`: a csv / tsv / jsonl / json(.gz) / parquet file, a
     save_to_disk folder, a folder of <split>.<ext> files, or a hub dataset id. `split` names the split to read where
     the source holds several (a folder of split files, a saved DatasetDict, a hub dataset); one that holds a single
     split needs none. Every problem is one LongbertError beginning with `where` and naming the source."""
@@ -281,7 +300,7 @@ def load_table(source: str, split: str | None = None, where: str = "input"):
     local = Path(source).expanduser()
     if local.is_file():
         if file_kind(local) is None:
-            raise LongbertError(f"{where} {local} is not a csv, jsonl, json(.gz) or parquet file")
+            raise LongbertError(f"{where} {local} is not a {READABLE} file")
         if split is not None:
             raise LongbertError(f"{where} {local} is a single file; it has no split {split!r} to pick")
         return load_files(file_kind(local), {"rows": local}, where)["rows"]
@@ -300,7 +319,7 @@ def load_table(source: str, split: str | None = None, where: str = "input"):
             return _one_split_of(dict(loaded), split, f"{where} {local}")
         files = split_files(local)
         if not files:
-            raise LongbertError(f"{where} {local} is a folder without csv, jsonl, json(.gz) or parquet files and "
+            raise LongbertError(f"{where} {local} is a folder without {READABLE} files and "
                                 "not a save_to_disk folder")
         chosen = _one_split_name(list(files), split, f"{where} {local}")
         return load_folder_of_files(local, [chosen], where=where)[chosen]

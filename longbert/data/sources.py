@@ -12,11 +12,13 @@ and only then asks the Hugging Face hub for a dataset of that id.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 from longbert.data.files import (
     DAMAGED_COMPRESSION,
+    READABLE,
     file_kind,
     is_saved_dataset,
     load_aclimdb_folder,
@@ -25,6 +27,7 @@ from longbert.data.files import (
     quiet_datasets,
     row_lines,
     split_files,
+    split_of,
 )
 from longbert.data.objects import IN_MEMORY, data_object_splits, describe_splits
 from longbert.errors import LongbertError
@@ -49,6 +52,17 @@ def resolve_data_path(path: str) -> Path | None:
         if (root / path).exists():
             return root / path
     return None
+
+
+def local_data_name(path: str) -> str | None:
+    """What a run of the documents at data.path `path` is called when its recipe gives no name: the local file (its
+    stem: reviews.jsonl.gz -> reviews) or folder `path` names as it stands, as a plain folder name; None for a hub
+    id, a name found under the data root, or documents in memory."""
+    given = Path(path).expanduser()
+    if not given.exists():
+        return None
+    name = split_of(given) if given.is_file() else Path(os.path.abspath(given)).name
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-") or None
 
 
 def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source: Any = None):
@@ -82,9 +96,13 @@ def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source:
             ) from None
     elif local.is_file():
         if file_kind(local) is None:
-            raise LongbertError(f"data.path {local} is not a csv, jsonl, json(.gz) or parquet file")
-        _refuse_single_beyond_train(True, wanted, config, f"data.path {local} is a single file, which",
-                                    "point data.path at a folder of <split> files")
+            raise LongbertError(f"data.path {local} is not a {READABLE} file")
+        if wanted != [config.train_split]:
+            raise LongbertError(
+                f"data.path {local} is a single file, which holds one split: its test and validation splits are "
+                "carved from it while data.test_split is test (or null: no test) and data.validation_split is null; "
+                f"set them so, or point data.path at a folder of <split> files (asked for: {', '.join(wanted)})"
+            )
         loaded = load_files(file_kind(local), {config.train_split: local})
     elif is_saved_dataset(local):  # before the aclImdb rule: a saved DatasetDict holds <split>/ folders too
         loaded = _load_saved_dataset(local, wanted, config)
@@ -93,6 +111,15 @@ def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source:
     else:
         loaded = load_folder_of_files(local, wanted, optional)
     return _require(loaded, wanted), local
+
+
+def single_data_file(config, source: Any = None) -> Path | None:
+    """The local file data.path names when a recipe's documents come from one file (not from an object in memory,
+    a folder or the hub), else None."""
+    if source is not None or config.path.startswith(IN_MEMORY):
+        return None
+    local = resolve_data_path(config.path)
+    return local if local is not None and local.is_file() else None
 
 
 def row_places(local: Path | None, split: str) -> Callable[[int], str]:

@@ -60,7 +60,7 @@ def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
     plain classifier in eval mode; re-reading its close calls is `Int8Model`'s."""
     import warnings
 
-    try:  # deprecated by torch in favour of torchao, which measured slower here (docs/results.md, int8 on the CPU)
+    try:  # deprecated by torch in favour of torchao, which measured slower here (benchmarks/log.md, int8 on the CPU)
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
     except ImportError as error:
         raise LongbertError(f"precision int8 needs torch.ao.quantization.quantize_dynamic, which torch "

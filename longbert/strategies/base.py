@@ -109,10 +109,10 @@ class PassBudget:
 
 
 # The defaults of a pass's limits (windows, padded tokens, padding share) on a CPU and on an accelerator. On the 2-core
-# CPU more, smaller passes cost less than padding does (benchmarks/bench_chunk.py; docs/results.md, "Passes pad at most
-# 2%"). On a GPU a pass of a few windows leaves it idle between kernel launches: passes there are as large as a
-# batch of 512-token windows gets and may pad a quarter (benchmarks/bench_gpu_eval.py; docs/results.md, "Evaluation
-# at a GPU's speed").
+# CPU more, smaller passes cost less than padding does (benchmarks/bench_chunk.py; benchmarks/log.md, "Passes pad at
+# most 2%"). On a GPU a pass of a few windows leaves it idle between kernel launches: passes there are as large as a
+# batch of 512-token windows gets and may pad a quarter (benchmarks/bench_gpu_eval.py; benchmarks/log.md,
+# "Evaluation at a GPU's speed").
 CPU_PASSES = (64, 16384, 0.02)
 ACCELERATOR_PASSES = (512, 262144, 0.25)
 

@@ -91,7 +91,7 @@ class BigBirdConfig:
     unit_tokens: int = option(0, "0: the document is one unit (its token states pooled by token_pooling); k: every "
                                  "k consecutive content tokens' states, averaged, are one unit, pooled by pooling")
     pooling: str = option("mean", "with unit_tokens > 0, how span vectors become the document vector: mean, max, "
-                                  "attention or transformer")
+                                  "attention, gated, vote or transformer")
     global_bias: float | None = option(None, "null: global and local tokens read each other as any two keys; a "
                                              "number: a learned attention bias per layer and head, starting there, on "
                                              "every score between a global and a non-global token (e.g. -3: each "

@@ -19,8 +19,8 @@ from longbert.utils.fields import option
 class ChunkConfig:
     name: str = "chunk"
     window: int = option(510, "content tokens per chunk ([CLS]/[SEP] come on top)")
-    pooling: str = option("mean", "how chunk vectors become the document vector: mean, max, attention, gated, vote or "
-                                  "transformer")
+    pooling: str = option("vote", "how chunk vectors become the document vector: mean, max, attention, gated, vote "
+                                  "(attention's weights over each chunk's bounded vote) or transformer")
     token_pooling: str = option("auto", "chunk vector: cls ([CLS] state), mean (mean of token states), or auto: what "
                                         "the backbone's own pooling config says (mean for sentence-transformers "
                                         "models that mean-pool, cls otherwise)")

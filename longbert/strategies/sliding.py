@@ -38,8 +38,8 @@ class SlidingConfig:
     name: str = "sliding"
     window: int = option(510, "content tokens per window ([CLS]/[SEP] come on top)")
     stride: int = option(255, "tokens between the starts of consecutive windows (window - stride = overlap)")
-    pooling: str = option("mean", "how window vectors become the document vector: mean, max, attention, gated, vote or "
-                                  "transformer")
+    pooling: str = option("attention", "how window vectors become the document vector: mean, max, attention, "
+                                       "gated, vote or transformer")
     token_pooling: str = option("auto", "window vector: cls ([CLS] state), mean (mean of token states), or auto: "
                                         "what the backbone's own pooling config says (mean for sentence-transformers "
                                         "models that mean-pool, cls otherwise)")

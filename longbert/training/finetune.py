@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longbert.config import Recipe, is_multi_label, recipe_to_yaml
+from longbert.config import Recipe, head_epochs, is_multi_label
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
@@ -50,7 +50,7 @@ from longbert.training.init_from import build_model, check_labels, open_init_fro
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.run_results import restore_kept_model, run_metrics, test_and_write_results
-from longbert.training.runs import BEST, CHECKPOINT, RECIPE, SELF_TRAINING, open_run
+from longbert.training.runs import BEST, CHECKPOINT, SELF_TRAINING, open_run, write_recipe
 from longbert.training.self_training import PSEUDO_FILE, add_pseudo_labelled, train_teacher
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
@@ -144,7 +144,6 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     from accelerate.utils import set_seed
 
     from longbert.modeling.card import TrainingFacts
-    from longbert.utils.atomic import write_text_atomically
 
     cfg = recipe.train
     tracker = None if cfg.report_to == "none" else cfg.report_to
@@ -153,7 +152,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     corpus, model, started_from, class_weights = _load_data_and_model(recipe, data, source, pseudo_labels)
     cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed)
     if accelerator.is_main_process:
-        write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
+        write_recipe(run_dir, recipe, corpus.file_split)
     accelerator.wait_for_everyone()
 
     if tracker is not None:
@@ -220,7 +219,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     stage of train.head_first), which are then validated at step 0 and kept unless training beats them. Returns the
     loop state, the prepared model and the kept weights (from `trainable_weights`)."""
     cfg = recipe.train
-    epochs = cfg.frozen_head_epochs if cached is not None else cfg.epochs
+    epochs = head_epochs(cfg, head_stage=False) if cached is not None else cfg.epochs
     total_steps = _total_steps(cfg, epochs, len(corpus.splits["train"]), accelerator.num_processes)
     loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps)
     state, model, core = loop.state, loop.model, loop.core

@@ -5,7 +5,7 @@ model then starts from what they learned (`train.init_from` on that folder).
 
 Why: with a pooler and head that start at random, the document vector of a long document is close to the mean of
 its units, and the part that decides the label (one window in sixteen) reaches the loss, and sends its gradient
-back, diluted by the rest; at the budgets users have, the model does not leave chance (docs/results.md says what
+back, diluted by the rest; at the budgets users have, the model does not leave chance (benchmarks/log.md says what
 was measured). Over cached units the pooler and head take hundreds of steps in the time of one pass of the backbone,
 and learn where to look before the backbone moves.
 """
@@ -16,6 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+from longbert.config import head_epochs
 from longbert.training.checkpoint import is_finished
 from longbert.training.init_from import open_init_from
 from longbert.training.run_record import METRICS_FILE, RunMetrics, read_run_metrics
@@ -34,6 +35,7 @@ def head_stage_recipe(recipe, run_dir: Path):
                                model=dataclasses.replace(recipe.model, finetune="frozen"),
                                train=dataclasses.replace(recipe.train, head_first=False, max_steps=None,
                                                          early_stopping_patience=None,
+                                                         frozen_head_epochs=head_epochs(recipe.train, True),
                                                          contrastive_pairs=0),
                                data=dataclasses.replace(recipe.data, test_split=None))
     head.strategy = dataclasses.replace(recipe.strategy)  # its own copy: building a model resolves token_pooling
@@ -52,7 +54,8 @@ def train_head_stage(recipe, run_dir: Path, source, stop, run: Callable[..., Run
     if (head_dir / METRICS_FILE).is_file():
         record = read_run_metrics(head_dir)
     else:
-        get_logger(__name__).info(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
+        # debug, not info: a data error the stage meets first must stay the command's one line
+        get_logger(__name__).debug(f"train.head_first: the pooler and head on the frozen backbone first, in {head_dir}")
         # Opened as any run folder is (the main process locks and tidies it, every process learns how it starts).
         with open_run(head_dir, head, is_finished(head_dir / CHECKPOINT), stop) as resuming:
             record = run(head, resuming, source)

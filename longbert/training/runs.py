@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from longbert.config.recipe import BEST  # noqa: F401  (a run folder's names, all here)
+from longbert.data.carving import SPLIT_FILE
 from longbert.errors import LongbertError
 from longbert.training.curves import CURVES_FILE
 from longbert.training.run_record import METRICS_FILE
@@ -31,6 +32,7 @@ HEAD_STAGE = "head_stage"  # train.head_first: the run of the pooler and head on
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
                CURVES_FILE,
+               SPLIT_FILE,  # data-split.json: how a single data file was cut into train, validation and test
                "logs",  # logs/: what a tracker (train.report_to) writes
                "backbone",  # the encoder a pretraining run (longbert.training.pretrain) writes
                HEAD_STAGE, CONTRASTIVE_STAGE, SELF_TRAINING)
@@ -93,6 +95,17 @@ def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
     if _clear(run_dir):
         get_logger(__name__).info(f"{run_dir} holds a run that stopped before its first checkpoint; training it again")
     return False
+
+
+def write_recipe(run_dir: Path, recipe, file_split=None) -> None:
+    """The resolved recipe (recipe.yaml) and, for documents from one data file, how the file was cut into the splits
+    (data-split.json, a longbert.data.carving.FileSplit), so that the same cut can be checked and made again."""
+    from longbert.config import recipe_to_yaml
+    from longbert.utils.atomic import write_text_atomically
+
+    write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
+    if file_split is not None:
+        write_text_atomically(run_dir / SPLIT_FILE, file_split.to_json())
 
 
 def check_processes(run_dir: Path, saved: int | None, processes: int) -> None:

@@ -11,7 +11,15 @@ import pytest
 
 import longbert.comparison.plots as plots
 
-REPORT = Path(__file__).resolve().parents[2] / "reports" / "compare_imdb" / "results.json"
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "reports" / "compare_imdb" / "results.json"
+
+
+def committed(name: str) -> dict:
+    """A committed report's results.json: a canonical one in reports/, an experiment's in benchmarks/reports/."""
+    folder = ROOT / "reports" / name
+    return json.loads(((folder if folder.is_dir() else ROOT / "benchmarks" / "reports" / name) / "results.json")
+                      .read_text())
 
 
 @pytest.fixture
@@ -68,7 +76,7 @@ def _texts(blocks) -> list[str]:
 def test_the_page_says_each_paired_test_once_shows_matrices_once_and_no_none_budget():
     from longbert.comparison.page import build_blocks
 
-    results = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
+    results = committed("reach_depth_learned")
     assert all(c["n"] == 2000 for c in results["comparisons"])  # every test document is long: two tests per pair
     blocks = build_blocks(results)
     paired = next(b for b in blocks if b[0] == "table" and b[1][0] == "strategies")[2]
@@ -83,7 +91,7 @@ def test_the_page_says_each_paired_test_once_shows_matrices_once_and_no_none_bud
 def test_a_long_only_test_is_kept_where_short_documents_make_it_differ():
     from longbert.comparison.page import build_blocks
 
-    results = json.loads((REPORT.parent.parent / "compare_hyperpartisan" / "results.json").read_text())
+    results = committed("compare_hyperpartisan")
     # 366 of its 628 test articles are over 512 tokens
     paired = next(b for b in build_blocks(results) if b[0] == "table" and b[1][0] == "strategies")[2]
     assert {row[1] for row in paired} == {"all", ">512 tokens"}
@@ -98,7 +106,7 @@ def test_the_tables_have_no_column_for_a_length_without_test_documents():
     from longbert.comparison.render import print_summary
 
     for name, short in (("compare_imdb", False), ("compare_hyperpartisan", True)):
-        results = json.loads((REPORT.parent.parent / name / "results.json").read_text())
+        results = committed(name)
         headers = next(b for b in build_blocks(results) if b[0] == "table" and b[1][0] == "strategy")[1]
         assert any(h.startswith("≤512 (n=") for h in headers) == short, name
         assert all("(n=0)" not in h for h in headers)
@@ -108,7 +116,7 @@ def test_the_tables_have_no_column_for_a_length_without_test_documents():
 
 
 def test_a_bucket_holding_every_test_document_is_not_drawn_twice(figures):
-    results = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
+    results = committed("reach_depth_learned")
     plots.make_plots(results)  # every one of its 2,000 test documents is over 1,024 tokens
     ax = figures[0].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["all\n(n=2000)"]
@@ -118,8 +126,8 @@ def test_a_bucket_holding_every_test_document_is_not_drawn_twice(figures):
 def test_the_page_counts_its_strategies_in_words_that_agree():
     from longbert.comparison.page import build_blocks
 
-    one = json.loads((REPORT.parent.parent / "reach_depth_bigbird105" / "results.json").read_text())
-    three = json.loads((REPORT.parent.parent / "reach_depth_learned" / "results.json").read_text())
+    one = committed("reach_depth_bigbird105")
+    three = committed("reach_depth_learned")
     assert build_blocks(one)[1][1].startswith("1 strategy (bigbird) trained")
     assert build_blocks(three)[1][1].startswith("3 strategies (chunk, bigbird, recurrence) trained")
 
@@ -129,7 +137,7 @@ def test_the_page_counts_the_pseudo_labelled_training_documents_apart():
     ones: the page's first line says both (imdb_selftrain-n100: 100 labelled, 1,572 pseudo-labelled)."""
     from longbert.comparison.page import build_blocks
 
-    results = json.loads((REPORT.parent.parent / "imdb_selftrain-n100" / "results.json").read_text())
+    results = committed("imdb_selftrain-n100")
     assert "100 train (and 1,572 pseudo-labelled by a teacher), 2,000 test" in build_blocks(results)[1][1]
-    plain = json.loads((REPORT.parent.parent / "imdb_curve_setfit-n100" / "results.json").read_text())
+    plain = committed("imdb_curve_setfit-n100")
     assert "pseudo-labelled" not in build_blocks(plain)[1][1]

@@ -64,12 +64,15 @@ def test_csv_and_parquet_and_gz(tmp_path, tokenizer):
     assert len(load_corpus(config(parquet, text_column="body", label_column="y"), tokenizer, 0).splits["test"]) == 20
 
 
-def test_single_file_is_the_train_split(tmp_path, tokenizer):
+def test_single_file_is_cut_into_the_splits(tmp_path, tokenizer):
+    """The cut itself: tests/data/test_single_file_split.py."""
     write_jsonl(tmp_path / "all.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(TEXTS)])
     corpus = load_corpus(config(tmp_path / "all.jsonl", test_split=None), tokenizer, seed=0)
     assert set(corpus.splits) == {"train", "validation"}
-    with pytest.raises(LongbertError, match="single file, which serves as the train split only"):
-        load_corpus(config(tmp_path / "all.jsonl"), tokenizer, seed=0)
+    assert set(load_corpus(config(tmp_path / "all.jsonl"), tokenizer, seed=0).splits) == {"train", "validation",
+                                                                                         "test"}
+    with pytest.raises(LongbertError, match="single file, which holds one split"):
+        load_corpus(config(tmp_path / "all.jsonl", validation_split="validation"), tokenizer, seed=0)
 
 
 def test_aclimdb_style_folder(tmp_path, tokenizer):

@@ -274,7 +274,7 @@ def test_bad_input_is_named(tmp_path, name, content, options, message):
 def test_a_missing_input_a_folder_and_an_unreachable_hub_id(tmp_path):
     with pytest.raises(LongbertError, match="input file not found: .*missing.txt"):
         read_documents(str(tmp_path / "missing.txt"))
-    without = "is a folder without csv, jsonl, json.* files and not a save_to_disk folder"
+    without = "is a folder without csv, tsv, jsonl, json.* files and not a save_to_disk folder"
     with pytest.raises(LongbertError, match=without):
         read_documents(str(tmp_path))
     neither = "input 'nobody/nothing' is neither a local file or folder nor a reachable hub dataset"

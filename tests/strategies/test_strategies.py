@@ -92,7 +92,7 @@ def test_bf16_autocast_forward(strategy, tiny_backbone_dir):
 
 
 def test_chunk_equals_truncate_head_when_the_document_fits_one_chunk(tiny_backbone_dir):
-    chunk = build_model(tiny_backbone_dir, "chunk", ["strategy.window=60"])
+    chunk = build_model(tiny_backbone_dir, "chunk", ["strategy.window=60", "strategy.pooling=mean"])
     head = build_model(tiny_backbone_dir, "truncate", ["strategy.mode=head", "strategy.max_tokens=60"])
     documents = random_documents([60, 17, 3])
     with torch.no_grad():
@@ -505,8 +505,9 @@ def test_windows_count_the_tokens_they_add_to_those_before_them():
 def test_mean_pooling_weighs_windows_by_their_new_tokens(name, tiny_backbone_dir):
     """new_tokens (the default) is the mean of the window vectors weighted by the tokens each adds; equal is the
     plain mean. A 1-token tail therefore barely moves the document vector."""
-    weighted = build_model(tiny_backbone_dir, name, ["strategy.token_pooling=cls"])
-    equal = build_model(tiny_backbone_dir, name, ["strategy.token_pooling=cls", "strategy.unit_weights=equal"])
+    mean = ["strategy.pooling=mean", "strategy.token_pooling=cls"]
+    weighted = build_model(tiny_backbone_dir, name, mean)
+    equal = build_model(tiny_backbone_dir, name, [*mean, "strategy.unit_weights=equal"])
     document = random_documents([81])  # window 40: chunk 40+40+1; sliding (stride 20) 40+20+20+1
     units = weighted.encode(document)
     expected_sizes = {"chunk": [40, 40, 1], "sliding": [40, 20, 20, 1]}[name]

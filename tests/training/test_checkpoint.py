@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import longbert
-from helpers import assert_same_run
+from helpers import ONE_STAGE, assert_same_run
 from longbert.errors import LongbertError
 from longbert.utils.atomic import atomic_folder, recover
 
@@ -113,7 +113,7 @@ def overrides(tiny_backbone_dir, imdb_slice):
     return [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
             "data.validation_fraction=0.25", "data.max_document_tokens=400", "strategy.name=chunk",
             "strategy.window=62", "train.batch_size=8", "train.learning_rate=1e-3", "train.mixed_precision=no",
-            "eval.batch_size=16",
+            "eval.batch_size=16", *ONE_STAGE,
             *KILLABLE]
 
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 import longbert
-from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run, tiny_bert_config
+from helpers import ONE_STAGE, TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run, tiny_bert_config
 from longbert.cli import app
 from longbert.errors import LongbertError
 from longbert.training.stopping import TrainingInterrupted
@@ -37,7 +37,7 @@ def earlier_overrides(backbone_dir: str, data: Path, out: Path) -> list[str]:
     return [f"backbone.name={backbone_dir}", f"data.path={data}", "data.label_names=[neg, pos]",
             "data.validation_fraction=0.25", "data.max_document_tokens=400", "train.batch_size=8",
             "train.learning_rate=1e-3", "train.mixed_precision=no", "train.max_steps=2", "eval.batch_size=16",
-            f"output_dir={out}"]
+            *ONE_STAGE, f"output_dir={out}"]
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,9 @@ def tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("strategy, extra", [
-    ("chunk", []),
-    ("chunk", ["model.finetune=lora"]),  # the adapters go onto the loaded base weights
-    ("chunk", ["model.finetune=frozen"]),  # (sliding is chunk's module with another stride: nothing new to load)
+    ("chunk", ["strategy.pooling=mean"]),  # mean pooling: no pooler weights, so every tensor comes from the start
+    ("chunk", ["strategy.pooling=mean", "model.finetune=lora"]),  # the adapters go onto the loaded base weights
+    ("chunk", ["strategy.pooling=mean", "model.finetune=frozen"]),  # (sliding is chunk's module with another stride: nothing new to load)
     ("bigbird", []),  # positions past the earlier table: extended from the loaded one
 ])
 def test_the_new_run_starts_from_the_earlier_backbone_and_head(earlier, tiny_backbone_dir, tiny_recipe, tmp_path,
