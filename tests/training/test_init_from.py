@@ -64,7 +64,8 @@ def tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("strategy, extra", [
     ("chunk", ["strategy.pooling=mean"]),  # mean pooling: no pooler weights, so every tensor comes from the start
     ("chunk", ["strategy.pooling=mean", "model.finetune=lora"]),  # the adapters go onto the loaded base weights
-    ("chunk", ["strategy.pooling=mean", "model.finetune=frozen"]),  # (sliding is chunk's module with another stride: nothing new to load)
+    # (sliding is chunk's module with another stride: nothing new to load)
+    ("chunk", ["strategy.pooling=mean", "model.finetune=frozen"]),
     ("bigbird", []),  # positions past the earlier table: extended from the loaded one
 ])
 def test_the_new_run_starts_from_the_earlier_backbone_and_head(earlier, tiny_backbone_dir, tiny_recipe, tmp_path,
