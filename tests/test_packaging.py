@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import longbert
-from longbert.comparison.run import DEFAULT_RECIPE, default_recipe
+from longbert.comparison.plan import DEFAULT_RECIPE, default_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGED = Path(longbert.__file__).resolve().parent / "recipes"
@@ -50,7 +50,7 @@ def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_pa
 
     # The unpacked wheel alone on the path, run from a folder with no recipes/ in it: compare's default, and a
     # recipe of each folder by bare name, old and new.
-    probe = ("import longbert, longbert.comparison.run as c, longbert.config as k; p = c.default_recipe(); "
+    probe = ("import longbert, longbert.comparison.plan as c, longbert.config as k; p = c.default_recipe(); "
              "print(longbert.__file__); print(p); print(p.read_text().splitlines()[0]); "
              "print(k.load_pretrain_recipe('pretrain_imdb_cpu').name, k.load_pretrain_recipe('imdb_cpu').name, "
              "k.load_recipe('compare_imdb').name, k.load_recipe('imdb_quick').name)")

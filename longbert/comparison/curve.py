@@ -44,7 +44,8 @@ def learning_curve(strategies: Sequence[str] | str, sizes: Sequence[int], recipe
                    command: str | None = None, seeds: int = 1) -> dict:
     """Run `compare` at every training size (smallest first) and write the curve's report; returns what curve.json
     holds. The curve's report folder is checked before any training: only an earlier curve, or nothing, is replaced."""
-    from longbert.comparison.run import compare, report_name
+    from longbert.comparison.plan import report_name
+    from longbert.comparison.run import compare
     from longbert.utils.atomic import replaceable_folder
 
     overrides = list(overrides)

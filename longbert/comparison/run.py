@@ -54,10 +54,8 @@ import shlex
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from longbert.comparison.plan import (  # noqa: F401  (DEFAULT_RECIPE, default_recipe: compare's, named here too)
-    DEFAULT_RECIPE,
+from longbert.comparison.plan import (
     base_recipe,
-    default_recipe,
     describe_base,
     plan_runs,
     preflight,
