@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from longbert.cli import app
+from longbert.utils.folders import RUN_ENTRIES
 
 runner = CliRunner()
 
@@ -51,7 +52,6 @@ def test_train_predict_evaluate(tiny_recipe, tmp_path):
     assert "](training-curves.png)" in (run_dir / "metrics.md").read_text()
     from fnmatch import fnmatch
 
-    from longbert.training.runs import RUN_ENTRIES
 
     unknown = [p.name for p in run_dir.iterdir() if not any(fnmatch(p.name, e) for e in RUN_ENTRIES)]
     assert unknown == [], "a run's own files must be known to it, or running it again is refused as foreign"

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from longbert.errors import LongbertError
-
-CURVE_MARKER = "curve.json"  # in every learning-curve report folder: what says a folder is an earlier curve
-CURVE_PLOT = "curve.png"
+from longbert.utils.folders import CURVE_FILE, CURVE_PLOT
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -54,7 +52,7 @@ def learning_curve(strategies: Sequence[str] | str, sizes: Sequence[int], recipe
             raise LongbertError(f"--set {o}: --train-sizes sets data.max_train_documents and data.nested_train for "
                                 "each size; leave them out")
     name = report_name(name, recipe, overrides)
-    folder = replaceable_folder(Path(reports_dir) / name, CURVE_MARKER, "learning-curve report folder")
+    folder = replaceable_folder(Path(reports_dir) / name, CURVE_FILE, "learning-curve report folder")
     per_size = {}
     for size in sizes:
         per_size[size] = compare(strategies, recipe, [*overrides, "data.nested_train=true",
@@ -103,10 +101,10 @@ def write_curve(curve: dict, folder: Path) -> None:
     """report.md, curve.png and curve.json into `folder`, atomically (only an earlier curve is replaced)."""
     from longbert.utils.atomic import atomic_folder
 
-    with atomic_folder(folder, CURVE_MARKER, "learning-curve report folder") as staging:
+    with atomic_folder(folder, CURVE_FILE, "learning-curve report folder") as staging:
         (staging / CURVE_PLOT).write_bytes(plot_curve(curve))
         (staging / "report.md").write_text(render_curve(curve))
-        (staging / CURVE_MARKER).write_text(json.dumps(curve, indent=2, ensure_ascii=False) + "\n")
+        (staging / CURVE_FILE).write_text(json.dumps(curve, indent=2, ensure_ascii=False) + "\n")
 
 
 def render_curve(curve: dict) -> str:

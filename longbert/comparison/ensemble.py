@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
+from longbert.utils.folders import HYBRID
 
 ENSEMBLE = "ensemble"
 VALIDATION_FILE = "predictions-validation.jsonl"
@@ -191,7 +192,7 @@ def build_hybrid(run_dirs: dict[str, Path], metric: str, multi_label: bool, spli
     comparison's tokenized Corpus."""
     from longbert.comparison.ensemble_folder import write_ensemble_row
     from longbert.comparison.results import PREDICTIONS_FILE
-    from longbert.training.hybrid import HYBRID, make_hybrid
+    from longbert.training.hybrid import make_hybrid
 
     if multi_label:
         return None, None, "no hybrid row: hybrid models are single-label only"

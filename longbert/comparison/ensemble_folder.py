@@ -23,8 +23,8 @@ import numpy as np
 
 from longbert.errors import LongbertError
 from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
+from longbert.utils.folders import BEST, ENSEMBLE_SUMMARY, HYBRID
 
-SUMMARY_FILE = "ensemble-summary.json"
 MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
 
 
@@ -39,7 +39,6 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
-    from longbert.training.runs import BEST
     from longbert.utils.destinations import locked
 
     runs = [Path(r) for r in run_dirs]
@@ -133,15 +132,14 @@ def write_folder(output: Path, model, rows: dict[str, list[PredictionRow] | None
     """Write the ensemble folder atomically, laid out as a run folder: the model in best/, its prediction rows,
     the summary, and the first member's recipe (`longbert evaluate OUTPUT` reads the same data from it)."""
     from longbert.modeling.folder import save_model_folder
-    from longbert.training.runs import BEST
     from longbert.utils.atomic import atomic_folder
 
-    with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
+    with atomic_folder(output, ENSEMBLE_SUMMARY, "--output") as staging:
         save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
         for role, role_rows in rows.items():
             if role_rows is not None:
                 write_prediction_rows(staging / f"predictions-{role}.jsonl", role_rows)
-        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        (staging / ENSEMBLE_SUMMARY).write_text(json.dumps(summary, indent=2))
         (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
 
 
@@ -150,7 +148,6 @@ def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -
     already, as compare's rows over many seeds), a run named twice, a folder that is not a finished run, and an
     --output that is one of the runs or holds one, or is neither empty nor an earlier ensemble (its replacement
     would delete what `ensemble` did not write)."""
-    from longbert.training.runs import BEST
     from longbert.utils.atomic import named_folder, replaceable_folder
 
     if len(runs) < 2 or (most is not None and len(runs) > most):
@@ -171,7 +168,7 @@ def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -
         if out == path or out in path.parents:
             raise LongbertError(f"--output {output} is the run folder {run} or holds it; the ensemble is written to a "
                                 "folder of its own")
-    replaceable_folder(output, SUMMARY_FILE, "--output")
+    replaceable_folder(output, ENSEMBLE_SUMMARY, "--output")
 
 
 def member_names(runs: list[Path]) -> list[str]:
@@ -215,7 +212,6 @@ def deployable(runs: dict[str, dict[str, Path]], combined: list[dict], folder: P
     name ('chunk', 'chunk-seed43'), its base seed's first. Returns {row, folder, metric, validation: {row: score}},
     or None when some run kept no validation predictions."""
     from longbert.comparison.ensemble import ENSEMBLE, averaged, read_validation, score, score_rows
-    from longbert.training.hybrid import HYBRID
 
     by_name = {name: d for dirs in runs.values() for name, d in dirs.items()}
     base = {strategy: next(iter(dirs.values())) for strategy, dirs in runs.items()}

@@ -14,7 +14,7 @@ from typing import Literal
 
 from longbert.comparison.strategy_runs import release_memory
 from longbert.errors import LongbertError
-from longbert.training.run_record import METRICS_FILE
+from longbert.utils.folders import METRICS_FILE
 
 # What a strategy's run folder allows, decided when its turn comes (`plan_runs`).
 PlanAction = Literal["reuse", "resume", "restart", "train"]

@@ -21,9 +21,8 @@ from longbert.comparison.formatting import (
 from longbert.comparison.page import build_blocks
 from longbert.comparison.plots import PLOTS, make_plots
 from longbert.comparison.verdict import verdict
+from longbert.utils.folders import RESULTS_FILE
 from longbert.utils.pages import render_html, render_markdown
-
-REPORT_MARKER = "results.json"  # in every report folder: what says a folder is an earlier report
 
 
 def write_report(results: dict, folder: str | Path) -> None:
@@ -32,7 +31,7 @@ def write_report(results: dict, folder: str | Path) -> None:
     from longbert.utils.atomic import atomic_folder
 
     # Only an earlier report (its results.json) or an empty folder is replaced: a folder of other files is refused.
-    with atomic_folder(folder, REPORT_MARKER, "report folder") as staging:
+    with atomic_folder(folder, RESULTS_FILE, "report folder") as staging:
         plots = make_plots(results)
         results["plots"] = {key: PLOTS[key] for key in plots}
         for key, png in plots.items():
@@ -46,7 +45,7 @@ def write_report(results: dict, folder: str | Path) -> None:
 def report_files(folder: Path) -> dict[str, str]:
     """Where a report's files are, as results.json records them (`results["report"]`)."""
     return {"folder": str(folder), "markdown": str(folder / "report.md"), "html": str(folder / "report.html"),
-            "results": str(folder / REPORT_MARKER)}
+            "results": str(folder / RESULTS_FILE)}
 
 
 def render_again(folder: str | Path) -> None:
@@ -57,11 +56,11 @@ def render_again(folder: str | Path) -> None:
     from longbert.errors import LongbertError, first_line
 
     folder = Path(folder)
-    file = folder / REPORT_MARKER
+    file = folder / RESULTS_FILE
     if not folder.is_dir():
         raise LongbertError(f"{folder} is not a folder: give a report folder that `longbert compare` wrote")
     if not file.is_file():
-        raise LongbertError(f"{folder} holds no {REPORT_MARKER}: it is not a report that `longbert compare` wrote")
+        raise LongbertError(f"{folder} holds no {RESULTS_FILE}: it is not a report that `longbert compare` wrote")
     try:
         results = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

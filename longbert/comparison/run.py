@@ -69,6 +69,7 @@ from longbert.errors import LongbertError
 from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.utils.atomic import replaceable_folder
 from longbert.utils.destinations import folder_to_write
+from longbert.utils.folders import RESULTS_FILE
 
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
 DEFAULT_REPORTS_DIR = Path("reports")
@@ -179,7 +180,6 @@ def _resolve_runs(names, base_raw, base_source, overrides, name, runs_dir, seeds
 
 def _check_before_training(c: _Comparison) -> None:
     """Every check that can refuse the comparison, before any training."""
-    from longbert.comparison.render import REPORT_MARKER
 
     labelled = {_run_label(s, k, c.base_seed): r for s in c.names for k, r in c.by_seed[s].items()}
     plan = plan_runs(labelled)  # every folder's conflicts, before training
@@ -190,7 +190,7 @@ def _check_before_training(c: _Comparison) -> None:
     # and before either is made, so that a refusal leaves nothing behind.
     folder_to_write(c.runs_dir, "--runs-dir")
     folder_to_write(c.reports_dir, "--reports-dir")
-    replaceable_folder(c.reports_dir / c.name, REPORT_MARKER, "report folder")  # an earlier report, or nothing
+    replaceable_folder(c.reports_dir / c.name, RESULTS_FILE, "report folder")  # an earlier report, or nothing
 
 
 def _command_of_call(c: _Comparison, recipe, base_path: Path | None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SPEED_FILE = "speed-by-length.json"
+from longbert.utils.folders import SPEED_FILE
 
 
 def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> dict:

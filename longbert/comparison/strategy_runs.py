@@ -11,9 +11,9 @@ from typing import Literal, TypedDict
 
 from longbert.config import is_multi_label
 from longbert.training.run_record import RunMetrics, read_run_metrics
+from longbert.utils.folders import BASELINE_FILE
 from longbert.utils.logs import get_logger
 
-BASELINE_FILE = "tfidf-baseline.json"
 # How a strategy's row came to be, as the report's settings table says: its run reused, resumed or trained.
 RunStatus = Literal["reused", "resumed", "trained"]
 

@@ -30,11 +30,11 @@ from longbert.config.optimizer import (
 )
 from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option
+from longbert.utils.folders import BEST
 
 # How much of the model trains, as recipes and longbert_config.json spell it.
 FinetuneMode = Literal["full", "lora", "frozen"]
 FINETUNE_MODES = get_args(FinetuneMode)  # the choices a recipe is checked against
-BEST = "best"  # <output_dir>/best: a run's kept model, written by training, read wherever a run folder means a model
 # The problem type, as recipes, longbert_config.json and results.json spell it; `is_multi_label` is the one test of it.
 ProblemType = Literal["single_label", "multi_label"]
 SINGLE_LABEL = "single_label"

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from longbert.errors import LongbertError
+from longbert.utils.folders import SPLIT_FILE
 
-SPLIT_FILE = "data-split.json"  # in a run folder whose documents came from one file
 # data.test_split's default: the one name under which a single file's test split is carved (null: no test).
 CARVED_TEST_SPLIT = "test"
 

@@ -28,15 +28,9 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.inference.exported import (
-    ENCODER_FILES,
-    EXPORT_FILE,
-    EXPORT_FORMAT,
-    HEAD_FILE,
-    PARITY_FILE,
-    ExportedClassifier,
-)
+from longbert.inference.exported import ENCODER_FILES, EXPORT_FORMAT, ExportedClassifier
 from longbert.strategies.base import ReadsWindows, Units, strategies_with
+from longbert.utils.folders import EXPORT_FILE, ONNX_HEAD_FILE, PARITY_FILE
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
@@ -199,7 +193,7 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
                           input_names=["input_ids", "attention_mask"], output_names=["vectors"],
                           dynamic_shapes=({0: windows, 1: tokens}, {0: windows, 1: tokens}),
                           external_data=False, verbose=False)
-        torch.onnx.export(head, (vectors, mask, sizes), str(folder / HEAD_FILE), dynamo=True,
+        torch.onnx.export(head, (vectors, mask, sizes), str(folder / ONNX_HEAD_FILE), dynamo=True,
                           input_names=["vectors", "mask", "sizes"], output_names=["logits"],
                           dynamic_shapes=({0: documents, 1: units}, {0: documents, 1: units}, {0: documents, 1: units}),
                           external_data=False, verbose=False)
@@ -213,7 +207,7 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
             quantize_dynamic(folder / ENCODER_FILES["fp32"], folder / ENCODER_FILES["int8"],
                              weight_type=QuantType.QInt8, per_channel=True)
         encoders["int8"] = ENCODER_FILES["int8"]
-    return {"encoders": encoders, "head": HEAD_FILE}
+    return {"encoders": encoders, "head": ONNX_HEAD_FILE}
 
 
 def run_test_texts(model_dir: Path, model, count: int) -> tuple[list[str], str]:

@@ -31,11 +31,9 @@ import torch
 
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError, first_line
+from longbert.utils.folders import EXPORT_FILE
 
-EXPORT_FILE = "export.json"
 ENCODER_FILES = {"fp32": "encoder.onnx", "int8": "encoder.int8.onnx"}
-HEAD_FILE = "head.onnx"
-PARITY_FILE = "parity.json"
 EXPORT_FORMAT = 1
 
 

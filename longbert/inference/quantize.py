@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from longbert.errors import LongbertError
+from longbert.utils.folders import BEST
 
 
 def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: float = 0.99, data=None) -> dict:
@@ -34,7 +35,6 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
     from longbert.config import load_recipe
     from longbert.data.documents import load_corpus
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.training.runs import BEST
     from longbert.utils.destinations import locked
 
     run_dir = Path(run_dir)

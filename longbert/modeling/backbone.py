@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from longbert.errors import LongbertError, first_line
-from longbert.modeling.settings import TRANSFORMERS_CONFIG
+from longbert.utils.folders import TRANSFORMERS_CONFIG
 
 MINILM = "minilm"
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the weights the packaged MiniLM holds

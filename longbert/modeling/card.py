@@ -21,14 +21,13 @@ import yaml
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER
-from longbert.modeling.settings import CONFIG_FILE, ModelSettings
+from longbert.modeling.settings import ModelSettings
 from longbert.utils.atomic import write_text_atomically
+from longbert.utils.folders import CARD_FILE, CONFIG_FILE, FACTS_FILE
 
 if TYPE_CHECKING:
     from longbert.modeling.classifier import LongDocumentClassifier
 
-CARD_FILE = "README.md"
-FACTS_FILE = "training.json"
 # An absolute path (POSIX, home-relative, or Windows) inside a text such as a command line.
 ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s='\"(,:]))(?:~|[A-Za-z]:)?[/\\][^\s'\"),]*")
 

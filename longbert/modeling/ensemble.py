@@ -28,13 +28,11 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
+from longbert.utils.folders import ENSEMBLE_FILE, LEXICAL_DIR, MEMBERS_DIR
 
 if TYPE_CHECKING:
     from longbert.modeling.classifier import LongDocumentClassifier
 
-MEMBERS_DIR = "members"
-ENSEMBLE_FILE = "ensemble.json"
-LEXICAL_DIR = "ensemble_lexical"  # not the folder's own lexical.json, which is its first member's (a hybrid member)
 
 
 @dataclass

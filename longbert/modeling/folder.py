@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from longbert.config import LoraConfig, is_multi_label
-from longbert.config.recipe import BEST
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import (
     MINILM,
@@ -38,9 +37,10 @@ from longbert.modeling.backbone import (
     portable_reference,
     refuse_pickle_weights,
 )
-from longbert.modeling.card import FACTS_FILE, TrainingFacts, write_card
-from longbert.modeling.settings import ADAPTER_DIR, BACKBONE_DIR, CONFIG_FILE, HEAD_FILE, ModelSettings
+from longbert.modeling.card import TrainingFacts, write_card
+from longbert.modeling.settings import ModelSettings
 from longbert.utils.atomic import atomic_folder
+from longbert.utils.folders import ADAPTER_DIR, BACKBONE_DIR, BEST, CONFIG_FILE, FACTS_FILE, HEAD_FILE
 
 if TYPE_CHECKING:
     from longbert.modeling.classifier import LongDocumentClassifier

@@ -27,13 +27,8 @@ from longbert.errors import LongbertError
 from longbert.strategies.base import REGISTRY, PassBudget
 from longbert.utils.fields import one_of, option
 
-CONFIG_FILE = "longbert_config.json"
 # transformers' own config file (transformers.utils.CONFIG_NAME), named here so that reading a name loads no
 # transformers; a test holds the two equal.
-TRANSFORMERS_CONFIG = "config.json"
-HEAD_FILE = "head.safetensors"
-BACKBONE_DIR = "backbone"
-ADAPTER_DIR = "adapter"
 FORMAT_VERSION = 1
 
 

@@ -25,9 +25,9 @@ import torch
 
 from longbert.errors import LongbertError
 from longbert.strategies.base import HasCheckpointState
+from longbert.utils.folders import STATE_FILE
 
 FORMAT_VERSION = 1
-STATE_FILE = "state.json"
 
 
 @dataclass

@@ -28,10 +28,8 @@ import torch
 
 from longbert.training.init_from import open_init_from
 from longbert.training.optim import optimizer_step, warmup_then_decay
-from longbert.training.runs import CONTRASTIVE_STAGE
+from longbert.utils.folders import CONTRASTIVE_STAGE, CONTRASTIVE_SUMMARY
 from longbert.utils.logs import get_logger
-
-SUMMARY_FILE = "contrastive.json"  # in that folder: what the stage did, written last
 
 
 def draw_pairs(labels: list, per_document: int, max_pairs: int, seed: int) -> list[tuple[int, int, float]]:
@@ -109,7 +107,7 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
     folder = Path(stage.output_dir)
     log = get_logger(__name__)
     accelerator, _ = start_accelerator(recipe.train.mixed_precision, 1)
-    if not (folder / SUMMARY_FILE).is_file() and accelerator.is_main_process:
+    if not (folder / CONTRASTIVE_SUMMARY).is_file() and accelerator.is_main_process:
         log.info(f"train.contrastive_pairs: tuning the backbone on pairs of training documents first, in {folder}")
         set_seed(recipe.seed)
         summary = _tune(stage, recipe.train, source, accelerator, stop, data)
@@ -117,7 +115,7 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
             raise TrainingInterrupted("the contrastive stage stopped on request; nothing of it was kept: start "
                                       "the run again (it takes minutes)")
     accelerator.wait_for_everyone()
-    summary = json.loads((folder / SUMMARY_FILE).read_text())
+    summary = json.loads((folder / CONTRASTIVE_SUMMARY).read_text())
     started = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, init_from=str(folder)))
     return summary, dataclasses.replace(open_init_from(started), head_trained=False)  # its head never trained
 
@@ -173,7 +171,7 @@ def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
     window = min(len(losses), cfg.log_every_steps)
     summary = {"pairs": len(pairs), "steps": steps, "train_seconds": seconds,
                "first_loss": float(np.mean(losses[:window])), "last_loss": float(np.mean(losses[-window:]))}
-    write_text_atomically(Path(stage.output_dir) / SUMMARY_FILE, json.dumps(summary, indent=2))
+    write_text_atomically(Path(stage.output_dir) / CONTRASTIVE_SUMMARY, json.dumps(summary, indent=2))
     return summary
 
 

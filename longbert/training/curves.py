@@ -10,8 +10,6 @@ from pathlib import Path
 from longbert.training.run_record import RunMetrics
 from longbert.utils.atomic import write_bytes_atomically
 
-CURVES_FILE = "training-curves.png"
-
 
 def write_training_curves(record: RunMetrics, path: Path) -> bool:
     """Draw metrics.json's `train_log` (mean training loss between logs) and `validation_history` (the kept metric,

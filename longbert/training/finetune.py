@@ -50,10 +50,11 @@ from longbert.training.init_from import build_model, check_labels, open_init_fro
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.run_results import restore_kept_model, run_metrics, test_and_write_results
-from longbert.training.runs import BEST, CHECKPOINT, SELF_TRAINING, open_run, write_recipe
-from longbert.training.self_training import PSEUDO_FILE, add_pseudo_labelled, train_teacher
+from longbert.training.runs import open_run, write_recipe
+from longbert.training.self_training import add_pseudo_labelled, train_teacher
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
 from longbert.training.train_log import close_log_window, speed
+from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, TRACKER_LOGS
 from longbert.utils.hardware import adamw
 from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
@@ -64,7 +65,6 @@ log = main_process_logger(__name__)  # on the main process only
 # `train` have always imported them from.
 __all__ = ["StopRequest", "TrainResult", "TrainingInterrupted", "class_weights_for", "train"]
 
-TRACKER_LOGS = "logs"  # the trackers' folder inside the run folder (tensorboard writes its event files there)
 
 
 def train(recipe: Recipe, resume: bool = False, command: str | None = None,

@@ -18,9 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from longbert.errors import LongbertError
-
-HYBRID = "hybrid"  # the folder under a run, and the row's name in comparison reports
-SUMMARY_FILE = "hybrid.json"
+from longbert.utils.folders import BEST, HYBRID, HYBRID_SUMMARY
 
 
 def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=None, data=None) -> dict:
@@ -67,7 +65,6 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
 def _refuse_folders(run_dir: Path, output: Path) -> Path:
     """Refuse, in one line before any work, a `run_dir` that is not a finished run folder and an `output` that cannot
     be the hybrid's folder (`check_output`). Returns the run's recipe.yaml."""
-    from longbert.training.runs import BEST
 
     recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST
     if not recipe_file.is_file() or not folder.is_dir():
@@ -83,7 +80,6 @@ def _load_run(run_dir: Path, recipe_file: Path) -> tuple:
     already, an ensemble with a hybrid among its members)."""
     from longbert.config import load_recipe
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.training.runs import BEST
 
     folder = run_dir / BEST
     recipe = load_recipe(recipe_file)
@@ -141,14 +137,13 @@ def _write_hybrid(output: Path, model, splits: dict, raws: dict, summary: dict, 
     """The hybrid's folder, laid out as a run folder, written whole or not at all (an older one replaced)."""
     from longbert.evaluation.command import write_json, write_predictions
     from longbert.modeling.folder import save_model_folder
-    from longbert.training.runs import BEST
     from longbert.utils.atomic import atomic_folder
 
-    with atomic_folder(output, SUMMARY_FILE, "--output") as staging:
+    with atomic_folder(output, HYBRID_SUMMARY, "--output") as staging:
         save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
         for role, raw in raws.items():
             write_predictions(staging / f"predictions-{role}.jsonl", splits[role], raw, model.label_names, False)
-        write_json(staging / SUMMARY_FILE, summary)
+        write_json(staging / HYBRID_SUMMARY, summary)
         # The recipe its neural half was trained with: `longbert evaluate OUTPUT` reads the same data from it.
         (staging / "recipe.yaml").write_bytes(recipe_file.read_bytes())
 
@@ -163,7 +158,7 @@ def check_output(run_dir: Path, output: Path) -> None:
     if out == run or out in run.parents:
         raise LongbertError(f"--output {output} is the run folder {run_dir} or holds it; the hybrid is written to a "
                             f"folder of its own (default {run_dir / HYBRID})")
-    replaceable_folder(output, SUMMARY_FILE, "--output")
+    replaceable_folder(output, HYBRID_SUMMARY, "--output")
 
 
 def mix_probabilities(lexical, neural: np.ndarray, documents: list) -> np.ndarray:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from longbert.errors import LongbertError
+from longbert.utils.folders import BACKBONE_DIR, BEST, CONFIG_FILE
 
 FIELD = "train.init_from"
 # What a backbone's weights must agree on to start another: (config attribute, how the error names it).
@@ -45,9 +46,7 @@ def open_init_from(recipe) -> InitSource | None:
     path = recipe.train.init_from
     if path is None:
         return None
-    from longbert.config.recipe import BEST
     from longbert.modeling.folder import backbone_is_saved, open_model_folder
-    from longbert.modeling.settings import BACKBONE_DIR, CONFIG_FILE
 
     where = Path(path).expanduser()
     if not where.is_dir():

@@ -1,4 +1,4 @@
-"""Continued pretraining (`longbert pretrain RECIPE`): masked-language-model training on unlabelled long text, read
+"""Continued pretraining (`longbert pretrain RECIPE_FILE`): masked-language-model training on unlabelled long text, read
 the way a strategy reads a document.
 
 BERT learnt its weights by predicting hidden tokens of texts of at most 512 tokens (Devlin et al. 2019). A strategy
@@ -49,7 +49,6 @@ import torch
 
 from longbert.config import PretrainRecipe, load_pretrain_recipe, recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.modeling.settings import TRANSFORMERS_CONFIG
 from longbert.strategies.base import EncodesTokens
 from longbert.training.accelerator import start_accelerator
 from longbert.training.checkpoint import LoopState, load_checkpoint, recipe_fingerprint, save_checkpoint
@@ -57,11 +56,11 @@ from longbert.training.heldout import HeldOut, bucket_labels, describe, heldout_
 from longbert.training.masking import TRAINING_MASKS, Masker, seeded
 from longbert.training.mlm import MaskedLanguageModel, build_model
 from longbert.training.optim import optimizer_step, param_groups, warmup_then_decay
-from longbert.training.run_record import METRICS_FILE
-from longbert.training.runs import CHECKPOINT, RECIPE, open_run
+from longbert.training.runs import open_run
 from longbert.training.stopping import StopRequest, interrupted
 from longbert.training.train_log import close_log_window, speed
 from longbert.training.unlabelled import batch_rows, load_documents
+from longbert.utils.folders import CHECKPOINT, METRICS_FILE, RECIPE_FILE, TRANSFORMERS_CONFIG
 from longbert.utils.hardware import adamw, describe_machine, process_state
 from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
@@ -116,7 +115,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
     log.info(data.summary())
     masker = Masker.from_tokenizer(tokenizer, recipe.masking)
     heldout = HeldOut.mask(data.heldout, masker, recipe.seed)
-    write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
+    write_text_atomically(run_dir / RECIPE_FILE, recipe_to_yaml(recipe))
 
     loop = _start_loop(recipe, model, accelerator, heldout, learned, run_dir, resume)
     _fit(loop, data, masker, stop)

@@ -14,8 +14,7 @@ from typing import Any
 
 from longbert.errors import LongbertError
 from longbert.utils.atomic import write_text_atomically
-
-METRICS_FILE = "metrics.json"
+from longbert.utils.folders import METRICS_FILE
 
 
 @dataclass(kw_only=True)

@@ -13,9 +13,9 @@ from longbert.evaluation.command import metrics_markdown, write_predictions
 from longbert.evaluation.metrics import tune_thresholds
 from longbert.evaluation.split_pass import evaluate_split
 from longbert.training.checkpoint import LoopState, load_trainable_weights
-from longbert.training.curves import CURVES_FILE, write_training_curves
+from longbert.training.curves import write_training_curves
 from longbert.training.run_record import RunMetrics, write_run_metrics
-from longbert.training.runs import BEST
+from longbert.utils.folders import BEST, CURVES_FILE
 from longbert.utils.hardware import describe_machine
 from longbert.utils.logs import main_process_logger
 

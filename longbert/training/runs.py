@@ -15,27 +15,19 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
-from longbert.config.recipe import BEST  # noqa: F401  (a run folder's names, all here)
-from longbert.data.carving import SPLIT_FILE
 from longbert.errors import LongbertError
-from longbert.training.curves import CURVES_FILE
-from longbert.training.run_record import METRICS_FILE
 from longbert.training.stopping import StopRequest, stop_on_signals
 from longbert.utils.destinations import locked
+from longbert.utils.folders import (
+    CHECKPOINT,
+    METRICS_FILE,
+    RECIPE_FILE,
+    RUN_ENTRIES,
+    SPLIT_FILE,
+)
 from longbert.utils.logs import get_logger
 
-RECIPE = "recipe.yaml"
-CHECKPOINT = "checkpoint"
-CONTRASTIVE_STAGE = "contrastive_stage"  # train.contrastive_pairs: the backbone tuned on pairs first (.contrastive)
-SELF_TRAINING = "self_training"  # train.self_training_documents: the teacher and its pseudo-labels (.self_training)
-HEAD_STAGE = "head_stage"  # train.head_first: the run of the pooler and head on the frozen backbone, before the rest
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
-RUN_ENTRIES = (RECIPE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl", "confusion-matrix*.png",
-               CURVES_FILE,
-               SPLIT_FILE,  # data-split.json: how a single data file was cut into train, validation and test
-               "logs",  # logs/: what a tracker (train.report_to) writes
-               "backbone",  # the encoder a pretraining run (longbert.training.pretrain) writes
-               HEAD_STAGE, CONTRASTIVE_STAGE, SELF_TRAINING)
 
 
 @contextmanager
@@ -70,7 +62,7 @@ def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
 
     for line in recover(run_dir):
         get_logger(__name__).info(f"{run_dir}: {line}")
-    saved = run_dir / RECIPE
+    saved = run_dir / RECIPE_FILE
     same_recipe = saved.is_file() and saved.read_text() == recipe_to_yaml(recipe)
     has_checkpoint = is_finished(run_dir / CHECKPOINT)
     if resume:
@@ -103,7 +95,7 @@ def write_recipe(run_dir: Path, recipe, file_split=None) -> None:
     from longbert.config import recipe_to_yaml
     from longbert.utils.atomic import write_text_atomically
 
-    write_text_atomically(run_dir / RECIPE, recipe_to_yaml(recipe))
+    write_text_atomically(run_dir / RECIPE_FILE, recipe_to_yaml(recipe))
     if file_split is not None:
         write_text_atomically(run_dir / SPLIT_FILE, file_split.to_json())
 

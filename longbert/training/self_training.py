@@ -24,13 +24,10 @@ from typing import Callable
 
 import numpy as np
 
-from longbert.config.recipe import BEST
 from longbert.errors import LongbertError
-from longbert.training.runs import SELF_TRAINING, open_run
+from longbert.training.runs import open_run
+from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, SELF_TRAINING_SUMMARY
 from longbert.utils.logs import get_logger
-
-PSEUDO_FILE = "pseudo-labels.jsonl"  # in run_dir/self_training: {"text", "label", "label_name", "confidence"} a line
-SUMMARY_FILE = "self-training.json"  # beside it, written last: what the teacher labelled and kept
 
 
 def teacher_recipe(recipe, run_dir: Path):
@@ -79,13 +76,12 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None)
     teacher_validation}. `data`: the documents in memory that `train` was given, if any."""
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.training.checkpoint import is_finished
-    from longbert.training.runs import CHECKPOINT
     from longbert.utils.atomic import atomic_stream, write_text_atomically
 
     teacher = teacher_recipe(recipe, run_dir)
     folder = Path(teacher.output_dir)
-    if (folder / SUMMARY_FILE).is_file():
-        return json.loads((folder / SUMMARY_FILE).read_text())
+    if (folder / SELF_TRAINING_SUMMARY).is_file():
+        return json.loads((folder / SELF_TRAINING_SUMMARY).read_text())
     log = get_logger(__name__)
     log.info(f"train.self_training_documents: a teacher first, in {folder}; its confident labels then join the "
              "training documents")
@@ -107,7 +103,7 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None)
     summary = {"train_seconds": record.train_seconds + time.perf_counter() - started, "unlabelled": len(texts),
                "kept": len(kept), "per_class": per_class, "threshold": recipe.train.self_training_threshold,
                "teacher_validation": record.best_validation, "best_metric": record.best_metric}
-    write_text_atomically(folder / SUMMARY_FILE, json.dumps(summary, indent=2))
+    write_text_atomically(folder / SELF_TRAINING_SUMMARY, json.dumps(summary, indent=2))
     log.info(f"self-training: {len(kept)} of {len(texts)} unlabelled documents kept as pseudo-labelled "
              f"({', '.join(f'{n} {k}' for k, n in per_class.items())}) at probability >= "
              f"{recipe.train.self_training_threshold}")

@@ -9,10 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison.curve import CURVE_MARKER, learning_curve, parse_sizes
+from longbert.comparison.curve import learning_curve, parse_sizes
 from longbert.config import DataConfig
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
+from longbert.utils.folders import CURVE_FILE
 
 TEXTS = [f"review {i} " + ("good " if i % 2 else "bad ") * (3 + i % 7) for i in range(40)]
 LABELS = ["neg", "pos"] * 20
@@ -64,7 +65,7 @@ def test_the_curve_refuses_a_size_set_by_hand_and_a_folder_it_did_not_write(tmp_
                        runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports")
     (tmp_path / "reports" / "c").mkdir(parents=True)
     (tmp_path / "reports" / "c" / "notes.txt").write_text("mine")
-    with pytest.raises(LongbertError, match=f"already holds files this command did not write .*{CURVE_MARKER}"):
+    with pytest.raises(LongbertError, match=f"already holds files this command did not write .*{CURVE_FILE}"):
         learning_curve("truncate", [10], name="c", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports")
     assert (tmp_path / "reports" / "c" / "notes.txt").read_text() == "mine"
     assert not (tmp_path / "runs").exists(), "refused before any training"
@@ -80,7 +81,7 @@ def test_a_learning_curve_compares_at_every_size_and_reports_over_them(tiny_back
     curve = learning_curve(["truncate"], [12, 24], None, overrides, "tinycurve", runs_dir=tmp_path / "runs",
                            reports_dir=tmp_path / "reports")
     folder = tmp_path / "reports" / "tinycurve"
-    assert json.loads((folder / CURVE_MARKER).read_text()) == curve
+    assert json.loads((folder / CURVE_FILE).read_text()) == curve
     assert (folder / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for size in (12, 24):
         results = json.loads((tmp_path / "reports" / f"tinycurve-n{size}" / "results.json").read_text())

@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 
 from longbert.cli import app
 from longbert.config import DataConfig, load_recipe
-from longbert.data.carving import SPLIT_FILE, FileSplit, file_sha256
+from longbert.data.carving import FileSplit, file_sha256
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
+from longbert.utils.folders import SPLIT_FILE
 
 WORDS = ["harbour", "winter", "letter", "brothers", "boat", "capital", "mayor", "summer", "band", "town"]
 # 24 + 16 + 10 documents: three classes of different sizes.

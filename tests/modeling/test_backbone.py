@@ -13,6 +13,7 @@ import pytest
 
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import load_backbone, load_encoder, load_tokenizer
+from longbert.utils.folders import TRANSFORMERS_CONFIG
 
 
 def refuse_to_be_asked(monkeypatch) -> list[str]:
@@ -188,6 +189,5 @@ def test_minilm_loads_offline_without_a_pooler(monkeypatch):
 def test_the_transformers_config_name_is_transformers_own():
     from transformers.utils import CONFIG_NAME
 
-    from longbert.modeling.settings import TRANSFORMERS_CONFIG
 
     assert TRANSFORMERS_CONFIG == CONFIG_NAME
