@@ -16,9 +16,9 @@ from longbert.comparison.baseline import prediction_rows, tfidf_baseline
 from longbert.config.recipe import is_multi_label
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
-from longbert.evaluation.command import write_json
 from longbert.evaluation.predictions import write_prediction_rows
 from longbert.modeling.backbone import load_tokenizer
+from longbert.utils.atomic import write_json
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("recipe")

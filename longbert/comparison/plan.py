@@ -12,9 +12,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from longbert.comparison.strategy_runs import release_memory
 from longbert.errors import LongbertError
 from longbert.utils.folders import METRICS_FILE
+from longbert.utils.hardware import release_memory
 
 # What a strategy's run folder allows, decided when its turn comes (`plan_runs`).
 PlanAction = Literal["reuse", "resume", "restart", "train"]

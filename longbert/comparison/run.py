@@ -63,13 +63,14 @@ from longbert.comparison.plan import (
     resolve_recipes,
     seed_recipes,
 )
-from longbert.comparison.strategy_runs import baseline_row, load_model, load_splits, release_memory, run_strategy, say
+from longbert.comparison.strategy_runs import baseline_row, load_model, load_splits, run_strategy, say
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.utils.atomic import replaceable_folder
 from longbert.utils.destinations import folder_to_write
 from longbert.utils.folders import RESULTS_FILE
+from longbert.utils.hardware import release_memory
 
 DEFAULT_RUNS_DIR = Path("runs") / "compare"
 DEFAULT_REPORTS_DIR = Path("reports")

@@ -67,6 +67,6 @@ def cached_speed(run_dir: Path, per_bucket: int, batch_size: int) -> dict | None
 
 def save_speed(run_dir: Path, buckets: dict, per_bucket: int, batch_size: int) -> None:
     """Keep what `measure_speed_by_length` returned in the run folder, for `cached_speed`."""
-    from longbert.evaluation.command import write_json
+    from longbert.utils.atomic import write_json
 
     write_json(Path(run_dir) / SPEED_FILE, {"key": _speed_key(per_bucket, batch_size), "buckets": buckets})

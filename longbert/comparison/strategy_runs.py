@@ -76,17 +76,6 @@ def refuse_if_in_use(strategy: str, run_dir: Path) -> None:
             "(finished runs are reused, interrupted ones continue), or choose another --name") from None
 
 
-def release_memory() -> None:
-    """Let one strategy's model and optimiser go before the next is built (peak memory is measured per run)."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def load_model(run_dir: Path):
     """The run's kept model, on the GPU when there is one, ready for inference."""
     import torch
@@ -114,7 +103,7 @@ def baseline_row(recipe, folder: Path, splits) -> dict:
     import numpy as np
 
     from longbert.comparison.baseline import SETTINGS, tfidf_baseline
-    from longbert.evaluation.command import write_json
+    from longbert.utils.atomic import write_json
 
     key = {"data": dataclasses.asdict(recipe.data), "seed": recipe.seed, "backbone": recipe.backbone.name,
            "problem_type": recipe.model.problem_type, "settings": SETTINGS}

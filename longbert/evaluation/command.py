@@ -4,7 +4,6 @@ heatmap of the confusion matrix beside it when there are many classes) and one p
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from longbert.errors import LongbertError
 from longbert.evaluation.metrics import MANY_CLASSES, multi_label_predictions, top_confusions
 from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.evaluation.split_pass import evaluate_split
-from longbert.utils.atomic import write_bytes_atomically, write_text_atomically
+from longbert.utils.atomic import write_bytes_atomically, write_json, write_text_atomically
 from longbert.utils.hardware import process_state
 
 EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
@@ -83,10 +82,6 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         write_predictions(run_dir / f"predictions-{name}.jsonl", dataset, raw, model.label_names, model.multi_label,
                           model.thresholds if model.multi_label else None)
     return metrics
-
-
-def write_json(path: Path, data) -> None:
-    write_text_atomically(path, json.dumps(data, indent=2))
 
 
 def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], multi_label: bool,

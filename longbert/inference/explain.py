@@ -24,6 +24,7 @@ from typing import Iterator
 import torch
 
 from longbert.errors import LongbertError
+from longbert.modeling.int8 import Int8Model
 
 PAGE_NAME = "explain.html"
 
@@ -32,7 +33,6 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
     """One document's content ids (as read: cut at max_document_tokens) and its prediction row -> the `units` and
     `decisive` fields (see the module docstring)."""
     from longbert.inference.attribution import Reading, decisive_units
-    from longbert.inference.int8 import reading_classifier
     from longbert.strategies.base import unit_spans
     from longbert.utils.hardware import autocast_for
 
@@ -234,3 +234,11 @@ def kept_blocks(text: str, ids: list[int], decisive: dict | None, tokenizer) -> 
         quote.append((f" … [{len(ids) - read_to:,} tokens not read]", None))
     return [("p", "What it read, along the document (dark and underlined: the tokens it kept):"),
             ("strip", strip, "start", f"token {len(ids):,}"), ("quote", quote)]
+
+
+def reading_classifier(model, precision: str):
+    """The classifier whose layers read a document when `model` predicts at `precision`, for what looks inside a
+    reading (explain's units and pooling): `model.for_precision(precision)`, or for int8 its quantized copy (the
+    recheck re-reads whole documents, not units)."""
+    runner = model.for_precision(precision)
+    return runner.quantized if isinstance(runner, Int8Model) else runner

@@ -7,7 +7,7 @@ nothing of it, and `LongDocumentClassifier.for_precision("int8")` only hands out
 outside its module tree), which reads as the classifier does (`forward`, `predict`, `embed`), always at int8. It sits
 in modeling/, not inference/, because the classifier's own `predict(precision="int8")` runs it and modeling imports
 nothing from the rooms above it. What measures it is inference's: `longbert quantize` chooses the recheck gap on the
-model's validation split (longbert.inference.quantize), and explain reads inside it (longbert.inference.int8).
+model's validation split (longbert.inference.quantize), and explain reads inside it (longbert.inference.explain).
 """
 
 from __future__ import annotations

@@ -135,9 +135,9 @@ def _mixed_predictions(run_dir: Path, lexical, splits: dict, documents: dict, ne
 
 def _write_hybrid(output: Path, model, splits: dict, raws: dict, summary: dict, recipe_file: Path) -> None:
     """The hybrid's folder, laid out as a run folder, written whole or not at all (an older one replaced)."""
-    from longbert.evaluation.command import write_json, write_predictions
+    from longbert.evaluation.command import write_predictions
     from longbert.modeling.folder import save_model_folder
-    from longbert.utils.atomic import atomic_folder
+    from longbert.utils.atomic import atomic_folder, write_json
 
     with atomic_folder(output, HYBRID_SUMMARY, "--output") as staging:
         save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder

@@ -18,6 +18,7 @@ mkstemp make them private), so a model folder trained by one user can be read by
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -349,3 +350,8 @@ def recover(parent: str | Path) -> list[str]:
             path.unlink()
             done.append(f"removed {path.name} (left by an interrupted write)")
     return done
+
+
+def write_json(path: Path, data) -> None:
+    """`data` as indented JSON at `path`, atomically."""
+    write_text_atomically(path, json.dumps(data, indent=2))

@@ -241,3 +241,14 @@ def measure(device: torch.device | str, memory: bool = True):
         result["seconds"] = time.perf_counter() - start
         result["peak_memory_mb"] = None if peak is None else round(peak / 2**20, 1)
         result["added_memory_mb"] = None if peak is None or before is None else round(max(peak - before, 0) / 2**20, 1)
+
+
+def release_memory() -> None:
+    """Let one strategy's model and optimiser go before the next is built (peak memory is measured per run)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

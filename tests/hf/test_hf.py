@@ -88,7 +88,7 @@ print(config_class.__name__, AutoModelForSequenceClassification._model_mapping[c
 
 def test_import_longbert_loads_nothing_heavy_and_registers_when_transformers_loads():
     out = run_python("import sys, longbert\n"
-                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', 'longbert.hf.config', "
+                     "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', "
                      "'longbert.modeling.hf_config') if m in sys.modules))\n"
                      + CHECK_REGISTERED)
     assert out.splitlines() == ["[]", "LongbertConfig LongbertForSequenceClassification"]
@@ -114,8 +114,8 @@ def test_a_registration_that_fails_is_a_warning_not_a_broken_import():
 def test_auto_classes_and_pipeline_classify_whole_documents_as_predict_does(finetune, saved):
     from transformers import AutoConfig, AutoModelForSequenceClassification, pipeline
 
-    from longbert.hf.config import LongbertConfig
     from longbert.hf.model import LongbertForSequenceClassification
+    from longbert.modeling.hf_config import LongbertConfig
 
     root, before_saving = saved
     folder = root / finetune

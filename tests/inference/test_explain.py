@@ -119,7 +119,7 @@ def test_a_truncating_models_page_shows_what_it_read_and_an_ensembles_names_its_
 def test_explain_at_int8_reads_its_units_in_the_quantized_copy(attention_model):
     """At int8 the rows are predict's at int8, and the units are read where that prediction was made: in the quantized
     copy that the int8 wrapper runs (its recheck re-reads whole documents, not units)."""
-    from longbert.inference.int8 import reading_classifier
+    from longbert.inference.explain import reading_classifier
 
     assert reading_classifier(attention_model, "int8") is attention_model.for_precision("int8").quantized
     assert reading_classifier(attention_model, "fp32") is attention_model
