@@ -68,9 +68,9 @@ def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
 
 def build_strategy(system: str, backbone, special, token_pooling: str = "cls"):
     from longbert.strategies.base import PassBudget
-    from longbert.strategies.base import build_strategy as build
     from longbert.strategies.chunk import ChunkConfig
     from longbert.strategies.recurrence import RecurrenceConfig
+    from longbert.strategies.registry import build_strategy as build
     from longbert.strategies.rmt import RmtConfig
 
     config = {"recurrence": RecurrenceConfig(token_pooling=token_pooling),

@@ -50,7 +50,8 @@ def run_one(spec: dict) -> dict:
     from bench_recurrence import imdb_document
 
     from longbert.modeling.backbone import load_backbone
-    from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, get_entry
+    from longbert.strategies.base import PassBudget, SpecialTokens
+    from longbert.strategies.registry import build_strategy, get_entry
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(spec["threads"])

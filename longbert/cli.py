@@ -325,7 +325,8 @@ def hybrid(
 @app.command()
 def strategies():
     """List the registered strategies and their recipe fields; `longbert export` takes those marked [exportable]."""
-    from longbert.strategies.base import ReadsWindows, config_fields, get_entry, strategy_names
+    from longbert.strategies.base import ReadsWindows, config_fields
+    from longbert.strategies.registry import get_entry, strategy_names
 
     def action():
         for name in strategy_names():
@@ -333,8 +334,7 @@ def strategies():
             exportable = " [exportable]" if issubclass(entry.module_cls, ReadsWindows) else ""
             typer.echo(f"{name:<12} {entry.summary}{exportable}")
             for f in config_fields(entry.config_cls):
-                factory = f.default_factory
-                default = f.default if f.default is not factory else factory()  # type: ignore[misc]
+                default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore
                 typer.echo(f"    {f.name} (default {json.dumps(default)}): {f.metadata.get('help', '')}")
 
     run_command(action)

@@ -502,7 +502,8 @@ def recipe_schemas() -> list[type]:
 
 
 def strategy_fields() -> dict[str, set[str]]:
-    from longbert.strategies.base import REGISTRY, strategy_names
+    from longbert.strategies.base import REGISTRY
+    from longbert.strategies.registry import strategy_names
 
     return {name: {f.name for f in dataclasses.fields(REGISTRY[name].config_cls)} for name in strategy_names()}
 

@@ -150,7 +150,7 @@ def test_imports_run_one_way(importer, forbidden):
 def test_no_strategy_is_named_outside_strategies():
     """Code outside strategies/ asks the registry (roles, hooks); it never compares with a strategy's name.
     Docstrings and comments may name strategies; string constants in code may not."""
-    from longbert.strategies.base import strategy_names
+    from longbert.strategies.registry import strategy_names
 
     names = set(strategy_names())
     found = []

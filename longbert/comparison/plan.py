@@ -115,7 +115,7 @@ def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[st
     Every override is read by `config.parse_override`, the parser `longbert train --set` uses, so a malformed one
     fails here, once, before any strategy is resolved."""
     from longbert.config import Recipe, parse_override, strategy_fields
-    from longbert.strategies.base import strategy_names
+    from longbert.strategies.registry import strategy_names
 
     recipe_keys = {f.name for f in dataclasses.fields(Recipe)}
     per: dict[str, list[str]] = {s: [] for s in names}

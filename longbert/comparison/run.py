@@ -330,7 +330,7 @@ def _run_label(strategy: str, seed: int, base_seed: int) -> str:
 
 def parse_strategies(value: Sequence[str] | str) -> list[str]:
     """'truncate,chunk' or ['truncate', 'chunk'] -> checked, de-duplicated names (order kept)."""
-    from longbert.strategies.base import get_entry, strategy_names
+    from longbert.strategies.registry import get_entry, strategy_names
 
     items = value.split(",") if isinstance(value, str) else [part for v in value for part in str(v).split(",")]
     names = list(dict.fromkeys(s.strip() for s in items if s.strip()))

@@ -78,7 +78,7 @@ def accuracy_of(results: dict, name: str) -> float:
 
 def decide(results: dict) -> Verdict:
     """The decisions behind the verdict (see `Verdict`)."""
-    from longbert.strategies.base import strategy_with_role
+    from longbert.strategies.registry import strategy_with_role
 
     names, s = results["strategy_order"], results["strategies"]
     decision = Verdict()

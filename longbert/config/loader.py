@@ -55,7 +55,7 @@ def short_repr(value: Any, limit: int = SHORT_REPR) -> str:
 def default_strategy_config():
     """The config (with its defaults) of the strategy registered with the default role: a recipe's strategy when it
     names none. Strategy code loads only here, when a recipe is built."""
-    from longbert.strategies.base import get_entry, strategy_with_role
+    from longbert.strategies.registry import get_entry, strategy_with_role
 
     return get_entry(strategy_with_role("default")).config_cls()
 
@@ -158,7 +158,7 @@ def build(cls: type, raw: Any, path: str, problems: list[str]):
 
 def strategy_fields(strategy: str) -> set[str]:
     """The fields a registered strategy's config holds, besides its name."""
-    from longbert.strategies.base import get_entry
+    from longbert.strategies.registry import get_entry
 
     return {f.name for f in dataclasses.fields(get_entry(strategy).config_cls)} - {"name"}
 
@@ -169,7 +169,7 @@ def strategy_sections(raw: dict, source: str) -> tuple[dict, dict[str, dict]]:
     strategy that runs (`longbert train` merges the section of the recipe's strategy; `longbert compare` that of each
     strategy it compares, as `--set bigbird.unit_tokens=126` would, and a --set override still wins). Every section
     is checked against its strategy's fields, used or not, so that a misspelt field fails before anything trains."""
-    from longbert.strategies.base import strategy_names
+    from longbert.strategies.registry import strategy_names
 
     rest, own = {}, {}
     for key, value in raw.items():
@@ -192,7 +192,7 @@ def with_strategy_section(raw: dict, source: str) -> dict:
     """`raw` with its per-strategy sections taken out and the section of its own strategy (strategy.name, or the
     default strategy when it names none) merged into its strategy section: what `longbert train` runs from a compare
     recipe."""
-    from longbert.strategies.base import strategy_with_role
+    from longbert.strategies.registry import strategy_with_role
 
     rest, own = strategy_sections(raw, source)
     section = rest.get("strategy", {})
@@ -206,7 +206,7 @@ def with_strategy_section(raw: dict, source: str) -> dict:
 
 def build_strategy_config(raw: Any, path: str, problems: list[str]):
     """The strategy section: `name` selects the registered config dataclass, the other keys fill it."""
-    from longbert.strategies.base import get_entry
+    from longbert.strategies.registry import get_entry
 
     if isinstance(raw, str):
         raw = {"name": raw}

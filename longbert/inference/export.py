@@ -29,7 +29,8 @@ from torch import nn
 
 from longbert.errors import LongbertError
 from longbert.inference.exported import ENCODER_FILES, EXPORT_FORMAT, ExportedClassifier
-from longbert.strategies.base import ReadsWindows, Units, strategies_with
+from longbert.strategies.base import ReadsWindows, Units
+from longbert.strategies.registry import strategies_with
 from longbert.utils.folders import EXPORT_FILE, ONNX_HEAD_FILE, PARITY_FILE
 
 FORMATS = ("onnx",)

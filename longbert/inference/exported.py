@@ -60,7 +60,8 @@ class ExportedClassifier:
 
         from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
         from longbert.modeling.settings import ModelSettings
-        from longbert.strategies.base import ReadsWindows, SpecialTokens, build_strategy
+        from longbert.strategies.base import ReadsWindows, SpecialTokens
+        from longbert.strategies.registry import build_strategy
 
         self.folder = Path(folder)
         info = read_export_info(self.folder)

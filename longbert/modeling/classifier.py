@@ -35,7 +35,8 @@ from longbert.modeling.folder import (
     wrap_lora,
 )
 from longbert.modeling.settings import ModelSettings
-from longbert.strategies.base import Pooled, SpecialTokens, Units, build_strategy, lora_modules_to_save
+from longbert.strategies.base import Pooled, SpecialTokens, Units, lora_modules_to_save
+from longbert.strategies.registry import build_strategy
 from longbert.utils.hardware import autocast_for
 
 if TYPE_CHECKING:

@@ -250,42 +250,5 @@ def register(name: str, config_cls: type, summary: str, role: str | None = None)
     return wrap
 
 
-def strategy_with_role(role: str) -> str:
-    """The name of the strategy registered with `role` ("default" or "reference")."""
-    from longbert import strategies  # noqa: F401
-
-    names = [e.name for e in REGISTRY.values() if e.role == role]
-    if len(names) != 1:
-        raise RuntimeError(f"exactly one strategy must be registered with role {role!r}, found {names}")
-    return names[0]
-
-
-def get_entry(name: str) -> StrategyEntry:
-    """The registry entry for `name`, or a LongbertError listing the valid names."""
-    from longbert import strategies  # noqa: F401  (importing the package registers every strategy)
-
-    if name not in REGISTRY:
-        raise LongbertError(f"unknown strategy {name!r}; valid strategies: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
-
-
-def strategy_names() -> list[str]:
-    from longbert import strategies  # noqa: F401
-
-    return sorted(REGISTRY)
-
-
-def strategies_with(hook: type) -> list[str]:
-    """The registered strategies whose module has `hook`, one of the Protocols above that hold only methods
-    (`issubclass` cannot check an attribute such as SavesLoraModules' on a class)."""
-    return [name for name in strategy_names() if issubclass(REGISTRY[name].module_cls, hook)]
-
-
-def build_strategy(config, hidden_size: int, special: SpecialTokens, budget: PassBudget) -> nn.Module:
-    """Instantiate the module registered for `config.name`."""
-    entry = get_entry(config.name)
-    return entry.module_cls(config, hidden_size=hidden_size, special=special, budget=budget)
-
-
 def config_fields(config_cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(config_cls) if f.name != "name"]

@@ -109,7 +109,8 @@ def load_masked_lm(name: str, attention_dropout: float | None, hidden_dropout: f
 def build_model(recipe: PretrainRecipe) -> tuple[MaskedLanguageModel, object, list[str], bool]:
     """(the model, the tokenizer, notes for the user, whether the MLM head started untrained)."""
     from longbert.modeling.backbone import enable_activation_checkpointing, load_tokenizer
-    from longbert.strategies.base import SpecialTokens, build_strategy
+    from longbert.strategies.base import SpecialTokens
+    from longbert.strategies.registry import build_strategy
     from longbert.strategies.windows import usable_positions
 
     mlm, head_modules, missing = load_masked_lm(recipe.backbone.name, recipe.backbone.attention_dropout,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from longbert.comparison.verdict import decide, verdict
-from longbert.strategies.base import strategy_names, strategy_with_role
+from longbert.strategies.registry import strategy_names, strategy_with_role
 
 REFERENCE = strategy_with_role("reference")
 OTHERS = [n for n in strategy_names() if n != REFERENCE][:2]

@@ -44,7 +44,7 @@ def test_round_trip_through_yaml(tmp_path):
 
 
 def test_a_recipe_without_a_strategy_gets_the_registrys_default():
-    from longbert.strategies.base import strategy_with_role
+    from longbert.strategies.registry import strategy_with_role
 
     assert load_recipe(None, ["train.epochs=1"]).strategy.name == strategy_with_role("default")
 

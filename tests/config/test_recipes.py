@@ -14,7 +14,7 @@ from longbert.config import (
     recipe_from_dict,
     with_strategy_section,
 )
-from longbert.strategies.base import get_entry
+from longbert.strategies.registry import get_entry
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"  # the checkout's link to longbert/recipes/
 FINETUNE = sorted(RECIPES.glob("*.yaml"))

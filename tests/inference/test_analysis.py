@@ -14,8 +14,9 @@ from longbert.evaluation.command import write_predictions
 from longbert.evaluation.predictions import PredictionRow
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.inference.attribution import decisive_units, excerpt, select_examples
-from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy, strategy_names, unit_spans
+from longbert.strategies.base import PassBudget, SpecialTokens, unit_spans
 from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.registry import build_strategy, strategy_names
 from longbert.strategies.sliding import SlidingConfig
 from longbert.strategies.truncate import TruncateConfig, keep
 from longbert.strategies.windows import split_windows

@@ -148,7 +148,8 @@ def test_every_window_strategy_exports(tiny_backbone_dir, tmp_path, strategy, ex
 
 def test_the_windows_hook_cuts_what_unit_spans_describe():
     from longbert.config import load_recipe
-    from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
+    from longbert.strategies.base import PassBudget, SpecialTokens
+    from longbert.strategies.registry import build_strategy
 
     for name in exportable_strategies():
         config = load_recipe(None, [f"strategy.name={name}", "strategy.window=40", "strategy.stride=15"]

@@ -18,7 +18,7 @@ from longbert.config import load_recipe
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import load_encoder
 from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.strategies.base import strategy_names
+from longbert.strategies.registry import strategy_names
 
 BERT_TOKENS = [("pad_token", "[PAD]"), ("unk_token", "[UNK]"), ("cls_token", "[CLS]"), ("sep_token", "[SEP]"),
                ("mask_token", "[MASK]")]

@@ -12,8 +12,9 @@ import torch
 
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
+from longbert.strategies.base import PassBudget, SpecialTokens
 from longbert.strategies.recurrence import ATTENTION_NAME, RecurrenceConfig
+from longbert.strategies.registry import build_strategy
 from longbert.strategies.rmt import RmtConfig
 
 SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)

@@ -26,14 +26,11 @@ from longbert.strategies.base import (
     SpecialTokens,
     Strategy,
     WeighsUnits,
-    build_strategy,
     config_fields,
-    get_entry,
     register,
-    strategies_with,
-    strategy_names,
     unit_spans,
 )
+from longbert.strategies.registry import build_strategy, get_entry, strategies_with, strategy_names
 from longbert.strategies.windows import build_pass, check_fits, encode_windows, gather_units, split_windows
 from longbert.utils.fields import option
 

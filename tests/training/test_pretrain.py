@@ -18,9 +18,10 @@ from helpers import StopAfterSteps
 from longbert.cli import app
 from longbert.config import MaskingConfig, load_pretrain_recipe
 from longbert.errors import LongbertError
-from longbert.strategies.base import PassBudget, SpecialTokens, build_strategy
+from longbert.strategies.base import PassBudget, SpecialTokens
 from longbert.strategies.bigbird import BigBirdConfig, extend_positions
 from longbert.strategies.recurrence import RecurrenceConfig
+from longbert.strategies.registry import build_strategy
 from longbert.strategies.windows import encode_tokens_in_windows
 from longbert.training.masking import IGNORE, Masker, seeded
 from longbert.training.stopping import TrainingInterrupted

@@ -17,7 +17,7 @@ import longbert
 from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
-from longbert.strategies.base import strategy_names
+from longbert.strategies.registry import strategy_names
 from longbert.training.stopping import TrainingInterrupted
 
 pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
