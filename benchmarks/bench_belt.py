@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="call longbert.utils.hardware.keep_freed_memory first, as every longbert command does "
+                        help="call longbert.utils.allocator.keep_freed_memory first, as every longbert command does "
                              "(process-wide: belt-nlp gets it too)")
     parser.add_argument("--emulate-avx2", action="store_true")
     parser.add_argument("-o", "--output", type=Path)
@@ -155,7 +155,7 @@ def main() -> None:
         rerun_with_avx2(__file__, args.output or RESULTS / "belt-avx2-emulated.json")
     output = args.output or RESULTS / "belt.json"
     if args.keep_freed_memory:
-        from longbert.utils.hardware import keep_freed_memory
+        from longbert.utils.allocator import keep_freed_memory
 
         keep_freed_memory()
     result = measure(args)

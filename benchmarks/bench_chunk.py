@@ -132,7 +132,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-padding", type=float, help="backbone.max_padding_per_pass (default: the recipe's)")
     parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="call longbert.utils.hardware.keep_freed_memory first, as every longbert command does")
+                        help="call longbert.utils.allocator.keep_freed_memory first, as every longbert command does")
     parser.add_argument("--emulate-avx2", action="store_true")
     parser.add_argument("-o", "--output", type=Path)
     args = parser.parse_args()
@@ -140,7 +140,7 @@ def main():
         rerun_with_avx2(__file__, args.output or RESULTS / "chunk-avx2-emulated.json")
     output = args.output or RESULTS / "chunk.json"
     if args.keep_freed_memory:
-        from longbert.utils.hardware import keep_freed_memory
+        from longbert.utils.allocator import keep_freed_memory
 
         keep_freed_memory()
     count, repeats = (16, 1) if args.quick else (args.documents, 3)

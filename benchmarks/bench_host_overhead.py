@@ -30,7 +30,7 @@ def tiny_backbone(folder: str) -> None:
 
 
 def main(strategies: list[str]) -> None:
-    from longbert.comparison.strategy_runs import load_splits
+    from longbert.comparison.orchestrator import load_splits
     from longbert.config import load_recipe, read_recipe_file, recipe_from_dict
     from longbert.evaluation.split_pass import predict_dataset
     from longbert.modeling.classifier import LongDocumentClassifier

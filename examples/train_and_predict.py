@@ -49,10 +49,10 @@ try:
     result = longbert.train(recipe, data=data)
 except longbert.LongbertError as error:  # a bad setting, or an output folder that holds a run already
     raise SystemExit(f"error: {error}") from None
-print(f"test accuracy: {result.record.test['accuracy']:.3f} (run folder: {result.run_dir})")
+print(f"test accuracy: {result.record.test['accuracy']:.3f} (run folder: {result.folder})")
 
 # The run folder's kept model (the best on validation), loaded as any saved model is.
-model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+model = longbert.LongDocumentClassifier.from_pretrained(result.folder)
 new_texts = [" ".join(PLOT * 8) + " A wonderful film, I would gladly see it again.",
              "I wanted my money back. " + " ".join(PLOT * 8)]
 for text, row in zip(new_texts, model.predict(new_texts)):

@@ -11,7 +11,8 @@ import typer
 from longbert.commands import classic_metavars, command_line, run_command, start_up
 from longbert.config.limits import check_counts  # standard library and errors only: no torch at start-up
 from longbert.errors import LongbertError
-from longbert.inference.serve import Limits  # standard library only: the serve options' defaults
+from longbert.inference.serve_api import Limits  # standard library only: the serve options' defaults
+from longbert.utils.folders import BEST, METRICS_PAGE
 
 # The inference precisions (longbert.utils.hardware.INFERENCE_PRECISIONS, not imported here: it loads torch).
 PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, bf16, or int8 (the backbone's Linear "
@@ -68,7 +69,7 @@ def train(
                                 "--set key.path=value, e.g. --set data.path=imdb --set strategy.name=chunk")
         result = run_training(load_recipe(recipe, set_), resume=resume, command=command_line())
         test = result.record.test
-        summary = f"run folder: {result.run_dir}"
+        summary = f"run folder: {result.folder}"
         if test:
             summary += f"\ntest {headline(test)}"
         typer.echo(summary)
@@ -87,12 +88,12 @@ def pretrain(
     """Continue masked-language-model training of a backbone on unlabelled long text, read through a strategy;
     writes <run folder>/backbone, usable as a training recipe's backbone.name."""
     from longbert.config import load_pretrain_recipe
-    from longbert.training.pretrain import pretrain as run_pretraining
+    from longbert.training.pretraining.pretrain import pretrain as run_pretraining
 
     def action():
         result = run_pretraining(load_pretrain_recipe(recipe, set_), resume=resume, command=command_line())
-        typer.echo(f"run folder: {result.run_dir}\nbackbone: {result.backbone_dir} (use it as backbone.name)\n"
-                   f"details in {result.run_dir / 'metrics.md'}")
+        typer.echo(f"run folder: {result.folder}\nbackbone: {result.model} (use it as backbone.name)\n"
+                   f"details in {result.folder / METRICS_PAGE}")
 
     run_command(action)
 
@@ -200,13 +201,12 @@ def export(
 ):
     """Export a model to ONNX for onnxruntime (documents of any length); writes parity.json against PyTorch fp32."""
     from longbert.inference.export import export_model, parity_line
+    from longbert.inference.predict import read_documents
 
     def action():
         check_counts({"--parity-documents": parity_documents})
         texts = None
         if parity_texts is not None:
-            from longbert.inference.predict import read_documents
-
             texts = list(read_documents(parity_texts)["text"])
         result = export_model(model_dir, output, format, quantize, texts, parity_documents)
         typer.echo(f"exported to {result.folder}")
@@ -272,7 +272,7 @@ def quantize(
                    f"gap {m['recheck_gap']:g}, {100 * m['rechecked']:.1f}% read again in fp32); "
                    f"accuracy {100 * m['accuracy_fp32']:.1f}% -> "
                    f"{100 * m['accuracy_int8']:.1f}%; {m['seconds_fp32']:.1f} s -> {m['seconds_int8']:.1f} s; "
-                   f"recorded in {run_dir}/best (training.json, README.md)")
+                   f"recorded in {run_dir / BEST} (training.json, README.md)")
 
     run_command(action)
 
@@ -287,14 +287,16 @@ def ensemble(
 ):
     """Make one model folder of several runs whose probabilities are averaged: the members chosen on their kept
     validation predictions as compare chooses its ensemble row; predict, evaluate, serve and explain load it."""
-    from longbert.comparison.ensemble_folder import make_ensemble
+    from longbert.ensembles.ensemble_folder import make_ensemble
 
     def action():
-        s = make_ensemble(run_dirs, output, use_all)
+        result = make_ensemble(run_dirs, output, use_all)
+        s = result.metrics
         v = s["validation"]
         scores = "" if v is None else (f"; validation {s['metric']}: " + ", ".join(
             f"{name} {value:.3f}" for name, value in v.items()))
-        typer.echo(f"ensemble of {' + '.join(s['members'])} written to {output} (chosen by {s['chosen_by']}{scores})"
+        typer.echo(f"ensemble of {' + '.join(s['members'])} written to {result.folder} (chosen by {s['chosen_by']}"
+                   f"{scores})"
                    + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if s["test"] else ""))
 
     run_command(action)
@@ -308,13 +310,12 @@ def hybrid(
 ):
     """Make a hybrid of the run's model (an ensemble's members' mean) and TF-IDF over the same token ids: fitted on
     the run's training documents, mixed at a weight chosen on its validation split; a folder predict and serve take."""
-    from longbert.training.hybrid import make_hybrid
+    from longbert.ensembles.hybrid import make_hybrid
 
     def action():
-        s = make_hybrid(run_dir, output)
-        v = s["validation"]
-        where = output or run_dir / "hybrid"
-        typer.echo(f"hybrid written to {where}: neural weight {s['mix']:.2f}, C {s['C']} (chosen on "
+        result = make_hybrid(run_dir, output)
+        s, v = result.metrics, result.metrics["validation"]
+        typer.echo(f"hybrid written to {result.folder}: neural weight {s['mix']:.2f}, C {s['C']} (chosen on "
                    f"{s['validation_documents']} validation documents: neural {100 * v['neural_accuracy']:.1f}%, "
                    f"TF-IDF {100 * v['lexical_accuracy']:.1f}%, hybrid {100 * v['hybrid_accuracy']:.1f}%)"
                    + (f"; test accuracy {100 * s['test']['accuracy']:.2f}%" if "test" in s else ""))
@@ -363,19 +364,18 @@ def compare(
                                               "compare per size on nested training subsets, one report over them"),
 ):
     """Train and evaluate several strategies on the same data and budget; write one report comparing them."""
+    from longbert.comparison.learning_curve import curve_command
+    from longbert.comparison.orchestrator import compare as run_compare
     from longbert.comparison.render import print_summary
-    from longbert.comparison.run import compare as run_compare
 
     def action():
         check_counts({"--seeds": seeds})
         if train_sizes is not None:
-            from longbert.comparison.curve import curve_command
-
             return curve_command(strategies, train_sizes, recipe, set_, name, runs_dir, reports_dir, command_line(),
                                  seeds)
-        results = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
-                              command=command_line(), seeds=seeds)
-        print_summary(results)
+        result = run_compare(strategies, recipe, set_, name, runs_dir=runs_dir, reports_dir=reports_dir,
+                             command=command_line(), seeds=seeds)
+        print_summary(result.metrics)
 
     run_command(action)
 

@@ -4,14 +4,24 @@ reads (`classic_metavars`)."""
 
 from __future__ import annotations
 
+import inspect
+import os
+import shlex
 import signal
 import sys
+import threading
+import typing
 from pathlib import Path
 from typing import Callable
 
 import typer
+from typer.models import ArgumentInfo, OptionInfo
 
 from longbert.errors import LongbertError
+from longbert.training.stopping import TrainingInterrupted
+from longbert.utils.allocator import keep_freed_memory
+from longbert.utils.atomic import Terminated, guarded_stdout
+from longbert.utils.logs import check_environment, set_verbosity
 
 
 def run_command(action: Callable[[], object]) -> object:
@@ -34,9 +44,6 @@ def run_command(action: Callable[[], object]) -> object:
 
 
 def _guarded(action: Callable[[], object]) -> object:
-    from longbert.training.stopping import TrainingInterrupted
-    from longbert.utils.atomic import Terminated, guarded_stdout
-
     try:
         with guarded_stdout():  # a failed write to stdout (a full disk) is one line, as a failed write to a file is
             return action()
@@ -61,7 +68,7 @@ def end_process_group() -> bool:
     """Tear down the process group a command under torchrun or `accelerate launch` joined; whether there was one."""
     if "torch" not in sys.modules:  # a command that never imported torch joined no group
         return False
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: PLC0415 (torch-free: `longbert --help` and start-up load no torch)
 
     if not (dist.is_available() and dist.is_initialized()):
         return False
@@ -74,8 +81,6 @@ def leave_after_process_group(status: int) -> None:
     destroy_process_group (C++ still holds the group), and when the interpreter's exit destroys them unjoined, the
     process aborts ("terminate called without an active exception", exit -6) after all its work is done and
     written: about one two-process `predict` in fifteen on this 2-core CPU failed so, and failed CI once."""
-    import os
-
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -85,16 +90,11 @@ def leave_after_process_group(status: int) -> None:
 
 
 def ignore_ctrl_c() -> None:
-    import signal
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def command_line() -> str:
-    import shlex
-
     return shlex.join(["longbert", *sys.argv[1:]])
 
 
@@ -105,11 +105,6 @@ _METAVARS = {Path: "PATH", str: "TEXT", int: "INTEGER", float: "NUMBER"}
 
 
 def classic_metavars(typer_app: typer.Typer) -> None:
-    import inspect
-    import typing
-
-    from typer.models import ArgumentInfo, OptionInfo
-
     for command in typer_app.registered_commands:
         hints = typing.get_type_hints(command.callback)
         for name, parameter in inspect.signature(command.callback).parameters.items():
@@ -126,9 +121,6 @@ def classic_metavars(typer_app: typer.Typer) -> None:
 def start_up(quiet: bool, verbose: bool) -> None:
     """What every command does first: the verbosity from --quiet/--verbose (one error line, exit 2, for both or
     for a bad LONGBERT_VERBOSITY), and freed memory kept for reuse."""
-    from longbert.utils.hardware import keep_freed_memory
-    from longbert.utils.logs import check_environment, set_verbosity
-
     if quiet and verbose:
         typer.echo("error: --quiet and --verbose contradict each other: give one", err=True)
         raise typer.Exit(2)

@@ -263,3 +263,39 @@ def test_where_it_looks_refuses_predictions_without_unit_weights_in_one_line(tmp
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+
+
+def write_probabilities(path: Path, probabilities, labels) -> Path:
+    rows = [json.dumps({"index": i, "n_tokens": 100, "label": int(y), "predicted": int(p[1] > p[0]),
+                        "probabilities": [round(float(x), 6) for x in p]})
+            for i, (p, y) in enumerate(zip(probabilities, labels))]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_calibration_check_fits_on_validation_and_softens_an_over_confident_run(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    run = tmp_path / "run"
+    run.mkdir()
+    for split, n in (("validation", 600), ("test", 600)):
+        z = rng.normal(0, 1.5, size=n)
+        labels = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(int)
+        p1 = 1 / (1 + np.exp(-3 * z))  # three times too sure
+        write_probabilities(run / f"predictions-{split}.jsonl", np.stack([1 - p1, p1], 1), labels)
+    result = subprocess.run([sys.executable, str(SCRIPTS / "calibration_check.py"), str(run), "--json",
+                             str(tmp_path / "out.json")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    row = json.loads((tmp_path / "out.json").read_text())[0]
+    assert row["method"] == "temperature" and 2.2 < row["temperatures"][0] < 4.0
+    assert row["after"]["ece"] < row["before"]["ece"] / 2 and row["predictions_unchanged"] is True
+
+
+def test_calibration_check_refuses_an_unpaired_file_and_a_missing_one_in_one_line(tmp_path):
+    script = [sys.executable, str(SCRIPTS / "calibration_check.py")]
+    odd = subprocess.run([*script, "--pairs", str(tmp_path / "v.jsonl")], capture_output=True, text=True)
+    assert odd.returncode == 1 and "--pairs takes a validation file and a test file" in odd.stderr
+    missing = subprocess.run([*script, str(tmp_path)], capture_output=True, text=True)
+    assert missing.returncode == 1 and "predictions-validation.jsonl does not exist" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

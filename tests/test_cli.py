@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from longbert.cli import app
+from longbert.result import Result
 from longbert.utils.folders import RUN_ENTRIES
 
 runner = CliRunner()
@@ -230,8 +231,8 @@ def test_a_full_stdout_is_one_line_naming_stdout(capsys, monkeypatch, tmp_path, 
     import typer
 
     import longbert.cli as cli
+    import longbert.comparison.orchestrator
     import longbert.comparison.render
-    import longbert.comparison.run
     import longbert.evaluation.command
     import longbert.evaluation.metrics
 
@@ -243,7 +244,7 @@ def test_a_full_stdout_is_one_line_naming_stdout(capsys, monkeypatch, tmp_path, 
     # The commands' work is replaced by what they print; printing is what is tested.
     monkeypatch.setattr(longbert.evaluation.command, "evaluate", lambda *args, **kwargs: {})
     monkeypatch.setattr(longbert.evaluation.metrics, "headline", lambda metrics: "accuracy 50.0%")
-    monkeypatch.setattr(longbert.comparison.run, "compare", lambda *args, **kwargs: {})
+    monkeypatch.setattr(longbert.comparison.orchestrator, "compare", lambda *args, **kwargs: Result(tmp_path, {}))
     monkeypatch.setattr(longbert.comparison.render, "print_summary", print_summary)
     calls = {"strategies": lambda: cli.strategies(),
              "evaluate": lambda: cli.evaluate(tmp_path, "test", None, [], "auto"),
@@ -358,7 +359,7 @@ def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, t
 
     def fake_train(recipe, resume=False, command=None):
         seen["recipe"] = recipe
-        return TrainResult(tmp_path / "run", run_record())
+        return TrainResult.from_run(tmp_path / "run", run_record())
 
     monkeypatch.setattr(longbert.training.finetune, "train", fake_train)
     result = run("train", "--set", "data.path=imdb", "--set", "strategy.name=sliding", "--set", "train.epochs=3")
@@ -398,7 +399,7 @@ def test_an_output_dir_that_cannot_be_a_folder_is_one_line_before_any_work(tiny_
 
 def test_serve_takes_the_request_limits_from_the_command_line(monkeypatch, tmp_path):
     import longbert.inference.serve
-    from longbert.inference.serve import Limits
+    from longbert.inference.serve_api import Limits
 
     seen = []
     monkeypatch.setattr(longbert.inference.serve, "serve", lambda *args, **kwargs: seen.append((args, kwargs)))

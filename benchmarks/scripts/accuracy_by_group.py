@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from longbert.comparison.results import id_group
+from longbert.comparison.report_numbers import id_group
 from longbert.errors import LongbertError
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from longbert.comparison.results import paired_comparisons, read_predictions
+from longbert.comparison.report_numbers import paired_comparisons, read_predictions
 from longbert.errors import LongbertError
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 

@@ -1,8 +1,16 @@
 """How a comparison's numbers read, the same in the verdict, the report's pages and the terminal summary: shares as
 percentages with their 95% interval, durations, memory, the length buckets' titles, and a decisive part of a
-document in words."""
+document in words; and compare's progress lines (`say`)."""
 
 from __future__ import annotations
+
+from longbert.utils.logs import get_logger
+
+
+def say(message: str) -> None:
+    """A progress line of compare's on stderr (stdout stays for the summary)."""
+    get_logger(__name__).info(f"compare: {message}")
+
 
 BUCKETS = ("<=512", "513-1024", ">1024")
 BUCKET_TITLES = {"<=512": "≤512", "513-1024": "513–1024", ">1024": ">1024"}

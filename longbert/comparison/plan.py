@@ -1,19 +1,43 @@
-"""What a comparison will run, decided before anything trains: its base recipe (the one given; else, packaged,
-compare/own_data.yaml for the user's own documents and compare/imdb.yaml for an IMDb subset) and its report name,
-one validated recipe per strategy (the base recipe, the strategy, and the overrides that reach it), what each run
-folder allows (reuse, resume, train), and a build of every model about to train so that a setting the backbone cannot
-hold fails at once. Every problem of every strategy is raised together."""
+"""What a comparison will run, decided before anything trains: the strategies named (checked against the registry),
+its base recipe (the one given; else, packaged, compare/own_data.yaml for the user's own documents and
+compare/imdb.yaml for an IMDb subset) and its report name, one validated recipe per strategy (the base recipe, the
+strategy, and the overrides that reach it), what each run folder allows (reuse, resume, train), and a build of every
+model about to train so that a setting the backbone cannot hold fails at once. Every problem of every strategy is
+raised together. And the `longbert compare` command that repeats a call from Python."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import shlex
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
+import yaml
+
+from longbert.config import (
+    PLAIN_NAME,
+    Recipe,
+    apply_overrides,
+    load_recipe,
+    parse_override,
+    read_recipe_file,
+    read_yaml,
+    recipe_from_dict,
+    recipe_to_yaml,
+    strategy_fields,
+    strategy_sections,
+    yaml_problem,
+)
+from longbert.config.data import local_data_name
+from longbert.data.files import count_rows
+from longbert.data.sources import single_data_file
 from longbert.errors import LongbertError
-from longbert.utils.folders import METRICS_FILE
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.strategies.registry import get_entry, strategy_names
+from longbert.training.frozen import refuse_untrainable
+from longbert.utils.folders import STATE_FILE, RunFolder
 from longbert.utils.hardware import release_memory
 
 # What a strategy's run folder allows, decided when its turn comes (`plan_runs`).
@@ -21,6 +45,23 @@ PlanAction = Literal["reuse", "resume", "restart", "train"]
 DEFAULT_RECIPE = "compare/imdb.yaml"  # the base recipe when none is given and the documents are IMDb's
 OWN_DATA_RECIPE = "compare/own_data.yaml"  # ... and when they are the user's own: every document, no caps
 OWN_DATA_REPORT = "compare_{}"  # the report name on the user's own file or folder: compare_reviews for reviews.csv
+DEFAULT_RUNS_DIR = Path("runs") / "compare"
+DEFAULT_REPORTS_DIR = Path("reports")
+
+
+def parse_strategies(value: Sequence[str] | str) -> list[str]:
+    """'truncate,chunk' or ['truncate', 'chunk'] -> checked, de-duplicated names (order kept)."""
+    items = value.split(",") if isinstance(value, str) else [part for v in value for part in str(v).split(",")]
+    names = list(dict.fromkeys(s.strip() for s in items if s.strip()))
+    if not names:
+        raise LongbertError(f"--strategies needs at least one name; valid strategies: {', '.join(strategy_names())}")
+    unknown = [s for s in names if s not in strategy_names()]
+    if len(unknown) == 1:
+        get_entry(unknown[0])  # raises, listing the valid names
+    if unknown:
+        raise LongbertError(f"unknown strategies {', '.join(repr(s) for s in unknown)}; "
+                            f"valid strategies: {', '.join(strategy_names())}")
+    return names
 
 
 def default_recipe(relative: str = DEFAULT_RECIPE) -> Path:
@@ -34,8 +75,6 @@ def default_recipe(relative: str = DEFAULT_RECIPE) -> Path:
 
 def data_path_override(overrides) -> str | None:
     """The data.path the overrides set (the last one that does), or None."""
-    from longbert.config import parse_override
-
     found = None
     for text in overrides:
         keys, value = parse_override(text)
@@ -48,8 +87,6 @@ def base_recipe(recipe, overrides=(), data=None) -> tuple[dict, str, Path | None
     """(raw recipe mapping, a name for error messages and the report, the YAML path or None) of a compare's base:
     `recipe` (a YAML path or a Recipe); None: compare/own_data.yaml when the documents are the user's own (an override
     sets data.path, or `data` holds them in memory), else compare/imdb.yaml."""
-    from longbert.config import Recipe, read_recipe_file
-
     if isinstance(recipe, Recipe):
         return recipe.to_dict(), "the base recipe", None
     if recipe is None:  # named as a checkout shows it, wherever longbert is installed
@@ -66,9 +103,6 @@ def report_name(name: str | None, recipe, overrides=(), data=None) -> str:
     """The report name a compare takes: `name`; else, on the user's own local file or folder with no base recipe
     given, compare_<its stem> (compare_reviews for reviews.csv); else the base recipe's. Refused unless it is a
     plain folder name."""
-    from longbert.config import PLAIN_NAME
-    from longbert.data.sources import local_data_name
-
     path = data_path_override(overrides) if recipe is None else None
     own = local_data_name(path) if path is not None else None
     name = name or (OWN_DATA_REPORT.format(own) if own else str(base_recipe(recipe, overrides, data)[0].get("name")
@@ -81,9 +115,6 @@ def report_name(name: str | None, recipe, overrides=(), data=None) -> str:
 def describe_base(base_source: str, recipe, defaulted: bool) -> str:
     """compare's status line on its base recipe: which one, how many documents it uses (`recipe`: the first
     strategy's, whose data every run shares), and how to change that; `defaulted`: no base recipe was given."""
-    from longbert.data.files import count_rows
-    from longbert.data.sources import single_data_file
-
     data = recipe.data
     try:
         file = single_data_file(data)
@@ -111,12 +142,9 @@ def describe_base(base_source: str, recipe, defaulted: bool) -> str:
 
 
 def split_overrides(overrides: list[str], names: list[str]) -> dict[str, list[str]]:
-    """Each strategy's own list of `key.path=value` overrides, in the order given (see `longbert.comparison.run`).
-    Every override is read by `config.parse_override`, the parser `longbert train --set` uses, so a malformed one
-    fails here, once, before any strategy is resolved."""
-    from longbert.config import Recipe, parse_override, strategy_fields
-    from longbert.strategies.registry import strategy_names
-
+    """Each strategy's own list of `key.path=value` overrides, in the order given (see
+    `longbert.comparison.orchestrator`). Every override is read by `config.parse_override`, the parser `longbert train
+    --set` uses, so a malformed one fails here, once, before any strategy is resolved."""
     recipe_keys = {f.name for f in dataclasses.fields(Recipe)}
     per: dict[str, list[str]] = {s: [] for s in names}
     for text in overrides:
@@ -150,8 +178,6 @@ def resolve_recipes(names: list[str], base_raw: dict, base_source: str, override
                     runs_dir: Path, suffix: str = "") -> dict:
     """strategy -> its validated Recipe, run in <runs_dir>/<name>/<strategy><suffix>. Every problem of every strategy
     is raised together, before training."""
-    from longbert.config import apply_overrides, recipe_from_dict, strategy_sections
-
     per = split_overrides(overrides, names)
     base_raw, own = strategy_sections(base_raw, base_source)
     recipes, problems = {}, {}
@@ -187,9 +213,6 @@ def preflight(recipes: dict, plan: dict[str, str]) -> None:
     """Build each model that is about to train (backbone loaded, strategy fitted to it) so that a setting the
     backbone cannot hold (a window longer than its positions), or a strategy weight that frozen mode cannot train,
     fails before the first strategy trains."""
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.training.frozen import refuse_untrainable
-
     problems: dict[str, list[str]] = {}
     for strategy, recipe in recipes.items():
         if plan[strategy] == "reuse":
@@ -208,13 +231,11 @@ def preflight(recipes: dict, plan: dict[str, str]) -> None:
 def plan_runs(recipes: dict) -> dict[str, PlanAction]:
     """strategy -> 'reuse', 'resume', 'restart' or 'train', from what its run folder holds. A folder holding a run
     with a different recipe is an error (raised for every such folder at once, before anything trains)."""
-    from longbert.config import recipe_to_yaml
-
     plan: dict[str, PlanAction] = {}
     problems = []
     for strategy, recipe in recipes.items():
-        run_dir = Path(recipe.output_dir)
-        saved = run_dir / "recipe.yaml"
+        run, run_dir = RunFolder(recipe.output_dir), Path(recipe.output_dir)
+        saved = run.recipe
         if not run_dir.exists() or not any(run_dir.iterdir()):
             plan[strategy] = "train"
         elif not saved.is_file():
@@ -223,9 +244,9 @@ def plan_runs(recipes: dict) -> dict[str, PlanAction]:
             differing = _differences(saved, recipe)
             problems.append(f"{run_dir} holds a run with a different recipe ({differing}); choose another --name, "
                             "or delete that folder to train it again")
-        elif (run_dir / METRICS_FILE).is_file():
+        elif run.metrics.is_file():
             plan[strategy] = "reuse"
-        elif (run_dir / "checkpoint" / "state.json").is_file():
+        elif (run.checkpoint / STATE_FILE).is_file():
             plan[strategy] = "resume"
         else:
             plan[strategy] = "restart"
@@ -238,8 +259,6 @@ def _same_once_loaded(saved: Path, recipe) -> bool:
     """Whether a saved recipe.yaml, loaded as today's longbert loads a recipe, is `recipe`: a run saved before a
     setting existed did what that setting's default does (every new setting defaults to the old behaviour), so a
     recipe.yaml that lacks it is the same recipe. False when the file cannot be loaded."""
-    from longbert.config import load_recipe, recipe_to_yaml
-
     try:
         return recipe_to_yaml(load_recipe(saved)) == recipe_to_yaml(recipe)
     except (LongbertError, OSError, UnicodeDecodeError):
@@ -257,10 +276,6 @@ def _read(saved: Path) -> str | None:
 def _differences(saved: Path, recipe) -> str:
     """'train.learning_rate: 0.001 -> 0.002': the first few settings a saved recipe.yaml and `recipe` differ in, or
     why the saved one cannot be compared (not readable, not YAML within the loader's bounds, not a mapping)."""
-    import yaml
-
-    from longbert.config import read_yaml, yaml_problem
-
     def flat(d, prefix=""):
         out = {}
         for k, v in d.items():
@@ -305,3 +320,23 @@ def seed_recipes(recipes: dict, seeds: int, base_raw: dict, base_source: str, ov
         for strategy, recipe in extra.items():
             out[strategy][seed] = recipe
     return out
+
+
+def equivalent_command(names, base_path, recipe, overrides, name, runs_dir, reports_dir, seeds=1) -> str:
+    """The `longbert compare` command that repeats a library call."""
+    parts = ["longbert", "compare", "--strategies", ",".join(names)]
+    if seeds != 1:
+        parts += ["--seeds", str(seeds)]
+    if base_path is not None and recipe is not None:
+        parts += ["--recipe", str(base_path)]
+    for text in overrides:
+        parts += ["--set", text]
+    parts += ["--name", name]
+    if runs_dir != DEFAULT_RUNS_DIR:
+        parts += ["--runs-dir", str(runs_dir)]
+    if reports_dir != DEFAULT_REPORTS_DIR:
+        parts += ["--reports-dir", str(reports_dir)]
+    command = shlex.join(parts)
+    if base_path is None and recipe is not None:
+        command += "  # called from Python with a Recipe object as the base"
+    return command

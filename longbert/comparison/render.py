@@ -2,13 +2,18 @@
 embedded as base64 PNGs), results.json (every number in the report), and the one-screen summary for the terminal.
 
 Both pages render the same blocks (`page.build_blocks`); everything shown comes from the results dict that
-`results.assemble_results` builds for `longbert.compare`."""
+`report_numbers.assemble_results` builds for `longbert.compare`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from longbert.comparison.figures import PLOTS, make_plots
 from longbert.comparison.formatting import (
     BUCKET_TITLES,
     combined_label,
@@ -19,17 +24,16 @@ from longbert.comparison.formatting import (
     shown_buckets,
 )
 from longbert.comparison.page import build_blocks
-from longbert.comparison.plots import PLOTS, make_plots
 from longbert.comparison.verdict import verdict
-from longbert.utils.folders import RESULTS_FILE
+from longbert.errors import LongbertError, first_line
+from longbert.utils.atomic import atomic_folder
+from longbert.utils.folders import REPORT_FILES, RESULTS_FILE
 from longbert.utils.pages import render_html, render_markdown
 
 
 def write_report(results: dict, folder: str | Path) -> None:
     """Write report.md, report.html, results.json and the plot PNGs into `folder`, atomically (the folder is built
     beside the target and moved into place; an older report of that name is replaced whole)."""
-    from longbert.utils.atomic import atomic_folder
-
     # Only an earlier report (its results.json) or an empty folder is replaced: a folder of other files is refused.
     with atomic_folder(folder, RESULTS_FILE, "report folder") as staging:
         plots = make_plots(results)
@@ -37,14 +41,16 @@ def write_report(results: dict, folder: str | Path) -> None:
         for key, png in plots.items():
             (staging / PLOTS[key]).write_bytes(png)
         blocks = build_blocks(results)
-        (staging / "report.md").write_text(render_markdown(blocks, PLOTS))
-        (staging / "report.html").write_text(render_html(blocks, plots, f"longbert compare: {results['name']}"))
-        (staging / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
+        markdown, html = REPORT_FILES
+        (staging / markdown).write_text(render_markdown(blocks, PLOTS))
+        (staging / html).write_text(render_html(blocks, plots, f"longbert compare: {results['name']}"))
+        (staging / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False))
 
 
 def report_files(folder: Path) -> dict[str, str]:
     """Where a report's files are, as results.json records them (`results["report"]`)."""
-    return {"folder": str(folder), "markdown": str(folder / "report.md"), "html": str(folder / "report.html"),
+    markdown, html = REPORT_FILES
+    return {"folder": str(folder), "markdown": str(folder / markdown), "html": str(folder / html),
             "results": str(folder / RESULTS_FILE)}
 
 
@@ -53,8 +59,6 @@ def render_again(folder: str | Path) -> None:
     report`): nothing is trained or evaluated again, so every number stays and only how they are shown changes. The
     folder is replaced whole, as compare replaces it; a folder that is not a report, or whose results.json cannot be
     read or lacks what the pages show, is one LongbertError line, and the folder is left as it was."""
-    from longbert.errors import LongbertError, first_line
-
     folder = Path(folder)
     file = folder / RESULTS_FILE
     if not folder.is_dir():
@@ -81,10 +85,6 @@ def render_again(folder: str | Path) -> None:
 
 def print_summary(results: dict, console=None) -> None:
     """One screen: a rich table with the headline numbers per strategy, the verdict, and where the report is."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
     console = console or Console()
     names = results["strategy_order"]
     s = results["strategies"]

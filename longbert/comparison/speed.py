@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+from longbert.evaluation.split_pass import predict_dataset
+from longbert.utils.atomic import write_json
 from longbert.utils.folders import SPEED_FILE
+from longbert.utils.hardware import describe_machine
 
 
 def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> dict:
@@ -17,9 +21,6 @@ def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> di
     Returns {bucket: {documents, mean_tokens, documents_per_second, tokens_per_second, peak_memory_mb, added_memory_mb,
     memory_kind}}: added_memory_mb is what the bucket's inference needed beyond what was in use before it (the model,
     the data), which separates strategies where the process peak does not."""
-    from longbert.data.documents import LENGTH_BUCKETS, length_bucket
-    from longbert.evaluation.split_pass import predict_dataset
-
     lengths = list(test["n_tokens"])
     # One small batch first, so the first bucket does not pay for lazy initialisation.
     predict_dataset(model, test.select(range(min(2, len(test)))), batch_size, description="warming up")
@@ -45,8 +46,6 @@ def measure_speed_by_length(model, test, batch_size: int, per_bucket: int) -> di
 
 
 def _speed_key(per_bucket: int, batch_size: int) -> dict:
-    from longbert.utils.hardware import describe_machine
-
     # version 2: memory measured after freed memory is handed back, with added_memory_mb; older files are measured again
     return {"version": 2, "machine": describe_machine(), "documents_per_bucket": per_bucket, "batch_size": batch_size}
 
@@ -67,6 +66,4 @@ def cached_speed(run_dir: Path, per_bucket: int, batch_size: int) -> dict | None
 
 def save_speed(run_dir: Path, buckets: dict, per_bucket: int, batch_size: int) -> None:
     """Keep what `measure_speed_by_length` returned in the run folder, for `cached_speed`."""
-    from longbert.utils.atomic import write_json
-
     write_json(Path(run_dir) / SPEED_FILE, {"key": _speed_key(per_bucket, batch_size), "buckets": buckets})

@@ -4,11 +4,12 @@ difference that test detects with 80% power; and Holm's correction of a family o
 
 from __future__ import annotations
 
+import numpy as np
+from scipy.stats import binom, binomtest
+
 
 def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> list[float] | None:
     """[low, high] Wilson score interval of the proportion correct / total; None when there is nothing to count."""
-    from scipy.stats import binomtest
-
     if total == 0:
         return None
     interval = binomtest(correct, total).proportion_ci(confidence_level=confidence, method="wilson")
@@ -32,8 +33,6 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
     `only_b` right for B alone. Under "A and B are equally good" each discordant document is a fair coin flip,
     so this is the exact binomial test of min(only_a, only_b) successes in only_a + only_b tries at p = 1/2.
     1.0 when there are no discordant documents (nothing tells the two apart)."""
-    from scipy.stats import binomtest
-
     if only_a + only_b == 0:
         return 1.0
     return float(binomtest(min(only_a, only_b), only_a + only_b, 0.5).pvalue)
@@ -77,9 +76,6 @@ def exact_mcnemar_power(documents: int, share: float, alpha: float = 0.05):
     Binomial(m, q), q = (share + difference) / (2 share); the test rejects when the rarer side has at most k_m
     documents, k_m the largest k with 2 P(X <= k) < alpha for X ~ Binomial(m, 1/2) (scipy's two-sided p-value at
     p = 1/2). Counts m with probability below 1e-12 at either end are left out (they change the power by less)."""
-    import numpy as np
-    from scipy.stats import binom
-
     lowest, highest = (int(binom.ppf(1e-12, documents, share)), int(binom.isf(1e-12, documents, share)))
     m = np.arange(lowest, min(highest, documents) + 1)
     weight = binom.pmf(m, documents, share)

@@ -1,4 +1,4 @@
-"""The verdict of a comparison, decided from its results dict (`results.assemble_results`): which strategy is the
+"""The verdict of a comparison, decided from its results dict (`report_numbers.assemble_results`): which strategy is the
 most accurate overall and on long documents, which differences the paired tests call real, how small a difference
 the long documents could reveal, where each strategy stands against the TF-IDF baseline, which is cheapest, and
 the choice between accuracy and cost. `decide` gives the decisions as data; `verdict` says them in a few sentences,
@@ -18,6 +18,7 @@ from longbert.comparison.formatting import (
     percent,
 )
 from longbert.comparison.statistics import holm
+from longbert.strategies.registry import strategy_with_role
 
 ALPHA = 0.05  # a paired test's p-value, Holm-adjusted within its family, below this counts as a real difference
 CORRECTION = ("Every p-value in this verdict is an exact McNemar test Holm-adjusted within its family (one row "
@@ -78,8 +79,6 @@ def accuracy_of(results: dict, name: str) -> float:
 
 def decide(results: dict) -> Verdict:
     """The decisions behind the verdict (see `Verdict`)."""
-    from longbert.strategies.registry import strategy_with_role
-
     names, s = results["strategy_order"], results["strategies"]
     decision = Verdict()
     base = results.get("baseline")

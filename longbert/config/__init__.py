@@ -1,6 +1,7 @@
 """Recipes: YAML -> overrides -> validated dataclasses, for fine-tuning and pretraining.
 
-    loader.py           reading YAML within bounds, `key.path=value` overrides, building a dataclass with every problem
+    loader.py           reading YAML within bounds, `key.path=value` overrides, per-strategy sections
+    validation.py       settings checked however they are made: `build` from plain data, `Validated` in Python
     lookup.py           a recipe file, or a packaged recipe by bare name (recipes/, recipes/pretrain/, recipes/compare/)
     optimizer.py        the optimiser settings fine-tuning and pretraining share
     recipe.py           Recipe and its sections, load_recipe
@@ -14,12 +15,9 @@ from longbert.config.loader import (
     PLAIN_NAME,
     RecipeLoader,
     apply_overrides,
-    build,
-    build_strategy_config,
     parse_override,
     read_yaml,
     recipe_to_yaml,
-    short_repr,
     strategy_fields,
     strategy_sections,
     with_strategy_section,
@@ -61,11 +59,12 @@ from longbert.config.recipe import (
     load_recipe,
     recipe_from_dict,
 )
+from longbert.config.validation import StrategyConfig, Validated, build, build_strategy_config, short_repr
 
 __all__ = [
     # fine-tuning recipes
     "Recipe", "DataConfig", "BackboneConfig", "LoraConfig", "ModelConfig", "TrainConfig", "EvalConfig",
-    "load_recipe", "recipe_from_dict", "head_epochs",
+    "StrategyConfig", "load_recipe", "recipe_from_dict", "head_epochs",
     "FINETUNE_MODES", "PROBLEM_TYPES", "BEST_METRICS", "SINGLE_LABEL_METRICS", "MULTI_LABEL_METRICS", "TRACKERS",
     "CLASS_WEIGHTS", "THRESHOLD_TUNING",
     # the problem type
@@ -76,8 +75,8 @@ __all__ = [
     # shared optimiser settings
     "PRECISIONS",
     # reading, overrides, validation
-    "PLAIN_NAME", "RecipeLoader", "read_yaml", "yaml_problem", "parse_override", "apply_overrides", "build",
-    "build_strategy_config", "recipe_to_yaml", "short_repr", "strategy_fields", "strategy_sections",
+    "Validated", "PLAIN_NAME", "RecipeLoader", "read_yaml", "yaml_problem", "parse_override", "apply_overrides",
+    "build", "build_strategy_config", "recipe_to_yaml", "short_repr", "strategy_fields", "strategy_sections",
     "with_strategy_section",
     # recipe files and the packaged recipes
     "PACKAGED_RECIPES", "find_recipe", "packaged_recipes", "read_recipe_file",

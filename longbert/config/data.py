@@ -1,16 +1,46 @@
 """The `data` section of a fine-tuning recipe: where the documents come from, which splits play which role, and how
-they are carved and subsampled (validated as the rest of a recipe is, by longbert.config.loader)."""
+they are carved and subsampled (validated as the rest of a recipe is, see longbert.config.validation); and what the
+name of a local data file says (the kinds of file longbert reads, the split a file holds, the run a file names)."""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from longbert.config.loader import short_repr
+from longbert.config.validation import Validated, short_repr
 from longbert.utils.fields import option
+
+# The data files longbert reads, by how their names end, and the loader (datasets') that reads each.
+FILE_KINDS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json", ".csv": "csv",
+              ".csv.gz": "csv", ".tsv": "tsv", ".tsv.gz": "tsv", ".parquet": "parquet"}
+
+
+def split_of(file: Path) -> str:
+    """The split a data file holds, by its name: 'train.jsonl.gz' -> 'train'."""
+    name = file.name
+    for suffix in sorted(FILE_KINDS, key=len, reverse=True):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return file.stem
+
+
+def local_data_name(path: str) -> str | None:
+    """What a run of the documents at data.path `path` is called when its recipe gives no name: the local file (its
+    stem: reviews.jsonl.gz -> reviews) or folder `path` names as it stands, as a plain folder name; None for a hub
+    id, a name found under the data root, or documents in memory."""
+    given = Path(path).expanduser()
+    if not given.exists():
+        return None
+    name = split_of(given) if given.is_file() else Path(os.path.abspath(given)).name
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-") or None
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Validated):
+    SECTION = "data"
+
     path: str = option("imdb", "hub dataset id, a data file, a folder of <split> files, an aclImdb-style folder, or a "
                        "name under the data root")
     hub_config: str | None = option(None, "hub dataset configuration name (hub datasets only)")

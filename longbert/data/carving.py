@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from sklearn.model_selection import train_test_split
+
 from longbert.errors import LongbertError
 from longbert.utils.folders import SPLIT_FILE
 
@@ -69,8 +72,6 @@ def carve(data, splits: dict, labels: dict, validation_split: str | None, seed: 
     out of which test (when data.test_split names one) and validation are carved; `names`: the class names, for
     its errors. A role carved out of another split reads that split's rows: `splits` and `labels` get it under the
     role's split name."""
-    import numpy as np
-
     train = data.train_split
     train_rows = np.arange(len(splits[train]))
     test_rows = None
@@ -103,9 +104,6 @@ def carve(data, splits: dict, labels: dict, validation_split: str | None, seed: 
 
 def _draw(rows, labels: list, fraction: float, seed: int, multi_label: bool, where: str):
     """(the rest of `rows`, `fraction` of them) drawn by scikit-learn's train_test_split, stratified by label."""
-    import numpy as np
-    from sklearn.model_selection import train_test_split
-
     stratify = None if multi_label else np.asarray(labels)[rows]
     try:
         return train_test_split(rows, test_size=fraction, random_state=seed, stratify=stratify)
@@ -116,8 +114,6 @@ def _draw(rows, labels: list, fraction: float, seed: int, multi_label: bool, whe
 def _check_enough_per_class(file: Path, labels: list, names: list[str], multi_label: bool, with_test: bool) -> None:
     """Every class of a single file has a document for each split carved from it (train, validation and, with
     `with_test`, test); multi-label data needs as many documents in all."""
-    import numpy as np
-
     need = 3 if with_test else 2
     splits = "train, validation and test" if with_test else "train and validation"
     if multi_label:

@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import datasets
+import numpy as np
+import torch
+from datasets import Dataset, load_from_disk
+from datasets.fingerprint import Hasher
+
 from longbert.data.carving import CARVED_TEST_SPLIT, FileSplit, carve
 from longbert.data.labels import (
     check_classes,
@@ -55,7 +61,9 @@ class Corpus:
         return "data: " + ", ".join(parts)
 
 
-def _check_texts(dataset, column: str, split: str, place: Callable[[int], str]) -> None:
+def check_text_column(dataset, column: str, split: str, place: Callable[[int], str]) -> None:
+    """Every document of `split` has a text in `column` that is a string with something in it; else one LongbertError
+    naming the row (`place`)."""
     if column not in dataset.column_names:
         raise LongbertError(
             f"data.text_column {column!r} not found in split {split!r}; columns: {', '.join(dataset.column_names)}"
@@ -132,16 +140,12 @@ def token_cache_folder() -> Path | None:
     setting = os.environ.get("LONGBERT_TOKEN_CACHE")
     if setting is not None:
         return None if setting.strip().lower() in ("", "0", "off", "no", "false") else Path(setting)
-    import datasets
-
     return Path(datasets.config.HF_DATASETS_CACHE) / "longbert-tokens"
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """What decides a tokenizer's output: a fast tokenizer's whole definition (vocabulary, normaliser, pre-tokenizer),
     else the pickled tokenizer."""
-    from datasets.fingerprint import Hasher
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     return Hasher.hash([type(tokenizer).__name__, backend.to_str() if backend is not None else tokenizer])
 
@@ -154,9 +158,6 @@ def tokenize_cached(tokenizer, texts: list[str], cap: int) -> tuple[list[list[in
     folder = token_cache_folder()
     if folder is None or not texts:
         return tokenize_documents(tokenizer, texts, cap)
-    from datasets import Dataset, load_from_disk
-    from datasets.fingerprint import Hasher
-
     entry = folder / Hasher.hash([tokenizer_fingerprint(tokenizer), cap, PIECE_CHARS, texts])
     if entry.is_dir():
         try:
@@ -189,8 +190,6 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     from train. With `roles` (some of train, validation, test), only those are tokenized (each holds the same
     documents as without `roles`). data.seed, when set, draws the carving and the subsets instead of `seed`. A
     single data file is cut into train, validation and test (see longbert.data.carving)."""
-    import numpy as np
-
     seed = seed if data.seed is None else data.seed
     raw, local, wanted, validation_split, file = _load_splits(data, source)
     places = {split: row_places(local, split) for split in wanted}  # where each row is, for errors
@@ -247,7 +246,7 @@ def _load_splits(data, source: Any) -> tuple[dict, Any, list[str], str | None, P
 def _check_splits(data, raw: dict, wanted: list[str], places: dict, multi_label: bool) -> None:
     """Every wanted split has text and label columns, every text is a non-empty string, every document a label."""
     for split in wanted:
-        _check_texts(raw[split], data.text_column, split, places[split])
+        check_text_column(raw[split], data.text_column, split, places[split])
         if data.label_column not in raw[split].column_names:
             raise LongbertError(
                 f"data.label_column {data.label_column!r} not found in split {split!r}; "
@@ -274,8 +273,6 @@ def _kept_columns(data, dataset) -> list[str]:
 def _longer_than(data, tokenizer, dataset, rows, where: str, role: str):
     """(the rows over data.<role>_longer_than tokens, {row: (ids, length)} of every one of `rows`, tokenized to find
     them); `where`: the documents `rows` are, as an error names them."""
-    import numpy as np
-
     longer_than = getattr(data, f"{role}_longer_than")
     texts = list(dataset.select(rows)[data.text_column])
     tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, texts, data.max_document_tokens))))
@@ -288,8 +285,6 @@ def _longer_than(data, tokenizer, dataset, rows, where: str, role: str):
 
 def _subsample(data, rows, role: str, seed: int, rng):
     """At most the role's data.max_*_documents of `rows`, drawn with `rng` (nested training subsets: their own)."""
-    import numpy as np
-
     limit = {"train": data.max_train_documents, "validation": data.max_eval_documents,
              "test": data.max_eval_documents if data.max_test_documents is None else data.max_test_documents}[role]
     if role == "train" and data.nested_train:  # a generator of its own: the other splits' draws stay the same
@@ -302,9 +297,6 @@ def _subsample(data, rows, role: str, seed: int, rng):
 
 def _role_split(data, tokenizer, dataset, rows, labels: list, tokenized: dict | None, described: str):
     """(the tokenized Dataset of `rows` of `dataset`, its stats); `tokenized`: their ids and lengths, when known."""
-    import numpy as np
-    from datasets import Dataset
-
     chosen_rows = dataset.select(rows)
     texts = list(chosen_rows[data.text_column])
     if tokenized is not None:
@@ -335,8 +327,6 @@ def length_grouped_order(lengths: list[int], batch_size: int, seed: int, group_b
     `group_batches` batches, each group sorted by length (longest first), the batches then shuffled again (seeded)
     so that long and short batches alternate across the epoch. The same seed gives the same order (resumable); as
     transformers' group_by_length does, the grouping keeps most of the randomness of a plain shuffle."""
-    import torch
-
     generator = torch.Generator().manual_seed(seed)
     permutation = torch.randperm(len(lengths), generator=generator).tolist()
     size = batch_size * group_batches
@@ -352,8 +342,6 @@ def length_grouped_order(lengths: list[int], batch_size: int, seed: int, group_b
 
 def collate(rows: list[dict]) -> dict:
     """Rows of a tokenized split -> {'documents': list of (T,) LongTensors, 'labels': (B,) or (B, C)}."""
-    import torch
-
     documents = [torch.as_tensor(r["input_ids"], dtype=torch.long) for r in rows]
     first = rows[0]["labels"]
     dtype = torch.float32 if isinstance(first, list) else torch.long

@@ -15,10 +15,13 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+import datasets
+import pyarrow.parquet
+from datasets import Dataset, DatasetDict, load_from_disk
+
+from longbert.config.data import FILE_KINDS, split_of
 from longbert.errors import LongbertError, first_line
 
-FILE_KINDS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json", ".csv": "csv",
-              ".csv.gz": "csv", ".tsv": "tsv", ".tsv.gz": "tsv", ".parquet": "parquet"}
 DELIMITERS = {"csv": ",", "tsv": "\t"}  # the kinds datasets reads with its csv loader, and their field separator
 READABLE = "csv, tsv, jsonl, json(.gz) or parquet"  # what a message says longbert reads
 SAVED_DATASET_FILES = ("dataset_dict.json", "state.json", "dataset_info.json")  # what save_to_disk writes
@@ -119,22 +122,11 @@ def count_rows(file: Path) -> int | None:
     JSON-lines file's non-blank lines); None for one JSON document, or a file that cannot be read so."""
     try:
         if file_kind(file) == "parquet":
-            import pyarrow.parquet
-
             return pyarrow.parquet.ParquetFile(file).metadata.num_rows
         lines = row_lines(file)
     except Exception:  # the loader that reads it says what is wrong, with the line to blame
         return None
     return None if lines is None else len(lines)
-
-
-def split_of(file: Path) -> str:
-    """The split a data file holds, by its name: 'train.jsonl.gz' -> 'train'."""
-    name = file.name
-    for suffix in sorted(FILE_KINDS, key=len, reverse=True):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return file.stem
 
 
 def is_data_file(file: Path) -> bool:
@@ -167,11 +159,9 @@ def load_folder_of_files(folder: Path, wanted: list[str], optional: list[str] = 
 def load_files(kind: str, files: dict[str, Path], where: str = "data"):
     """datasets.load_dataset over local files (split -> file). When datasets cannot read them, the file and line to
     blame become one LongbertError beginning with `where` (datasets' own errors are tracebacks about pyarrow)."""
-    from datasets import load_dataset
-
     options = {"delimiter": DELIMITERS[kind]} if kind in DELIMITERS else {}
     try:
-        loaded = load_dataset("csv" if kind in DELIMITERS else kind,
+        loaded = datasets.load_dataset("csv" if kind in DELIMITERS else kind,
                               data_files={split: str(file) for split, file in files.items()}, **options)
         for split in files:  # pyarrow's JSON reader lets bytes that are not UTF-8 through; find them now
             loaded[split].data.table.validate(full=True)
@@ -197,8 +187,6 @@ def file_problem(file: Path) -> str | None:
     these is found. Reads the file as a stream; a JSON document (not JSON lines) is read whole."""
     kind = file_kind(file)
     if kind == "parquet":
-        import pyarrow.parquet
-
         try:
             return None if pyarrow.parquet.ParquetFile(file).metadata.num_rows else f"{file} holds no rows"
         except Exception as error:  # pyarrow says "Parquet magic bytes not found" and the like
@@ -253,8 +241,6 @@ def _json_document_error(file: Path) -> json.JSONDecodeError | None:
 
 def load_aclimdb_folder(folder: Path, wanted: list[str], label_names: list[str] | None):
     """<folder>/<split>/<label>/*.txt, one document a file; label_names picks (and orders) the label folders."""
-    from datasets import Dataset, DatasetDict
-
     out = {}
     for split in wanted:
         split_dir = folder / split
@@ -275,8 +261,6 @@ def load_aclimdb_folder(folder: Path, wanted: list[str], label_names: list[str] 
 
 def quiet_datasets() -> None:
     """longbert reports data loading itself; datasets' own bars would bury a one-line error."""
-    import datasets
-
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # read errors are logged too, then raised: we name them
 
@@ -294,8 +278,6 @@ def load_table(source: str, split: str | None = None, where: str = "input"):
     save_to_disk folder, a folder of <split>.<ext> files, or a hub dataset id. `split` names the split to read where
     the source holds several (a folder of split files, a saved DatasetDict, a hub dataset); one that holds a single
     split needs none. Every problem is one LongbertError beginning with `where` and naming the source."""
-    from datasets import Dataset, load_dataset, load_from_disk
-
     quiet_datasets()
     local = Path(source).expanduser()
     if local.is_file():
@@ -324,7 +306,7 @@ def load_table(source: str, split: str | None = None, where: str = "input"):
         chosen = _one_split_name(list(files), split, f"{where} {local}")
         return load_folder_of_files(local, [chosen], where=where)[chosen]
     try:
-        loaded = load_dataset(source, split=split)
+        loaded = datasets.load_dataset(source, split=split)
     except Exception as error:  # the hub raises many kinds; all mean the same to the user
         detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise LongbertError(f"{where} {source!r} is neither a local file or folder nor a reachable hub dataset: "

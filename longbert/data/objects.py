@@ -1,13 +1,18 @@
 """Documents from an object in memory (a datasets.Dataset or DatasetDict, a pandas DataFrame, texts and labels,
 rows, columns, or a dict of these by split; see `data_object_splits`) -> datasets.Dataset per split.
 
+`train(train_dataset=..., eval_dataset=...)` gives the train and validation roles their documents (`splits_by_role`).
 A run trained on an object in memory records it in its recipe as `data.path: in-memory <kind> (<split>: <n> rows,
 ...)`; reading that run's data again (evaluate, compare) needs the same object, passed as `data=`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from typing import Any
+
+from datasets import Dataset, DatasetDict
 
 from longbert.errors import LongbertError
 
@@ -22,8 +27,6 @@ def data_object_splits(obj: Any, config) -> tuple[dict[str, Any], str, bool]:
     (the train split, `config.train_split`): a datasets.Dataset, a pandas DataFrame, a (texts, labels) pair (columns
     named by data.text_column and data.label_column), a list of row dicts, or a dict of columns (one that holds
     data.text_column). Anything else raises a LongbertError naming the accepted kinds."""
-    from datasets import DatasetDict
-
     if isinstance(obj, DatasetDict):
         return dict(obj), "datasets.DatasetDict", False
     if isinstance(obj, dict) and obj and config.text_column not in obj:
@@ -43,10 +46,6 @@ def data_object_splits(obj: Any, config) -> tuple[dict[str, Any], str, bool]:
 
 def _one_split(value: Any, config, where: str):
     """One split in memory -> (datasets.Dataset, what kind of object it was)."""
-    import sys
-
-    from datasets import Dataset
-
     pandas = sys.modules.get("pandas")  # a DataFrame means pandas is loaded already; never import it for the check
     try:
         if isinstance(value, Dataset):
@@ -95,7 +94,24 @@ def describe_splits(splits: dict, kind: str) -> str:
 def recipe_for_data_object(recipe, obj: Any):
     """A copy of `recipe` whose data.path says that the documents come from `obj` (see `describe_data_object`);
     `recipe` itself is left as it was."""
-    import dataclasses
-
     data = dataclasses.replace(recipe.data, path=describe_data_object(obj, recipe.data))
     return dataclasses.replace(recipe, data=data)
+
+
+def splits_by_role(train_dataset: Any, eval_dataset: Any, config) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`train(train_dataset=..., eval_dataset=...)`: documents in memory for the train role and, when given, the
+    validation role -> (a dict of splits by name, as `data_object_splits` reads it; the data section's settings that
+    name them). The split names are the data section's (data.train_split, data.validation_split or 'validation');
+    without eval_dataset validation is carved from train (data.validation_fraction). No test split: the test is
+    `evaluate(model, documents)`'s."""
+    if train_dataset is None:
+        raise LongbertError("eval_dataset needs train_dataset: the documents to train on")
+    splits, settings = {config.train_split: train_dataset}, {"test_split": None, "validation_split": None}
+    if eval_dataset is not None:
+        name = config.validation_split or "validation"
+        if name == config.train_split:
+            raise LongbertError(f"eval_dataset: data.validation_split and data.train_split are both {name!r}; name "
+                                "the validation split otherwise")
+        splits[name] = eval_dataset
+        settings["validation_split"] = name
+    return splits, settings

@@ -12,9 +12,10 @@ and only then asks the Hugging Face hub for a dataset of that id.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Callable
+
+from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
 from longbert.data.files import (
     DAMAGED_COMPRESSION,
@@ -27,7 +28,6 @@ from longbert.data.files import (
     quiet_datasets,
     row_lines,
     split_files,
-    split_of,
 )
 from longbert.data.objects import IN_MEMORY, data_object_splits, describe_splits
 from longbert.errors import LongbertError
@@ -54,17 +54,6 @@ def resolve_data_path(path: str) -> Path | None:
     return None
 
 
-def local_data_name(path: str) -> str | None:
-    """What a run of the documents at data.path `path` is called when its recipe gives no name: the local file (its
-    stem: reviews.jsonl.gz -> reviews) or folder `path` names as it stands, as a plain folder name; None for a hub
-    id, a name found under the data root, or documents in memory."""
-    given = Path(path).expanduser()
-    if not given.exists():
-        return None
-    name = split_of(given) if given.is_file() else Path(os.path.abspath(given)).name
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-") or None
-
-
 def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source: Any = None):
     """(a DatasetDict holding at least the `wanted` splits and those of `optional` that exist, the local path or
     None), from `source` (an object in memory, see `data_object_splits`) or else from wherever `config.path`
@@ -85,8 +74,6 @@ def load_raw_splits(config, wanted: list[str], optional: list[str] = (), source:
         )
     local = resolve_data_path(config.path)
     if local is None:
-        from datasets import load_dataset
-
         try:
             loaded = load_dataset(config.path, config.hub_config)
         except Exception as error:  # the hub raises many kinds; all mean the same to the user
@@ -165,8 +152,6 @@ def _refuse_single_beyond_train(single: bool, wanted: list[str], config, what: s
 
 def _load_saved_dataset(folder: Path, wanted: list[str], config):
     """A save_to_disk folder as a DatasetDict; a saved Dataset is the train split."""
-    from datasets import Dataset, DatasetDict, load_from_disk
-
     try:
         loaded = load_from_disk(str(folder))
     except Exception as error:  # datasets raises FileNotFoundError, ArrowInvalid, ... for a damaged folder

@@ -1,21 +1,37 @@
-"""`longbert evaluate`: a finished run's kept model on one split of its own data, and what evaluation writes into a
-run folder (training writes the same files for its test split): metrics as JSON and as a Markdown page (a PNG
-heatmap of the confusion matrix beside it when there are many classes) and one prediction row per document."""
+"""`longbert evaluate` and `longbert.evaluate`: a model's metrics on documents, two ways. A finished run's kept model
+on one split of its own data (`evaluate_run`), written into the run folder (training writes the same files for its
+test split): metrics as JSON and as a Markdown page (a PNG heatmap of the confusion matrix beside it when there are
+many classes) and one prediction row per document. Or a model (a LongDocumentClassifier, or a saved model folder) on
+documents in memory or in a data file (`evaluate_model`), which writes nothing unless asked to."""
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
+from datasets import Dataset
+
+from longbert.config import DataConfig, EvalConfig, load_recipe, parse_override
+from longbert.data.documents import check_text_column, load_corpus, tokenize_cached
+from longbert.data.files import file_kind, load_table
+from longbert.data.labels import check_labels_present, encode_labels
+from longbert.data.objects import data_object_splits
+from longbert.data.sources import row_places
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import MANY_CLASSES, multi_label_predictions, top_confusions
+from longbert.evaluation.plots import confusion_matrix_png
 from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.evaluation.split_pass import evaluate_split
+from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.utils.atomic import write_bytes_atomically, write_json, write_text_atomically
-from longbert.utils.hardware import process_state
+from longbert.utils.destinations import folder_to_write, locked
+from longbert.utils.folders import CONFIG_FILE, RunFolder, confusion_file, metrics_file, predictions_file
+from longbert.utils.hardware import check_precision, process_state
 
 EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
 OVERRIDDEN = "with-overrides"  # the file names' tag for an evaluation of other documents than the run's own
+DOCUMENTS = "documents"  # what the files of a model's evaluation (in `output`) are named after, and its rows' split
 
 
 def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = ()) -> str:
@@ -24,46 +40,76 @@ def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = ()) -> 
     '<split>-with-overrides', beside the run's own files. Why: hybrid and compare read predictions-<split>.jsonl as
     the run's predictions of its own documents; an evaluation of other documents (data.max_eval_documents=20) must not
     replace it."""
-    from longbert.config import parse_override
-
     changes_data = any(parse_override(text)[0][0] == "data" for text in overrides)
     return f"{split}-{OVERRIDDEN}" if changes_data else split
 
 
-def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
-             overrides: list[str] | tuple[str, ...] = (), data=None, precision: str = "auto") -> dict:
+def evaluate(model: str | Path | LongDocumentClassifier, split: Any = None, batch_size: int | None = None,
+             overrides: list[str] | tuple[str, ...] = (), data: Any = None, precision: str = "auto",
+             output: str | Path | None = None) -> dict:
+    """A model's metrics on documents (a dict: accuracy, macro_f1, per_class, by_length, confusion_matrix, speed...),
+    one of two ways:
+
+        evaluate(run_folder, split="test")  a finished run's kept model on one split of the run's own data (train,
+            validation or test), as `longbert evaluate` does; `overrides` ("data.max_eval_documents=100") change its
+            data and eval sections, `data` is the object in memory the run was trained on (`train(data=...)`). Writes
+            its files into the run folder (see `evaluate_run`).
+        evaluate(model, documents)  a LongDocumentClassifier, or a saved model folder, on documents: in memory (a
+            datasets.Dataset, a pandas DataFrame, (texts, labels), rows, columns) or a data file (csv, tsv, jsonl,
+            json(.gz), parquet; a folder of split files or a save_to_disk folder with one split), given second or as
+            `data`; columns text and label. Writes nothing unless `output` names a folder (see `evaluate_model`).
+
+    `batch_size`: documents per inference step (default: the run's eval.batch_size; 32). `precision`: auto, fp32,
+    bf16 or int8 (`longbert.utils.hardware.INFERENCE_PRECISIONS`); the metrics record it."""
+    if isinstance(model, LongDocumentClassifier) or is_model_folder(model):
+        if overrides:
+            raise LongbertError("overrides change a run's recipe; evaluate(model, documents) reads no recipe: give "
+                                "the documents as they should be read")
+        if split is not None and data is not None:
+            raise LongbertError("evaluate: the documents are given twice (second, and as data=); give them once")
+        return evaluate_model(model, data if data is not None else split, batch_size, precision, output)
+    if output is not None:
+        raise LongbertError(f"output: {model} is evaluated as a run folder, which holds its evaluations; output is "
+                            "for evaluate(model, documents)")
+    split = "test" if split is None else split
+    if not isinstance(split, str):
+        raise LongbertError(f"split: a run folder is evaluated on one of its splits (train, validation, test), got a "
+                            f"{type(split).__name__}; to evaluate its model on other documents, pass its best/ folder: "
+                            f"evaluate('{RunFolder(model).best}', documents)")
+    return evaluate_run(model, split, batch_size, overrides, data, precision)
+
+
+def is_model_folder(path: Any) -> bool:
+    """Whether `path` names a saved model folder (one that is not a run folder: a run is evaluated on its splits)."""
+    return (isinstance(path, (str, Path)) and not RunFolder(path).is_run()
+            and (Path(path).expanduser() / CONFIG_FILE).is_file())
+
+
+def evaluate_run(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
+                 overrides: list[str] | tuple[str, ...] = (), data: Any = None, precision: str = "auto") -> dict:
     """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes, with
     `key.path=value` overrides of its data and eval sections, e.g. "data.max_eval_documents=100"); only that split
     is tokenized. Writes metrics-<name>.json/.md and predictions-<name>.jsonl into the run folder (and, with many
     classes, confusion-matrix-<name>.png), where <name> is the split's, or <split>-with-overrides when `overrides`
     change the data (`evaluation_name`: the run's own files are left as they were); returns the metrics.
-    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run.
-    `precision`: auto, fp32, bf16 or int8 (`longbert.utils.hardware.INFERENCE_PRECISIONS`); the metrics record it."""
-    from longbert.config import load_recipe, parse_override
-    from longbert.data.documents import load_corpus
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.destinations import locked
-
-    run_dir = Path(run_dir)
-    recipe_file = run_dir / "recipe.yaml"
-    if not recipe_file.is_file():
-        raise LongbertError(f"{run_dir} is not a longbert run folder (no recipe.yaml)")
+    `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
+    run = RunFolder(Path(run_dir))
+    if not run.is_run():
+        raise LongbertError(f"{run.path} is not a longbert run folder (no {run.recipe.name})")
     for text in overrides:
         keys, _ = parse_override(text)
         if keys[0] not in EVALUATE_SECTIONS or len(keys) < 2:
             raise LongbertError(f"override {text!r}: evaluate can change only the "
                                 f"{' and '.join(EVALUATE_SECTIONS)} sections of a finished run's recipe")
-    from longbert.utils.hardware import check_precision
-
     check_precision(precision, "--precision")
     process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     # Not while a training writes the folder; only the main process writes, so only it holds the lock.
-    with locked(run_dir) if process.is_main_process else nullcontext():
-        recipe = load_recipe(recipe_file, overrides)
+    with locked(run.path) if process.is_main_process else nullcontext():
+        recipe = load_recipe(run.recipe, overrides)
         available = ["train", "validation"] + (["test"] if recipe.data.test_split else [])
         if split not in available:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(available)}")
-        model = LongDocumentClassifier.from_pretrained(run_dir).to(process.device)
+        model = LongDocumentClassifier.from_pretrained(run.path).to(process.device)
         corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data, roles=[split])
         if split not in corpus.splits:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
@@ -71,17 +117,80 @@ def evaluate(run_dir: str | Path, split: str = "test", batch_size: int | None = 
         metrics, raw = evaluate_split(model, dataset, batch_size or recipe.eval.batch_size,
                                       description=f"evaluating {split}", process=process, precision=precision)
         metrics["precision"] = precision
-        if not process.is_main_process:
-            return metrics
-        name = evaluation_name(split, overrides)
-        title = f"{recipe.name}: {split}" + (f" (with {', '.join(overrides)})" if name != split else "")
-        write_json(run_dir / f"metrics-{name}.json", metrics)
-        write_text_atomically(run_dir / f"metrics-{name}.md",
-                              metrics_markdown(metrics, model.label_names, title,
-                                               run_dir / f"confusion-matrix-{name}.png"))
-        write_predictions(run_dir / f"predictions-{name}.jsonl", dataset, raw, model.label_names, model.multi_label,
-                          model.thresholds if model.multi_label else None)
+        if process.is_main_process:
+            name = evaluation_name(split, overrides)
+            title = f"{recipe.name}: {split}" + (f" (with {', '.join(overrides)})" if name != split else "")
+            write_evaluation(run.path, name, title, metrics, raw, dataset, model)
     return metrics
+
+
+def evaluate_model(model: str | Path | LongDocumentClassifier, documents: Any, batch_size: int | None = None,
+                   precision: str = "auto", output: str | Path | None = None) -> dict:
+    """A model (a LongDocumentClassifier, run where it is; or a saved model folder, loaded onto this process's
+    device) on `documents` (see `documents_to_evaluate`) -> the metrics. Writes nothing, unless `output` names a
+    folder (made if need be, checked before any work): then metrics-documents.json/.md and
+    predictions-documents.jsonl there (and, with many classes, confusion-matrix-documents.png)."""
+    check_precision(precision, "precision")
+    if documents is None:
+        raise LongbertError("evaluate: no documents to evaluate the model on; give them: evaluate(model, documents)")
+    folder = None if output is None else folder_to_write(output, "output")
+    process = process_state()
+    if not isinstance(model, LongDocumentClassifier):
+        model = LongDocumentClassifier.from_pretrained(model).to(process.device)
+    dataset = documents_to_evaluate(model, documents)
+    metrics, raw = evaluate_split(model, dataset, batch_size or EvalConfig().batch_size, description="evaluating",
+                                  process=process, precision=precision)
+    metrics["precision"] = precision
+    if folder is not None and process.is_main_process:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_evaluation(folder, DOCUMENTS, f"{len(dataset)} documents", metrics, raw, dataset, model)
+    return metrics
+
+
+def documents_to_evaluate(model: LongDocumentClassifier, documents: Any) -> Dataset:
+    """Documents with labels -> a tokenized split as training's (text, input_ids, labels, n_tokens; id when the
+    documents have an `id` column), labels read as the model's classes, each document cut at the model's token cap.
+    `documents`: a path (a data file, a folder of one split file or a save_to_disk folder, read as `longbert predict`
+    reads its input) or one split in memory (as `train(train_dataset=...)` takes it). Every problem is one
+    LongbertError naming the row (a file's line)."""
+    config = DataConfig(label_names=list(model.label_names), max_document_tokens=model.settings.max_document_tokens)
+    if isinstance(documents, (str, Path)):
+        local = Path(documents).expanduser()
+        if not local.exists() and (isinstance(documents, Path) or file_kind(local) is not None):
+            raise LongbertError(f"data: {documents} does not exist")  # a file's name, never a hub id
+        table = load_table(str(documents), where="data")
+        place = row_places(local if local.is_file() else None, DOCUMENTS)
+    else:
+        splits, kind, single = data_object_splits(documents, config)
+        if not single:
+            raise LongbertError(f"data: a {kind}: evaluate(model, documents) takes one split's documents; pass one")
+        table, place = splits[config.train_split], row_places(None, DOCUMENTS)
+    if len(table) == 0:
+        raise LongbertError("data: there are no documents to evaluate")
+    check_text_column(table, config.text_column, DOCUMENTS, place)
+    if config.label_column not in table.column_names:
+        raise LongbertError(f"data: no column {config.label_column!r} of labels, which evaluating needs; columns: "
+                            f"{', '.join(table.column_names)}")
+    values = list(table[config.label_column])
+    check_labels_present(values, model.multi_label, place)
+    texts = list(table[config.text_column])
+    ids, lengths = tokenize_cached(model.tokenizer, texts, config.max_document_tokens)
+    columns = {"text": texts, "input_ids": ids, "labels": encode_labels(values, model.label_names, model.multi_label,
+                                                                        place), "n_tokens": lengths}
+    if config.id_column in table.column_names:  # document ids travel to the prediction file
+        columns["id"] = list(table[config.id_column])
+    return Dataset.from_dict(columns)
+
+
+def write_evaluation(folder: Path, name: str, title: str, metrics: dict, raw: dict, dataset,
+                     model: LongDocumentClassifier) -> None:
+    """An evaluation's files in `folder`, named after `name`: metrics-<name>.json and .md (and, with many classes,
+    confusion-matrix-<name>.png beside the page) and predictions-<name>.jsonl."""
+    write_json(folder / metrics_file(name), metrics)
+    write_text_atomically(folder / metrics_file(name, "md"),
+                          metrics_markdown(metrics, model.label_names, title, folder / confusion_file(name)))
+    write_predictions(folder / predictions_file(name), dataset, raw, model.label_names, model.multi_label,
+                      model.thresholds if model.multi_label else None)
 
 
 def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], multi_label: bool,
@@ -161,44 +270,3 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
         write_bytes_atomically(plot_path, png)
         lines += ["", f"![confusion matrix, rows: true, columns: predicted]({plot_path.name})"]
     return "\n".join(lines) + "\n"
-
-
-def draw_confusion_matrix(ax, matrix: list[list[int]], label_names: list[str], title: str | None = None) -> None:
-    """A heatmap of a (C, C) confusion matrix on a matplotlib axis; counts are printed in the cells while they
-    fit (up to 25 classes; zeros left blank above MANY_CLASSES), tick labels shrink and the predicted ones turn
-    as the classes grow. Callers size the figure (about 0.3-0.35 inch per class)."""
-    n = len(label_names)
-    ax.imshow(matrix, cmap="Blues")
-    if n <= 25:
-        peak = max(max(row) for row in matrix) or 1
-        for r, row in enumerate(matrix):
-            for c, v in enumerate(row):
-                if v or n <= MANY_CLASSES:
-                    ax.text(c, r, str(v), ha="center", va="center", fontsize=8 if n <= MANY_CLASSES else 6,
-                            color="white" if v > peak / 2 else "black")
-    size = 8 if n <= 10 else 6
-    ax.set_xticks(range(n), label_names, rotation=0 if n <= 3 else (45 if n <= 6 else 90), fontsize=size,
-                  ha="center" if n <= 3 else ("right" if n <= 6 else "center"))
-    ax.set_yticks(range(n), label_names, fontsize=size)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    if title:
-        ax.set_title(title)
-
-
-def confusion_matrix_png(matrix: list[list[int]], label_names: list[str], title: str | None = None) -> bytes:
-    """One confusion matrix as PNG bytes, the figure growing with the number of classes."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    side = min(4 + 0.35 * len(label_names), 20)
-    fig, ax = plt.subplots(figsize=(side, side))
-    draw_confusion_matrix(ax, matrix, label_names, title)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()

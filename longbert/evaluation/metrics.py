@@ -5,6 +5,7 @@ precision/recall, the confusion matrix and its largest cells, and the headline m
 from __future__ import annotations
 
 import numpy as np
+from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
 from longbert.data.documents import LENGTH_BUCKETS, length_bucket
 
@@ -21,8 +22,6 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
     Single-label: accuracy, macro_f1. Multi-label (a label is predicted when its probability reaches its threshold,
     0.5 unless `thresholds` (C,) says otherwise): exact_match (every label right), micro_f1, macro_f1, hamming_loss.
     by_length holds the headline metric (accuracy, or exact_match) per length bucket."""
-    from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
-
     classes = list(range(len(label_names)))
     truth = labels.astype(int)
     if multi_label:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
+from torch.utils.data import DataLoader
 
+from longbert.data.documents import collate, length_grouped_order, longest_first_order
 from longbert.evaluation.metrics import compute_metrics
 from longbert.strategies.base import Units
 from longbert.strategies.windows import gather_units
@@ -21,10 +24,6 @@ def split_loader(dataset, batch_size: int, cached: list[dict] | None = None, shu
     (B, N), 'labels'}. With `shuffle_seed`, shuffled in an order that depends on that seed only; with
     `group_by_length` too, in batches of similar length (`data.length_grouped_order`); with `order` (indices into
     the split), in that order."""
-    from torch.utils.data import DataLoader
-
-    from longbert.data.documents import collate, length_grouped_order
-
     rows = dataset.select_columns(["input_ids", "labels"]) if cached is None else cached
     collate_fn = collate if cached is None else collate_units
     if shuffle_seed is not None and group_by_length:
@@ -74,8 +73,6 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     # Longest documents first, as `predict` batches them: a batch pads little, and its windows fill large passes (in
     # the split's order a batch mixes lengths, and the pass budget splits it into many small passes, which leaves a
     # GPU idle). The results are put back in the split's order.
-    from longbert.data.documents import longest_first_order
-
     order = longest_first_order(list(dataset["n_tokens"]))
     loader = split_loader(dataset, batch_size, cached, order=order)
     if accelerator is not None:
@@ -134,8 +131,6 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
     """`predict_dataset` with the split divided between the processes of `process` (accelerate's PartialState):
     each predicts a contiguous share, and every process gets the whole result back in the split's order. The speed
     is that of the slowest process over all documents; the peak memory, the highest of any process."""
-    from accelerate.utils import gather_object
-
     with process.split_between_processes(list(range(len(dataset)))) as share:
         mine = list(share)
     part = (predict_dataset(model, dataset.select(mine), batch_size, description=description, precision=precision,

@@ -1,1 +1,1 @@
-"""longbert models as transformers models: the config, the model class, the Auto-class import hook, the hub."""
+"""longbert models as transformers models: the model class for the Auto classes and pipeline, and the import hook."""

@@ -22,6 +22,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from longbert.errors import LongbertError
 from longbert.modeling.hf_config import LongbertConfig
+from longbert.utils.hardware import autocast_for, check_precision
 
 # What transformers' Auto classes and pipelines pass to from_pretrained on their own; longbert needs none of it.
 PASSED_BY_TRANSFORMERS = {"_from_auto", "_from_pipeline", "trust_remote_code", "adapter_kwargs", "code_revision"}
@@ -65,8 +66,9 @@ class LongbertForSequenceClassification(PreTrainedModel):
         backbone's Linear layers dynamically quantized, on the CPU); through a pipeline,
         `model_kwargs={"precision": "int8"}`. Anything else is refused in one LongbertError line rather than
         ignored."""
-        from longbert.modeling.classifier import LongDocumentClassifier
-        from longbert.utils.hardware import check_precision
+        # Here, not at the top: the import hook imports this module when transformers loads its Auto models (their
+        # registry), which the classifier's own modules do at their top, so this import would find it half-imported.
+        from longbert.modeling.classifier import LongDocumentClassifier  # noqa: PLC0415 (import hook: see above)
 
         precision = kwargs.pop("precision", "auto")
         check_precision(precision)
@@ -123,8 +125,6 @@ class LongbertForSequenceClassification(PreTrainedModel):
         logits (B, C) and, with labels, the loss. token_type_ids are ignored (one segment per document). In eval
         mode the forward runs at `self.precision` as `predict` does (auto: bf16 where the hardware runs it fast;
         int8: the classifier's int8 wrapper, longbert.modeling.int8)."""
-        from longbert.utils.hardware import autocast_for
-
         documents = self.documents(input_ids, attention_mask)
         if self.training:
             logits = self.classifier(documents).logits.float()  # (B, C)

@@ -14,8 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import torch
+
 from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.evaluation.predictions import PredictionRow
+from longbert.strategies.base import Units, WeighsUnits, unit_spans
+from longbert.utils.hardware import autocast_for
 
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
@@ -76,8 +80,6 @@ def decisive_units(model, test, predictions: list[PredictionRow | Reading], indi
     probability of the predicted class most (occlusion: the backbone runs once, the pooler and head once per unit).
     A strategy with one unit reports the tokens it kept. Unit token ranges come from the strategy's `unit_spans`
     hook, whether its weights follow content from its `weights_carry_content` hook (see strategies/base.py)."""
-    from longbert.strategies.base import WeighsUnits, unit_spans
-
     strategy = model.strategy
     content_weights = not isinstance(strategy, WeighsUnits) or strategy.weights_carry_content()
 
@@ -114,11 +116,6 @@ def decisive_units(model, test, predictions: list[PredictionRow | Reading], indi
 
 def _occlusion(model, ids: list[int], predicted: int) -> list[float] | None:
     """How much the probability of `predicted` drops when each unit is left out of the pooling: (N,) floats."""
-    import torch
-
-    from longbert.strategies.base import Units
-    from longbert.utils.hardware import autocast_for
-
     device = next(model.parameters()).device
     with torch.no_grad(), autocast_for(model):
         units = model.encode([torch.tensor(ids, dtype=torch.long, device=device)])  # (1, N, H)

@@ -14,7 +14,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from longbert.errors import LongbertError
+from longbert.inference.exported import is_export_folder
+from longbert.inference.predict import check_output as check_writable
+from longbert.inference.predict import read_documents, rows_in_input_order
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.ensemble import refuse_ensemble
+from longbert.utils.atomic import atomic_binary_stream, atomic_stream
+from longbert.utils.hardware import check_precision, process_state
+from longbert.utils.progress import progress
 
 FORMATS = (".npy", ".jsonl")
 
@@ -30,8 +40,6 @@ class Embedding:
 
 def check_output(output: Path) -> None:
     """Refuse an output that is not .npy or .jsonl, or that cannot be written (predict's check), before any work."""
-    from longbert.inference.predict import check_output as check_writable
-
     if output.suffix.lower() not in FORMATS:
         raise LongbertError(f"--output {output}: name a .npy file (numpy) or a .jsonl file (one vector a line)")
     check_writable(output)
@@ -42,16 +50,6 @@ def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int
                split: str | None = None) -> Embedding:
     """Embed every document of `source` (see `predict.read_documents`) with the model in `model_dir` and write the
     vectors to `output` (.npy or .jsonl, written under a temporary name and renamed when complete)."""
-    import numpy as np
-
-    from longbert.inference.exported import is_export_folder
-    from longbert.inference.predict import read_documents, rows_in_input_order
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.ensemble import refuse_ensemble
-    from longbert.utils.atomic import atomic_binary_stream, atomic_stream
-    from longbert.utils.hardware import check_precision, process_state
-    from longbert.utils.progress import progress
-
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")

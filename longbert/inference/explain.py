@@ -24,7 +24,21 @@ from typing import Iterator
 import torch
 
 from longbert.errors import LongbertError
+from longbert.inference.attribution import (
+    Reading,
+    decisive_excerpt,
+    decisive_text,
+    decisive_units,
+    excerpt,
+    token_offsets,
+)
+from longbert.modeling.ensemble import alone, member_probabilities
 from longbert.modeling.int8 import Int8Model
+from longbert.strategies.base import unit_spans
+from longbert.utils.atomic import disk_error, write_text_atomically
+from longbert.utils.destinations import writable_destination
+from longbert.utils.hardware import autocast_for
+from longbert.utils.pages import render_html
 
 PAGE_NAME = "explain.html"
 
@@ -32,10 +46,6 @@ PAGE_NAME = "explain.html"
 def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> dict:
     """One document's content ids (as read: cut at max_document_tokens) and its prediction row -> the `units` and
     `decisive` fields (see the module docstring)."""
-    from longbert.inference.attribution import Reading, decisive_units
-    from longbert.strategies.base import unit_spans
-    from longbert.utils.hardware import autocast_for
-
     autocast = autocast_for(model, precision)
     model = reading_classifier(model, precision)  # the weights as the prediction used them (int8: the quantized copy)
     device = next(model.parameters()).device
@@ -63,8 +73,6 @@ def surest_member_details(model, ids: list[int], row: dict, precision: str, auto
     """An ensemble's `units` and `decisive` fields: those of the member that gave the predicted label the highest
     probability (named in `member`), since each member reads the document in units of its own. `model` runs at
     `precision` already (an int8 copy's members are quantized: they are read as they are, not quantized again)."""
-    from longbert.modeling.ensemble import alone, member_probabilities
-
     label = model.label_names.index(row["label"])
     with torch.no_grad(), autocast:
         probabilities = member_probabilities(model, [torch.tensor(ids, dtype=torch.long, device=device)])
@@ -97,8 +105,6 @@ def page_path(target: str | Path) -> Path:
     """--explain's argument -> the HTML file to write: a path ending in .html is that file; anything else is a folder
     (made when missing, in a folder that exists) that gets explain.html. Checked, down to writing a probe file there,
     before any work is done."""
-    from longbert.utils.destinations import writable_destination
-
     target = Path(target)
     if target.suffix.lower() == ".html":
         if target.is_dir():
@@ -130,8 +136,6 @@ def explained(model, texts, rows: Iterator[dict], shown: list, precision: str = 
 def write_page(page: Path, shown: list, tokenizer, title: str, rows_note: str) -> None:
     """Write the HTML page of `shown` to `page` (whole or not at all). It is written after the rows, so a failure
     loses no prediction: it is one LongbertError line ending with `rows_note`, which says where the rows are."""
-    from longbert.utils.atomic import disk_error, write_text_atomically
-
     try:
         page.parent.mkdir(exist_ok=True)
         write_text_atomically(page, render_page(shown, tokenizer, title))
@@ -168,9 +172,6 @@ def where_it_looked(units: list[dict] | None, decisive: int | None, tokens: int,
 def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str) -> str:
     """The HTML page for (text, row with units and decisive, content ids) triples: per text, its prediction, how
     the decisive unit was found, an excerpt with that unit highlighted, and every unit's token range and weight."""
-    from longbert.inference.attribution import decisive_excerpt, decisive_text
-    from longbert.utils.pages import render_html
-
     blocks: list[tuple] = [("h", 1, title), ("p", (
         "For each text: the predicted label, the unit (chunk or window) that decided it, highlighted in the text, and "
         "how much every unit weighed in the pooling. Where the pooling weighs all units the same, the decisive unit "
@@ -207,8 +208,6 @@ def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str)
 def kept_blocks(text: str, ids: list[int], decisive: dict | None, tokenizer) -> list[tuple]:
     """For a model that reads one unit of a document it cut (truncation): a strip of which stretches it kept, and the
     kept text with the gaps it never read named. Nothing for other models, or for a document read whole."""
-    from longbert.inference.attribution import excerpt, token_offsets
-
     if not decisive or decisive.get("method") != "kept":
         return []
     spans = [(a, min(b, len(ids))) for a, b in decisive["spans"] if a < min(b, len(ids))]

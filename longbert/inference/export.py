@@ -26,12 +26,21 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.export import Dim
 
+from longbert.config import load_recipe
+from longbert.data.sources import load_raw_splits
 from longbert.errors import LongbertError
 from longbert.inference.exported import ENCODER_FILES, EXPORT_FORMAT, ExportedClassifier
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.ensemble import refuse_ensemble
+from longbert.modeling.reading import prediction_rows
 from longbert.strategies.base import ReadsWindows, Units
 from longbert.strategies.registry import strategies_with
-from longbert.utils.folders import EXPORT_FILE, ONNX_HEAD_FILE, PARITY_FILE
+from longbert.utils.atomic import atomic_folder, named_folder
+from longbert.utils.destinations import writable_folder
+from longbert.utils.extras import require
+from longbert.utils.folders import EXPORT_FILE, ONNX_HEAD_FILE, PARITY_FILE, RECIPE_FILE
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
@@ -103,12 +112,6 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
     <model_dir>/onnx), which must not exist yet; the folder appears whole or not at all. Parity is checked on
     `parity_texts`, or else on `parity_documents` test texts of the run's own data when the run folder names data
     that can be read (none: parity.json says why). Returns the folder and what parity.json holds."""
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.ensemble import refuse_ensemble
-    from longbert.utils.atomic import atomic_folder, named_folder
-    from longbert.utils.destinations import writable_folder
-    from longbert.utils.extras import require
-
     check_choices(format, quantize)
     model_dir = Path(model_dir)
     output = named_folder(output, "--output") if output is not None else default_output(model_dir)
@@ -172,8 +175,6 @@ def _quiet_exporter():
 
 def write_graphs(model, folder: Path, quantize: str | None) -> dict:
     """Write encoder.onnx, head.onnx (and encoder.int8.onnx) into `folder`; returns export.json's file entries."""
-    from torch.export import Dim
-
     backbone = model.backbone
     if model.settings.trains_lora:  # LoRA folded into the weights: a plain encoder, as fast as the base
         backbone = copy.deepcopy(backbone).merge_and_unload()
@@ -200,7 +201,7 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
                           external_data=False, verbose=False)
     encoders = {"fp32": ENCODER_FILES["fp32"]}
     if quantize == "int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 (optional extra: export)
 
         # Per-channel scales: on MiniLM (a trained IMDb head, 32 test reviews) one scale per weight matrix changed
         # 3 labels of 32 and probabilities by up to 0.10; per-channel none, and at most 0.037.
@@ -214,10 +215,7 @@ def write_graphs(model, folder: Path, quantize: str | None) -> dict:
 def run_test_texts(model_dir: Path, model, count: int) -> tuple[list[str], str]:
     """Up to `count` texts of the test split of the run's own data (seeded; half of them longer than 512 tokens
     where there are enough), and where they came from; ([], the reason) when there are none to read."""
-    from longbert.config import load_recipe
-    from longbert.data.sources import load_raw_splits
-
-    recipe_file = model_dir / "recipe.yaml"
+    recipe_file = model_dir / RECIPE_FILE
     if count == 0:
         return [], "no parity texts asked for (--parity-documents 0)"
     if not recipe_file.is_file():
@@ -242,8 +240,6 @@ def run_test_texts(model_dir: Path, model, count: int) -> tuple[list[str], str]:
 def parity_check(model, folder: Path, texts: list[str], batch_size: int = 8) -> dict:
     """The exported graphs in `folder` against the PyTorch model in fp32 (no autocast) on `texts`: per encoder
     precision, the share of texts given the same label(s) and the largest absolute difference of a probability."""
-    from longbert.modeling.classifier import prediction_rows
-
     documents, lengths = model.tokenize(texts)
     reference = []
     model.eval()

@@ -30,7 +30,15 @@ from typing import Iterator
 import torch
 
 from longbert.config import is_multi_label
+from longbert.data.documents import tokenize_documents
 from longbert.errors import LongbertError, first_line
+from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
+from longbert.modeling.reading import check_texts, longest_first, prediction_row
+from longbert.modeling.settings import ModelSettings
+from longbert.strategies.base import ReadsWindows, SpecialTokens
+from longbert.strategies.registry import build_strategy
+from longbert.strategies.windows import run_passes, units_of_cuts
+from longbert.utils.extras import require
 from longbert.utils.folders import EXPORT_FILE
 
 ENCODER_FILES = {"fp32": "encoder.onnx", "int8": "encoder.int8.onnx"}
@@ -53,15 +61,8 @@ class ExportedClassifier:
     folder has one. `threads`: onnxruntime's intra-op threads (None: its default, every core)."""
 
     def __init__(self, folder: str | Path, precision: str | None = None, threads: int | None = None):
-        from longbert.utils.extras import require
-
         require("export", "running an exported model")
-        import onnxruntime
-
-        from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
-        from longbert.modeling.settings import ModelSettings
-        from longbert.strategies.base import ReadsWindows, SpecialTokens
-        from longbert.strategies.registry import build_strategy
+        import onnxruntime  # noqa: PLC0415 (optional extra: longbert[export])
 
         self.folder = Path(folder)
         info = read_export_info(self.folder)
@@ -101,15 +102,11 @@ class ExportedClassifier:
 
     def tokenize(self, texts: list[str]) -> tuple[list[torch.Tensor], list[int]]:
         """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""
-        from longbert.data.documents import tokenize_documents
-
         ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings.max_document_tokens)
         return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
 
     def logits(self, documents: list[torch.Tensor]) -> torch.Tensor:
         """B documents' content ids -> (B, C) logits, through both graphs."""
-        from longbert.strategies.windows import run_passes, units_of_cuts
-
         cuts = [self.strategy.windows(ids) for ids in documents]  # (windows, sizes) of each document
         flat = [w for windows, _ in cuts for w in windows]
 
@@ -136,8 +133,6 @@ class ExportedClassifier:
         """(index into `texts`, its row) batch by batch, longest texts first, as
         `LongDocumentClassifier.predictions_as_done` gives them (what `longbert predict` reads). `precision` must be
         auto: the folder runs at the precision it was exported with."""
-        from longbert.modeling.classifier import check_texts, longest_first, prediction_row
-
         check_auto_precision(self.folder, precision)
         check_texts(texts, batch_size)
         documents, lengths = self.tokenize(texts)
@@ -154,7 +149,7 @@ class Graph:
     the file instead of onnxruntime's traceback at the first request."""
 
     def __init__(self, path: Path, options, inputs: tuple[str, ...], output: str, probe: dict):
-        import onnxruntime
+        import onnxruntime  # noqa: PLC0415 (optional extra: longbert[export])
 
         self.path, self.output = path, output
         try:

@@ -25,10 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
+import pyarrow.compute as pc
+from accelerate.utils import gather_object
+from datasets import Dataset
+
 from longbert.data.documents import count_cut
 from longbert.data.files import is_data_file, load_table, text_lines
 from longbert.errors import LongbertError
+from longbert.inference.explain import explained, page_path, write_page
+from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.utils.atomic import atomic_stream
+from longbert.utils.destinations import writable_destination
 from longbert.utils.hardware import check_precision, process_state
+from longbert.utils.progress import progress
 
 BATCHES_PER_BLOCK = 64  # documents sorted by length together: this many batches per process
 PREDICTION_FIELDS = ("label", "labels", "probabilities", "n_tokens")  # what the model writes into each row
@@ -74,8 +84,6 @@ def read_documents(source: str, text_column: str = "text", id_column: str | None
     columns (see the module's docstring for what `source` may be; `split` picks one split of a source that holds
     several). Every text must be a non-empty string. Problems -> one LongbertError naming the input and the column
     or row."""
-    from datasets import Dataset
-
     path = Path(source).expanduser()
     if source == "-" or (path.is_file() and not is_data_file(path)):
         if split is not None:
@@ -112,8 +120,6 @@ def read_documents(source: str, text_column: str = "text", id_column: str | None
 
 def _check_texts(documents, column: str, where: str) -> None:
     """Every value of `column` is a string that is not blank, else a LongbertError naming the first bad row."""
-    import pyarrow.compute as pc
-
     if getattr(documents.features[column], "dtype", None) in ("string", "large_string"):
         values = documents.with_format("arrow")[column]
         blank = pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0))
@@ -132,8 +138,6 @@ def _check_texts(documents, column: str, where: str) -> None:
 def check_output(output: Path | None) -> None:
     """Refuse an output path that cannot be written (down to writing a probe file beside it), before any work is
     done."""
-    from longbert.utils.destinations import writable_destination
-
     if output is None:
         return
     if output.is_dir():
@@ -155,9 +159,6 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     Under `accelerate launch` / torchrun the documents are split between the processes and the main process writes
     them all, in input order. `explain`: an .html file or a folder; rows also say how much each unit weighed and
     which decided, and an HTML page shows it (longbert/inference/explain.py; one process only)."""
-    from longbert.inference.exported import ExportedClassifier
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     page, process, exported = _check_options(model_dir, source, output, batch_size, precision, explain)
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
     # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with; int8, on the CPU.
@@ -166,13 +167,9 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
     shown: list = []  # what the --explain page shows, written once the rows are safe
     if page is not None:
-        from longbert.inference.explain import explained
-
         rows = explained(model, documents[text_column], rows, shown, precision)
     cut = _write_rows(rows, output, process, model, len(documents))
     if page is not None:  # after the rows file is complete: a page that cannot be written loses no row
-        from longbert.inference.explain import write_page
-
         write_page(page, shown, model.tokenizer, f"longbert predict --explain: {model_dir}",
                    "the rows were written to stdout" if output is None else f"the rows were kept at {output}")
     return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process)
@@ -182,16 +179,12 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
                    explain: str | Path | None):
     """The checks `predict_file` makes before reading the documents. Returns (the --explain page's path or None,
     this process's state, whether `model_dir` is an exported folder)."""
-    from longbert.inference.exported import check_auto_precision, is_export_folder
-
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")
     check_output(output)
     page = None
     if explain is not None:
-        from longbert.inference.explain import page_path
-
         page = page_path(explain)
     process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     if source == "-" and process.num_processes > 1:
@@ -212,8 +205,6 @@ def _write_rows(rows: Iterator[dict], output: Path | None, process, model, total
     cut = 0
     with _output_stream(output) if process.is_main_process else nullcontext() as stream:
         if process.is_main_process:
-            from longbert.utils.progress import progress
-
             rows = progress(rows, "predicting", total=total)
         for row in rows:  # every process runs through its rows (each block is gathered by all of them)
             cut += count_cut([row["n_tokens"]], model.settings.max_document_tokens)
@@ -232,8 +223,6 @@ def rows_in_input_order(model, documents, process, batch_size: int, precision: s
     as soon as every row before it has. `read(texts, batch_size, precision)` gives (index, fields) pairs out of order
     (default: `model.predictions_as_done`; `longbert embed` reads embeddings)."""
     read = read or model.predictions_as_done
-    from accelerate.utils import gather_object
-
     per_block = batch_size * BATCHES_PER_BLOCK * process.num_processes
     texts_of = documents.select_columns([text_column])  # reading a block's rows reads only the columns needed
     carried = documents.select_columns(([id_column] if id_column else []) + list(keep))
@@ -264,7 +253,5 @@ def _output_stream(output: Path | None) -> Iterator[TextIO]:
     if output is None:
         yield sys.stdout
         return
-    from longbert.utils.atomic import atomic_stream
-
     with atomic_stream(output) as stream:
         yield stream

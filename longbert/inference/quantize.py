@@ -21,8 +21,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from longbert.config import load_recipe
+from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
-from longbert.utils.folders import BEST
+from longbert.evaluation.metrics import multi_label_predictions
+from longbert.evaluation.split_pass import predict_dataset
+from longbert.modeling.card import TrainingFacts, refresh_card
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.int8 import RECHECK_GAPS, close_calls
+from longbert.utils.destinations import locked
+from longbert.utils.folders import BEST, RECIPE_FILE
+from longbert.utils.hardware import describe_machine
 
 
 def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: float = 0.99, data=None) -> dict:
@@ -32,13 +41,8 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
     it re-reads), agreement, accuracy_int8 and seconds_int8 (int8 with it: what `--precision int8` runs);
     accuracy_fp32, seconds_fp32; machine.
     `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
-    from longbert.config import load_recipe
-    from longbert.data.documents import load_corpus
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.destinations import locked
-
     run_dir = Path(run_dir)
-    recipe_file, folder = run_dir / "recipe.yaml", run_dir / BEST
+    recipe_file, folder = run_dir / RECIPE_FILE, run_dir / BEST
     if not recipe_file.is_file() or not folder.is_dir():
         raise LongbertError(f"{run_dir} is not a finished longbert run folder (it needs recipe.yaml and {BEST}/)")
     with locked(run_dir):
@@ -55,8 +59,6 @@ def quantize(run_dir: str | Path, batch_size: int | None = None, agreement: floa
 def _measure(model, dataset, batch: int, agreement: float) -> dict:
     """Run `dataset` in fp32, in int8 alone, then in int8 with the recheck gap chosen for `agreement`, and compare
     their labels: the measurement `quantize` returns."""
-    from longbert.utils.hardware import describe_machine
-
     raw, seconds = {}, {}
     raw["fp32"], seconds["fp32"] = _timed_pass(model, dataset, batch, "fp32", "fp32")
     raw["plain"], seconds["plain"] = _timed_pass(model, dataset, batch, "plain", "int8", recheck_gap=0.0)
@@ -89,8 +91,6 @@ def _measure(model, dataset, batch: int, agreement: float) -> dict:
 
 def _timed_pass(model, dataset, batch: int, name: str, precision: str, recheck_gap: float | None = None):
     """(the model's predictions over `dataset` at `precision`, the seconds they took)."""
-    from longbert.evaluation.split_pass import predict_dataset
-
     model.for_precision(precision, recheck_gap)  # the int8 wrapper (its quantized copy) is made before the clock starts
     started = time.perf_counter()
     predictions = predict_dataset(model, dataset, batch, description=f"validation, {name}", precision=precision)
@@ -99,16 +99,12 @@ def _timed_pass(model, dataset, batch: int, name: str, precision: str, recheck_g
 
 def _decide(model, probabilities: np.ndarray, documents: int) -> np.ndarray:
     """Each document's predicted labels as one row (a class index, or a multi-hot row at the thresholds)."""
-    from longbert.evaluation.metrics import multi_label_predictions
-
     return (multi_label_predictions(probabilities, model.thresholds) if model.multi_label
             else probabilities.argmax(1)).reshape(documents, -1)
 
 
 def _rechecked(model, int8_probabilities: torch.Tensor, gap: float) -> np.ndarray:
     """Which documents int8 at `gap` re-reads in fp32."""
-    from longbert.modeling.int8 import close_calls
-
     return close_calls(int8_probabilities, model.multi_label, model.thresholds, gap).numpy()
 
 
@@ -116,8 +112,6 @@ def _choose_gap(model, fp32: np.ndarray, plain: np.ndarray, int8_probabilities: 
                 agreement: float) -> float:
     """The smallest of RECHECK_GAPS at which int8's labels, its close calls re-read in fp32 (which gives fp32's
     labels), agree with fp32's on at least `agreement` of the documents; the largest when none does."""
-    from longbert.modeling.int8 import RECHECK_GAPS
-
     def agreeing(gap: float) -> float:
         rechecked = _rechecked(model, int8_probabilities, gap)
         return float(np.mean((np.where(rechecked[:, None], fp32, plain) == fp32).all(1)))
@@ -127,8 +121,6 @@ def _choose_gap(model, fp32: np.ndarray, plain: np.ndarray, int8_probabilities: 
 
 def _record(folder: Path, model, recipe, measured: dict) -> None:
     """Keep the measurement in the model's training facts, and write them into its folder's training.json and card."""
-    from longbert.modeling.card import TrainingFacts, refresh_card
-
     facts = model.training_facts or TrainingFacts(recipe=recipe.name)
     facts.int8 = measured
     model.training_facts = facts

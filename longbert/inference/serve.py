@@ -34,25 +34,14 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from longbert.errors import LongbertError
-from longbert.inference.serve_api import BadRequest, Counters, openapi_schemas, parse_request  # noqa: F401
+from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
+from longbert.inference.serve_api import BadRequest, Counters, Limits, openapi_schemas, parse_request
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.utils.extras import require
+from longbert.utils.hardware import autocast_for, check_precision, process_state
 
 log = logging.getLogger("longbert.serve")
 SERVER_FAULT = "the server failed on this request; its log says why"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The most work one request may ask for; a request over a limit is answered 413 with the option that sets it."""
-
-    body_bytes: int = 8 * 1024 * 1024  # 8 MiB: some hundred long documents, or one book
-    texts: int = 256
-    tokens: int = 262_144  # tokens the model reads: each text counts up to the model's max_document_tokens
-
-    def check(self) -> None:
-        for option, value in (("--max-request-bytes", self.body_bytes), ("--max-request-texts", self.texts),
-                              ("--max-request-tokens", self.tokens)):
-            if value < 1:
-                raise LongbertError(f"{option} must be >= 1, got {value}")
 
 
 class ClientGone(Exception):
@@ -217,10 +206,6 @@ def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | Non
 def load_predictor(model_dir: str | Path, precision: str = "auto"):
     """(the model, its backend name) for a run folder, a saved model folder or an exported folder (which runs as it
     was exported). A PyTorch model's `precision` is checked, and its int8 wrapper made, before the first request."""
-    from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.utils.hardware import autocast_for, check_precision, process_state
-
     check_precision(precision, "--precision")
     if is_export_folder(model_dir):
         check_auto_precision(model_dir, precision)
@@ -238,7 +223,7 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
               limits: Limits = Limits(), precision: str = "auto"):
     """The FastAPI application serving `predictor` (with `predict(texts, batch_size[, precision])`, `tokenize`,
     `settings`, `label_names`: LongDocumentClassifier, ExportedClassifier). Its batcher is `app.state.batcher`."""
-    from fastapi import FastAPI
+    from fastapi import FastAPI  # noqa: PLC0415 (optional extra: longbert[serve])
 
     check_batching(max_batch, max_wait_ms)
     limits.check()
@@ -266,9 +251,9 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
 def _add_error_handlers(app) -> None:
     """Answer an HTTP error (an unknown route or method) with its status, and any other fault with 500, as
     {"error": "one line"}."""
-    from fastapi import Request
-    from fastapi.responses import JSONResponse
-    from starlette.exceptions import HTTPException
+    from fastapi import Request  # noqa: PLC0415 (optional extra: longbert[serve])
+    from fastapi.responses import JSONResponse  # noqa: PLC0415 (optional extra: longbert[serve])
+    from starlette.exceptions import HTTPException  # noqa: PLC0415 (optional extra: longbert[serve])
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):
@@ -281,7 +266,7 @@ def _add_error_handlers(app) -> None:
 
 def _add_info_routes(app, schemas: dict, predictor, name: str, backend: str, max_batch: int) -> None:
     """GET /metrics and GET /health."""
-    from fastapi.responses import PlainTextResponse
+    from fastapi.responses import PlainTextResponse  # noqa: PLC0415 (optional extra: longbert[serve])
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
@@ -295,8 +280,8 @@ def _add_info_routes(app, schemas: dict, predictor, name: str, backend: str, max
 
 def _add_predict_route(app, schema: dict, predictor, batcher: Batcher, limits: Limits) -> None:
     """POST /predict, each request counted with its status and latency."""
-    from fastapi import Request
-    from fastapi.responses import JSONResponse
+    from fastapi import Request  # noqa: PLC0415 (optional extra: longbert[serve])
+    from fastapi.responses import JSONResponse  # noqa: PLC0415 (optional extra: longbert[serve])
 
     @app.post("/predict", **schema)
     async def predict(request: Request):
@@ -312,7 +297,7 @@ def _add_predict_route(app, schema: dict, predictor, batcher: Batcher, limits: L
 async def _answer_predict(request, app, predictor, batcher: Batcher, limits: Limits):
     """A /predict request's answer: its prediction(s), or a JSONResponse {"error": ...} with the status that says
     why not (see the module docstring)."""
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse  # noqa: PLC0415 (optional extra: longbert[serve])
 
     try:
         texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
@@ -372,10 +357,8 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_
     error (a missing extra, a folder that is not a model or holds a damaged graph, a port in use, bad batching
     settings or limits, a precision the model or device cannot run: `load_predictor`) is one LongbertError line,
     raised before the server starts."""
-    from longbert.utils.extras import require
-
     require("serve", "longbert serve")
-    import uvicorn
+    import uvicorn  # noqa: PLC0415 (optional extra: longbert[serve])
 
     check_batching(max_batch, max_wait_ms)
     limits = Limits(max_request_bytes, max_request_texts, max_request_tokens)

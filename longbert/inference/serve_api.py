@@ -1,14 +1,32 @@
-"""What `longbert serve` says to its clients: how the body of POST /predict is read and checked (`parse_request`,
-`BadRequest`), the request and answer schemas its OpenAPI page declares (so that /docs can send a request and shows
-what comes back), and the counters GET /metrics exposes in Prometheus' text format (requests and errors by status,
-documents, tokens, latency). Standard library only at import; pydantic (with FastAPI, the serve extra) loads when the
-schemas are first asked for."""
+"""What `longbert serve` says to its clients: the most work one request may ask for (`Limits`, whose defaults the
+CLI's options show), how the body of POST /predict is read and checked (`parse_request`, `BadRequest`), the request
+and answer schemas its OpenAPI page declares (so that /docs can send a request and shows what comes back), and the
+counters GET /metrics exposes in Prometheus' text format (requests and errors by status, documents, tokens, latency).
+Standard library only at import (the CLI reads `Limits` at start-up); pydantic (with FastAPI, the serve extra) loads
+when the schemas are first asked for."""
 
 from __future__ import annotations
 
 import json
 import threading
 from dataclasses import dataclass, field
+
+from longbert.errors import LongbertError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most work one request may ask for; a request over a limit is answered 413 with the option that sets it."""
+
+    body_bytes: int = 8 * 1024 * 1024  # 8 MiB: some hundred long documents, or one book
+    texts: int = 256
+    tokens: int = 262_144  # tokens the model reads: each text counts up to the model's max_document_tokens
+
+    def check(self) -> None:
+        for option, value in (("--max-request-bytes", self.body_bytes), ("--max-request-texts", self.texts),
+                              ("--max-request-tokens", self.tokens)):
+            if value < 1:
+                raise LongbertError(f"{option} must be >= 1, got {value}")
 
 
 class BadRequest(Exception):
@@ -17,7 +35,6 @@ class BadRequest(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
 
 
 def parse_request(body: bytes, max_texts: int | None = None) -> tuple[list[str], bool]:
@@ -75,7 +92,7 @@ def openapi_schemas() -> dict:
     """The keyword arguments of the /predict and /health routes that declare their schemas: the request body (one
     "text", or a list of "texts"), the answers (one prediction, or "predictions"), and the error answer. The route
     still reads the body itself (`parse_request`), so that its limits hold before any of it is parsed."""
-    from pydantic import BaseModel, Field
+    from pydantic import BaseModel, Field  # noqa: PLC0415 (optional extra: longbert[serve], with FastAPI)
 
     class OneText(BaseModel):
         text: str = Field(description="a document of any length", examples=["A long review ..."])

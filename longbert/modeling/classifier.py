@@ -1,8 +1,8 @@
-"""LongDocumentClassifier: a BERT-family backbone + a long-document strategy + a classification head, and the
-helpers every way of running a model shares to turn its probabilities into `predict`'s rows.
+"""LongDocumentClassifier: a BERT-family backbone + a long-document strategy + a classification head.
 
 Its folder on disk (what `save_pretrained` writes and `from_pretrained` reads) is longbert.modeling.folder's; the
-settings saved in it are longbert.modeling.settings'.
+settings saved in it are longbert.modeling.settings'; how it reads texts (`predict`, `embed`) is
+longbert.modeling.reading's, which its int8 wrapper (longbert.modeling.int8) shares.
 """
 
 from __future__ import annotations
@@ -10,20 +10,22 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
 
 from longbert.config import is_multi_label
+from longbert.data.documents import tokenize_documents
 from longbert.errors import LongbertError
+from longbert.modeling import hub
 from longbert.modeling.backbone import (
     backbone_token_pooling,
     enable_activation_checkpointing,
     load_backbone,
     prepare_tokenizer,
 )
-from longbert.modeling.ensemble import load_ensemble, refuse_ensemble
+from longbert.modeling.ensemble import load_ensemble
 from longbert.modeling.folder import (
     adapter_of,
     load_folder_backbone,
@@ -34,13 +36,12 @@ from longbert.modeling.folder import (
     save_model_folder,
     wrap_lora,
 )
+from longbert.modeling.int8 import Int8Model
+from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import Pooled, SpecialTokens, Units, lora_modules_to_save
 from longbert.strategies.registry import build_strategy
 from longbert.utils.hardware import autocast_for
-
-if TYPE_CHECKING:
-    from longbert.modeling.int8 import Int8Model
 
 
 @dataclass
@@ -51,9 +52,9 @@ class ClassifierOutput:
     units: Units | None = None  # what the strategy's encode gave (the unit-level loss reads it)
 
 
-class LongDocumentClassifier(nn.Module):
+class LongDocumentClassifier(ReadsTexts, nn.Module):
     """Classify whole documents. `forward` takes a list of (T,) token-id tensors (content tokens, no special
-    tokens) or precomputed `Units`, and returns (B, C) logits."""
+    tokens) or precomputed `Units`, and returns (B, C) logits; `predict` and `embed` read texts (`ReadsTexts`)."""
 
     def __init__(self, backbone, tokenizer, strategy, settings: ModelSettings):
         super().__init__()
@@ -192,45 +193,11 @@ class LongDocumentClassifier(nn.Module):
 
     def tokenize(self, texts: list[str]) -> tuple[list[torch.Tensor], list[int]]:
         """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""
-        from longbert.data.documents import tokenize_documents
-
         ids, lengths = tokenize_documents(self.tokenizer, texts, self.settings.max_document_tokens)
         return [torch.tensor(d, dtype=torch.long) for d in ids], lengths
 
-    def predict(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> list[dict]:
-        """Texts -> one dict each, in the order of `texts`: {'label': name (or 'labels': [names] for multi-label),
-        'probabilities': {name: p}, 'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2:
-        the text was cut)}. `precision`: fp32, bf16, or auto (bf16 where the model's device runs it fast)."""
-        rows: list = [None] * len(texts)
-        for index, row in self.predictions_as_done(texts, batch_size, precision):
-            rows[index] = row
-        return rows
-
-    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
-                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
-        """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
-        All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
-        biggest batch comes first; hence rows arrive out of order."""
-        for index, p, length in self._read_as_done(texts, batch_size, precision, batch_probabilities):
-            yield index, prediction_row(self.settings, p, length)
-
-    def embed(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> torch.Tensor:
-        """(N, H) float32: each text's document vector (the strategy's pooling of its units; the logits are
-        head(vector)), for search, clustering or a classifier of one's own; any length, read as `predict` reads."""
-        vectors: list = [None] * len(texts)
-        for index, vector in self.embeddings_as_done(texts, batch_size, precision):
-            vectors[index] = vector
-        return torch.tensor(vectors, dtype=torch.float32).reshape(len(texts), self.head.in_features)
-
-    def embeddings_as_done(self, texts: list[str], batch_size: int = 16,
-                           precision: str = "auto") -> Iterator[tuple[int, list[float]]]:
-        """(index into `texts`, its document vector) for every text, out of order as `predictions_as_done`."""
-        refuse_ensemble(self, "this model", "it has one document vector per member, not one: embed a member")
-        yield from ((index, vector) for index, vector, _ in
-                    self._read_as_done(texts, batch_size, precision, batch_vectors))
-
-    def _read_as_done(self, texts: list[str], batch_size: int, precision: str,
-                      compute: Callable) -> Iterator[tuple[int, list, int]]:
+    def read_as_done(self, texts: list[str], batch_size: int, precision: str,
+                     compute: Callable) -> Iterator[tuple[int, list, int]]:
         """(index, compute(the model that runs at `precision`, its batch)[row] as a list, full length): predictions'
         and embeddings' loop."""
         check_texts(texts, batch_size)
@@ -245,8 +212,6 @@ class LongDocumentClassifier(nn.Module):
         moved with the model). `recheck_gap` sets the wrapper's (None: as it is, at first use `int8_recheck_gap`)."""
         if precision != "int8":
             return self
-        from longbert.modeling.int8 import Int8Model  # here, not at the top: int8.py imports this module
-
         if self.__dict__.get("_int8_model") is None:
             self.__dict__["_int8_model"] = Int8Model(self)
         if recheck_gap is not None:
@@ -287,10 +252,8 @@ class LongDocumentClassifier(nn.Module):
                     commit_message: str | None = None, revision: str | None = None, create_pr: bool = False):
         """Upload this model, saved as `save_pretrained` writes it, to hub repository `repo_id` (see
         `longbert.modeling.hub.push_to_hub`); `from_pretrained(repo_id)` loads it back."""
-        from longbert.modeling.hub import push_to_hub
-
-        return push_to_hub(self, repo_id, private=private, token=token, commit_message=commit_message,
-                           revision=revision, create_pr=create_pr)
+        return hub.push_to_hub(self, repo_id, private=private, token=token, commit_message=commit_message,
+                               revision=revision, create_pr=create_pr)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **hub_options) -> LongDocumentClassifier:
@@ -307,71 +270,3 @@ class LongDocumentClassifier(nn.Module):
         model.ensemble = load_ensemble(directory, cls, backbone.config.vocab_size)
         model.eval()
         return model
-
-
-def longest_first(documents: list, batch_size: int) -> Iterator[list[int]]:
-    """The indices of `documents` in batches of `batch_size`, longest documents first: a batch pads little, and the
-    biggest batch comes first (`predictions_as_done` of a model and of an exported folder)."""
-    from longbert.data.documents import longest_first_order
-
-    order = longest_first_order([len(d) for d in documents])
-    for start in range(0, len(order), batch_size):
-        yield order[start : start + batch_size]
-
-
-def read_in_batches(model, texts: list[str], batch_size: int, autocast,
-                    compute: Callable) -> Iterator[tuple[int, list, int]]:
-    """(index into `texts`, compute(its batch of documents)[row] as a list, the text's full length) for every text:
-    all texts tokenized by `model` first, then read in batches longest first (`longest_first`), without gradients,
-    under `autocast`, with `model` in eval mode meanwhile. The loop of `predict` and `embed`, shared by every model
-    that reads texts as the classifier does (its int8 wrapper too)."""
-    documents, lengths = model.tokenize(texts)
-    was_training = model.training
-    model.eval()
-    try:
-        for batch in longest_first(documents, batch_size):
-            with torch.no_grad(), autocast:
-                values = compute([documents[i] for i in batch])  # (B, ...)
-            for index, value in zip(batch, values.tolist()):
-                yield index, value, lengths[index]
-    finally:
-        model.train(was_training)
-
-
-def batch_probabilities(model, documents: list[torch.Tensor]) -> torch.Tensor:
-    """(B, C): what `predict` reads of a batch, with the model that runs."""
-    return model.probabilities(model(documents).logits)
-
-
-def batch_vectors(model, documents: list[torch.Tensor]) -> torch.Tensor:
-    """(B, H) float32: what `embed` reads of a batch (each document's pooled vector), with the model that runs."""
-    return model.strategy.pool(model.encode(documents)).vector.float()
-
-
-def check_texts(texts: list, batch_size: int = 1) -> None:
-    """What `predict` accepts: every text a string with something in it, and a batch size of at least 1 (a
-    LongbertError naming the first text that is not, or the batch size)."""
-    for row, text in enumerate(texts):
-        if not isinstance(text, str) or not text.strip():
-            raise LongbertError(f"text {row} is empty or whitespace-only")
-    if batch_size < 1:
-        raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
-
-
-def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int) -> dict:
-    """One text's class probabilities and full length -> `predict`'s row: {'label' (or 'labels', decided at the
-    settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}. Shared by every way of running a model."""
-    names = settings.label_names
-    row = {"probabilities": dict(zip(names, probabilities))}
-    if is_multi_label(settings.problem_type):
-        thresholds = settings.thresholds or [0.5] * len(names)
-        row["labels"] = [n for n, q, t in zip(names, probabilities, thresholds) if q >= t]
-    else:
-        row["label"] = names[max(range(len(probabilities)), key=probabilities.__getitem__)]
-    row["n_tokens"] = n_tokens
-    return row
-
-
-def prediction_rows(settings: ModelSettings, probabilities: torch.Tensor, lengths: list[int]) -> list[dict]:
-    """(B, C) probabilities and each text's full length -> B rows (`prediction_row`)."""
-    return [prediction_row(settings, p, n) for p, n in zip(probabilities.tolist(), lengths)]

@@ -17,7 +17,6 @@ multi-label probabilities would need thresholds of their own, tuned on validatio
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,11 +27,11 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
+from longbert.modeling.lexical import LexicalModel
 from longbert.utils.folders import ENSEMBLE_FILE, LEXICAL_DIR, MEMBERS_DIR
 
 if TYPE_CHECKING:
     from longbert.modeling.classifier import LongDocumentClassifier
-
 
 
 @dataclass
@@ -137,24 +136,10 @@ def assemble_ensemble(models: list[LongDocumentClassifier], facts: EnsembleFacts
     return first
 
 
-def save_ensemble(model: LongDocumentClassifier, staging: Path) -> None:
-    """Write an ensemble's other members and facts into the model folder being written in `staging`."""
-    from longbert.modeling.folder import save_model_folder
-
-    for number, member in enumerate(model.ensemble.others, start=1):
-        save_model_folder(member, staging / MEMBERS_DIR / str(number))
-    if model.ensemble.lexical is not None:
-        (staging / LEXICAL_DIR).mkdir()
-        model.ensemble.lexical.save(staging / LEXICAL_DIR)
-    (staging / ENSEMBLE_FILE).write_text(json.dumps(dataclasses.asdict(model.ensemble.facts), indent=2))
-
-
 def load_ensemble(directory: Path, model_class, vocab_size: int) -> Ensemble | None:
     """The other members of the ensemble folder `directory` (None for a plain model folder), and its TF-IDF half when
     it is a hybrid ensemble (read for a backbone of `vocab_size` tokens); a folder whose ensemble.json and members/
     disagree raises one LongbertError line."""
-    from longbert.modeling.lexical import LexicalModel
-
     path = directory / ENSEMBLE_FILE
     if not path.is_file():
         return None
@@ -180,14 +165,3 @@ def refuse_ensemble(model: LongDocumentClassifier, where: str, what: str) -> Non
     if getattr(model, "ensemble", None) is not None:
         raise LongbertError(f"{where} is an ensemble of {len(model.ensemble.facts.members)} models "
                             f"({', '.join(model.ensemble.facts.members)}); {what}")
-
-
-def describe_ensemble(facts: EnsembleFacts, metric_name: str = "") -> list[str]:
-    """The model card's paragraph on an ensemble: its members, how they were chosen, their validation scores."""
-    lines = [f"**Ensemble.** The output is the mean of the class probabilities of {len(facts.members)} models, each "
-             f"reading the whole document its own way: {', '.join(facts.members)}. Members chosen by "
-             f"{facts.chosen_by}."]
-    if facts.validation:
-        scores = ", ".join(f"{name} {value:.3f}" for name, value in facts.validation.items())
-        lines.append(f"Validation {facts.metric or metric_name}: {scores}.")
-    return [" ".join(lines), ""]

@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import PeftModel, get_peft_model
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from longbert.config import LoraConfig, is_multi_label
 from longbert.errors import LongbertError
@@ -38,9 +42,22 @@ from longbert.modeling.backbone import (
     refuse_pickle_weights,
 )
 from longbert.modeling.card import TrainingFacts, write_card
+from longbert.modeling.hf_config import LongbertConfig
+from longbert.modeling.hub import download, is_hub_id
+from longbert.modeling.lexical import LexicalModel
 from longbert.modeling.settings import ModelSettings
 from longbert.utils.atomic import atomic_folder
-from longbert.utils.folders import ADAPTER_DIR, BACKBONE_DIR, BEST, CONFIG_FILE, FACTS_FILE, HEAD_FILE
+from longbert.utils.folders import (
+    ADAPTER_DIR,
+    BACKBONE_DIR,
+    BEST,
+    CONFIG_FILE,
+    ENSEMBLE_FILE,
+    FACTS_FILE,
+    HEAD_FILE,
+    LEXICAL_DIR,
+    MEMBERS_DIR,
+)
 
 if TYPE_CHECKING:
     from longbert.modeling.classifier import LongDocumentClassifier
@@ -52,11 +69,6 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
     packaged MiniLM or a hub model is named instead (see `backbone.portable_reference`). An existing `directory` is
     replaced only when it is empty or an earlier model folder (it holds longbert_config.json); a folder of other
     files is one LongbertError line, left as it was."""
-    from safetensors.torch import save_file
-
-    from longbert.modeling.ensemble import save_ensemble
-    from longbert.modeling.hf_config import LongbertConfig
-
     # A backbone whose weights are not its name's (train.init_from loaded trained ones) is saved, whatever the mode.
     reference = None if model.backbone_weights_changed else portable_reference(model.settings.backbone)
     settings = dataclasses.replace(model.settings, backbone=reference or SAVED_IN_FOLDER)
@@ -80,12 +92,21 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
         write_card(staging, settings, model.backbone.config, model.training_facts, model.lexical, model.ensemble)
 
 
+def save_ensemble(model: LongDocumentClassifier, staging: Path) -> None:
+    """Write an ensemble's other members (each a model folder of its own), its TF-IDF half for a hybrid ensemble, and
+    its facts into the model folder being written in `staging` (longbert.modeling.ensemble says what they are)."""
+    for number, member in enumerate(model.ensemble.others, start=1):
+        save_model_folder(member, staging / MEMBERS_DIR / str(number))
+    if model.ensemble.lexical is not None:
+        (staging / LEXICAL_DIR).mkdir()
+        model.ensemble.lexical.save(staging / LEXICAL_DIR)
+    (staging / ENSEMBLE_FILE).write_text(json.dumps(dataclasses.asdict(model.ensemble.facts), indent=2))
+
+
 def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, ModelSettings]:
     """(the model folder, its validated settings) for a folder written by `save_model_folder`, a run folder (its
     `best/` model), or a hub id ('user/name', downloaded with `hub_options`, see `longbert.modeling.hub.download`).
     A folder that is not a model's, or lacks a piece its settings need, raises one LongbertError line."""
-    from longbert.modeling.hub import download, is_hub_id
-
     directory = Path(directory).expanduser()
     if not directory.exists() and is_hub_id(str(directory)):
         directory = download(str(directory), **hub_options)
@@ -137,8 +158,6 @@ def load_folder_head(model: LongDocumentClassifier, directory: Path) -> None:
 
 def load_folder_lexical(directory: Path, settings: ModelSettings, vocab_size: int):
     """The TF-IDF half of a hybrid model folder (`LexicalModel`), or None for a plain model."""
-    from longbert.modeling.lexical import LexicalModel
-
     lexical = LexicalModel.load(directory, vocab_size)
     if lexical is not None and is_multi_label(settings.problem_type):
         raise LongbertError(f"{directory} holds a TF-IDF half, but hybrid models are single-label only and "
@@ -153,9 +172,6 @@ def read_training_facts(directory: Path) -> TrainingFacts | None:
 
 def read_head_file(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a head.safetensors file; a damaged file raises one LongbertError line."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         return load_file(path)
     except SafetensorError as error:
@@ -176,9 +192,6 @@ def wrap_lora(backbone, lora: LoraConfig, adapter_dir: Path | None, modules_to_s
     """peft's LoRA around the backbone: fresh adapters, or the saved ones in `adapter_dir` (peft's adapter folders
     hold weights and a JSON config only; no code is loaded from them). `modules_to_save`: backbone modules that
     train in full beside the adapters (peft keeps a trainable copy and saves it with the adapter)."""
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import PeftModel, get_peft_model
-
     if adapter_dir is not None:
         refuse_pickle_weights(adapter_dir, ("adapter_model.safetensors",))
         with clear_load_errors(str(adapter_dir), str(adapter_dir), kind="LoRA adapter"):

@@ -7,15 +7,17 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import huggingface_hub
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from longbert import __version__
 from longbert.errors import LongbertError, first_line
 
 
 def is_hub_id(name: str) -> bool:
     """Whether `name` has the shape of a hub repository id ('user/name' or 'name'); a path such as '/data/model',
     './model' or 'a/b/c' does not."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
     if not name or name.startswith(("/", "~", ".")) or "\\" in name:
         return False
     try:
@@ -30,12 +32,8 @@ def download(repo_id: str, revision: str | None = None, cache_dir: str | Path | 
     """The local folder of hub model `repo_id` at `revision` (a branch, tag or commit; main by default), downloaded
     into huggingface_hub's cache unless it is there already. Offline (HF_HUB_OFFLINE=1) only the cache is read. One
     LongbertError line when the hub cannot provide it."""
-    from huggingface_hub import snapshot_download
-
-    from longbert import __version__
-
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
+        return Path(huggingface_hub.snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
                                       local_files_only=local_files_only, force_download=force_download,
                                       library_name="longbert", library_version=__version__))
     except (OSError, ValueError) as error:  # not cached while offline, unreachable, no such repository or revision
@@ -48,11 +46,9 @@ def push_to_hub(model, repo_id: str, private: bool | None = None, token: str | b
     """Save `model` (a LongDocumentClassifier) as `save_pretrained` does and upload that folder to hub repository
     `repo_id` (created when it does not exist; `private` applies then). Returns huggingface_hub's CommitInfo (its
     `commit_url`, and `pr_url` with `create_pr`). One LongbertError line when the hub refuses or cannot be reached."""
-    from huggingface_hub import HfApi
-
     if not is_hub_id(repo_id):
         raise LongbertError(f"push_to_hub: {repo_id!r} is not a hub repository id (user/name)")
-    api = HfApi(token=token)
+    api = huggingface_hub.HfApi(token=token)  # looked up at the call: tests put a fake hub in its place
     with tempfile.TemporaryDirectory(prefix="longbert-push-") as staging:
         folder = Path(staging) / "model"
         model.save_pretrained(folder)

@@ -13,21 +13,18 @@ model's validation split (longbert.inference.quantize), and explain reads inside
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.modeling.classifier import (
-    ClassifierOutput,
-    LongDocumentClassifier,
-    check_texts,
-    read_in_batches,
-)
+from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
 from longbert.utils.hardware import autocast_for
 
 if TYPE_CHECKING:
+    from longbert.modeling.classifier import ClassifierOutput, LongDocumentClassifier
     from longbert.modeling.settings import ModelSettings
     from longbert.strategies.base import Units
 
@@ -58,10 +55,11 @@ def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
     per output channel, activations quantized per batch). Everything else stays fp32: embeddings, attention scores and
     softmax, LayerNorm, GELU, the strategy's own layers and the head (of an ensemble: of every member). The copy is a
     plain classifier in eval mode; re-reading its close calls is `Int8Model`'s."""
-    import warnings
-
     try:  # deprecated by torch in favour of torchao, which measured slower here (benchmarks/log.md, int8 on the CPU)
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        from torch.ao.quantization import (  # noqa: PLC0415 (deprecated: torch deprecates it; int8 alone needs it)
+            per_channel_dynamic_qconfig,
+            quantize_dynamic,
+        )
     except ImportError as error:
         raise LongbertError(f"precision int8 needs torch.ao.quantization.quantize_dynamic, which torch "
                             f"{torch.__version__} does not have ({error}): use precision fp32 or bf16, or a torch "
@@ -81,7 +79,7 @@ def quantized_copy(model: LongDocumentClassifier) -> LongDocumentClassifier:
     return copied
 
 
-class Int8Model(nn.Module):
+class Int8Model(ReadsTexts, nn.Module):
     """`exact` at int8 on the CPU: its quantized copy (`quantized`, `quantized_copy`) reads every document, and
     `exact` reads again, in fp32, those whose decision was closer than `recheck_gap` (None: `int8_recheck_gap(exact)`;
     0: none). It reads as the classifier does (`forward`, `predict`, `predictions_as_done`, `embed`,
@@ -173,15 +171,11 @@ class Int8Model(nn.Module):
         logits[close] = again.to(logits.device, logits.dtype)
         return logits
 
-    # Reading texts: the classifier's own methods (same rows, same order, same refusal of an ensemble's embed), whose
-    # one loop, `_read_as_done`, runs here at int8 whatever precision they are given.
-    predict = LongDocumentClassifier.predict
-    predictions_as_done = LongDocumentClassifier.predictions_as_done
-    embed = LongDocumentClassifier.embed
-    embeddings_as_done = LongDocumentClassifier.embeddings_as_done
+    # Reading texts: the classifier's own methods (`ReadsTexts`: same rows, same order, same refusal of an ensemble's
+    # embed), whose one loop, `read_as_done`, runs here at int8 whatever precision they are given.
 
-    def _read_as_done(self, texts: list[str], batch_size: int, precision: str,
-                      compute: Callable) -> Iterator[tuple[int, list, int]]:
+    def read_as_done(self, texts: list[str], batch_size: int, precision: str,
+                     compute: Callable) -> Iterator[tuple[int, list, int]]:
         """(index, compute(self, its batch)[row] as a list, full length), read with autocast off (int8's), whatever
         `precision` says: no bf16 autocast may feed the quantized layers."""
         check_texts(texts, batch_size)

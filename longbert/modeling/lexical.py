@@ -24,6 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
 from torch import nn
 
 from longbert.errors import LongbertError
@@ -85,8 +89,6 @@ class LexicalModel(nn.Module):
     # -- on disk ----------------------------------------------------------------------------------------------
 
     def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
-
         tensors = {"keys": self.keys, "idf": self.idf, "weight": self.weight, "bias": self.bias}
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, folder / LEXICAL_WEIGHTS)
         config = {"vocab_size": self.vocab_size, "mix": self.mix, **self.facts}
@@ -96,9 +98,6 @@ class LexicalModel(nn.Module):
     def load(cls, folder: Path, vocab_size: int) -> LexicalModel | None:
         """The lexical half saved in model folder `folder`, or None when it has none. A damaged or mismatched pair of
         files raises one LongbertError line naming the file."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         config_path, weights_path = folder / LEXICAL_CONFIG, folder / LEXICAL_WEIGHTS
         if not config_path.is_file():
             return None
@@ -154,8 +153,6 @@ def fit_lexical(train: list[torch.Tensor], train_labels, validation: list[torch.
 
 def _vectorize(train: list[torch.Tensor], validation: list[torch.Tensor], vocab_size: int):
     """(a TfidfVectorizer fitted on the training documents' n-gram keys, the training and validation matrices)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     def keys_of(documents):
         return [ngram_keys(d, vocab_size).tolist() for d in documents]
 
@@ -171,8 +168,6 @@ def _best_c_and_mix(x_train, y_train: np.ndarray, x_validation, y_validation: np
                     neural_validation: np.ndarray, n_classes: int):
     """Logistic regression fitted at each C of C_GRID, mixed at each weight of MIX_GRID: ((log loss, C, -mix), the
     fitted model, mix, its (D, C) validation probabilities) of the best pair (see `fit_lexical`)."""
-    from sklearn.linear_model import LogisticRegression
-
     best = None
     for c in C_GRID:
         model = LogisticRegression(C=c, max_iter=2000).fit(x_train, y_train)

@@ -21,6 +21,9 @@ from typing import Callable
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface
 
 from longbert.errors import LongbertError
 
@@ -56,8 +59,6 @@ def plain_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
                     **kwargs) -> tuple[torch.Tensor, None]:
     """Ordinary full attention, through transformers' sdpa function: query/key/value (W, A, L, D) and the mask
     from `key_padding_mask` -> output (W, L, A, D), no weights."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   **kwargs)
 
@@ -86,9 +87,6 @@ def install_attention(backbone: nn.Module, strategy: str, name: str, argument: s
     `strategy` when the backbone is a decoder, does not route attention through the AttentionInterface, has
     sliding-window (local) attention layers (the installed function attends globally), lacks layer indices that
     `per_layer` needs, or does not take the switch."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
     model = base_model(backbone)
     kind = type(model).__name__
     if getattr(model.config, "is_decoder", False):

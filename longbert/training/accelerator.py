@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import accelerate.utils
 import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
 
 from longbert.errors import LongbertError
 from longbert.utils.hardware import resolve_precision
@@ -15,9 +18,6 @@ def start_accelerator(mixed_precision: str, gradient_accumulation: int, tracker:
                       project_dir: Path | None = None):
     """(an Accelerator for one run, the precision it resolved `mixed_precision` to). It accumulates gradients over
     `gradient_accumulation` batches (`accelerator.accumulate`) and logs to `tracker` (None: no tracker)."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
-
     precision = resolve_precision(mixed_precision, "cuda" if torch.cuda.is_available() else "cpu")
     # accelerate keeps its settings in a process-wide singleton; a second run in the same process (a notebook, or
     # `compare`) may ask for another precision, so clear the per-run part (never the process group).
@@ -30,10 +30,9 @@ def start_accelerator(mixed_precision: str, gradient_accumulation: int, tracker:
 
 def check_tracker(report_to: str) -> None:
     """Raise one LongbertError, before anything runs, when `train.report_to` names a tracker that is not installed."""
-    from accelerate.utils import is_mlflow_available, is_tensorboard_available, is_wandb_available
-
-    available = {"none": lambda: True, "tensorboard": is_tensorboard_available, "wandb": is_wandb_available,
-                 "mlflow": is_mlflow_available}[report_to]
+    checks = accelerate.utils  # looked up now, so that what the process has installed is what is asked
+    available = {"none": lambda: True, "tensorboard": checks.is_tensorboard_available,
+                 "wandb": checks.is_wandb_available, "mlflow": checks.is_mlflow_available}[report_to]
     if not available():
         raise LongbertError(f"train.report_to={report_to}: the {report_to} package is not installed "
                             f"(pip install {report_to}), or set train.report_to=none")

@@ -22,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
+from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import HasCheckpointState
+from longbert.utils.atomic import atomic_folder
 from longbert.utils.folders import STATE_FILE
 
 FORMAT_VERSION = 1
@@ -53,8 +56,6 @@ class LoopState:
 
 def recipe_fingerprint(recipe) -> str:
     """A short hash of the resolved recipe: a checkpoint continues only the recipe that wrote it."""
-    from longbert.config import recipe_to_yaml
-
     return hashlib.sha256(recipe_to_yaml(recipe).encode()).hexdigest()[:16]
 
 
@@ -82,10 +83,6 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
     """Write a checkpoint of `model` (the unwrapped LongDocumentClassifier) into `directory`, whole or not at all.
     `best`: the kept weights (from `trainable_weights`), or None before the first validation. `processes`: how many
     processes train the run (a resume must have as many; see runs.check_processes)."""
-    from safetensors.torch import save_file
-
-    from longbert.utils.atomic import atomic_folder
-
     with atomic_folder(directory, STATE_FILE, "checkpoint folder") as staging:
         save_file(trainable_weights(model), staging / "model.safetensors")
         if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
@@ -122,8 +119,6 @@ def load_checkpoint(directory: Path, model, optimizer, scheduler, fingerprint: s
                     ) -> tuple[LoopState, dict[str, torch.Tensor] | None]:
     """Restore a checkpoint written by `save_checkpoint` into `model`, `optimizer`, `scheduler`, the strategy and the
     random states. Returns the loop state and the kept weights (None before the first validation)."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     saved = _read_state(directory)
     if saved.get("recipe_fingerprint") != fingerprint:

@@ -25,11 +25,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import set_seed
 
-from longbert.training.init_from import open_init_from
+from longbert.config import is_multi_label
+from longbert.data.documents import load_corpus
+from longbert.modeling.backbone import backbone_token_pooling, load_backbone
+from longbert.strategies.base import SpecialTokens
+from longbert.strategies.pooling import pool_tokens
+from longbert.training.accelerator import start_accelerator
+from longbert.training.init_from import build_model, open_init_from
 from longbert.training.optim import optimizer_step, warmup_then_decay
+from longbert.training.stopping import TrainingInterrupted
+from longbert.utils.atomic import write_text_atomically
 from longbert.utils.folders import CONTRASTIVE_STAGE, CONTRASTIVE_SUMMARY
+from longbert.utils.hardware import adamw
 from longbert.utils.logs import get_logger
+from longbert.utils.progress import progress
 
 
 def draw_pairs(labels: list, per_document: int, max_pairs: int, seed: int) -> list[tuple[int, int, float]]:
@@ -75,8 +86,6 @@ def window_batch(documents: list, starts: list[int], window: int, special) -> tu
 def pair_loss(backbone, first: tuple, second: tuple, targets: torch.Tensor, token_pooling: str) -> torch.Tensor:
     """SetFit's CosineSimilarityLoss: the mean squared error between the cosine of the two sides' vectors and the
     targets (1.0 same class, 0.0 another)."""
-    from longbert.strategies.pooling import pool_tokens
-
     vectors = []
     for ids, mask in (first, second):
         hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, L, H)
@@ -98,11 +107,6 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
     steps, train_seconds, first_loss, last_loss}) and the InitSource the rest of the run starts from: the tuned
     model. `source`: what train.init_from names, if anything (the stage starts from it). `data`: the documents in
     memory that `train` was given instead of data.path, if any."""
-    from accelerate.utils import set_seed
-
-    from longbert.training.accelerator import start_accelerator
-    from longbert.training.stopping import TrainingInterrupted
-
     stage = stage_recipe(recipe, run_dir)
     folder = Path(stage.output_dir)
     log = get_logger(__name__)
@@ -122,15 +126,6 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
 
 def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
     """The stage's loop, top to bottom; writes the tuned model and its summary. None when `stop` was set."""
-    from longbert.config import is_multi_label
-    from longbert.data.documents import load_corpus
-    from longbert.modeling.backbone import backbone_token_pooling, load_backbone
-    from longbert.strategies.base import SpecialTokens
-    from longbert.training.init_from import build_model
-    from longbert.utils.atomic import write_text_atomically
-    from longbert.utils.hardware import adamw
-    from longbert.utils.progress import progress
-
     loaded = load_backbone(stage.backbone.name, stage.backbone.attention_dropout, stage.backbone.hidden_dropout)
     corpus = load_corpus(stage.data, loaded[1], stage.seed, is_multi_label(stage.model.problem_type),
                          source=data, roles=["train"])

@@ -14,10 +14,10 @@ A run folder holds:
     predictions-test.jsonl     per-document test predictions (for error analysis)
     predictions-validation.jsonl  the kept model's validation predictions (compare's ensembles are chosen on them)
     logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
-One process writes a run folder at a time (longbert.training.runs locks it); what a killed run left there (a
+    start/                     the model given to `train(model=...)`, which train.init_from names
+One process writes a run folder at a time (longbert.training.start_or_resume locks it); what a killed run left there (a
 half-written checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without
---resume. The scaffolding this loop shares with pretraining's (accelerator, stop requests, parameter groups, the
-optimiser step, the training log) lives in the training package's other modules.
+--resume. The scaffolding this loop shares with pretraining's lives in the training package's other modules.
 """
 
 from __future__ import annotations
@@ -30,11 +30,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import set_seed
+from transformers import get_linear_schedule_with_warmup
 
 from longbert.config import Recipe, head_epochs, is_multi_label
+from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
+from longbert.modeling.backbone import load_backbone
+from longbert.modeling.card import TrainingFacts
+from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
 from longbert.training.checkpoint import (
     LoopState,
@@ -44,15 +50,16 @@ from longbert.training.checkpoint import (
     trainable_weights,
 )
 from longbert.training.contrastive import train_contrastive_stage
+from longbert.training.finishing import restore_kept_model, run_metrics, test_and_write_results
 from longbert.training.frozen import cache_splits
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
-from longbert.training.run_results import restore_kept_model, run_metrics, test_and_write_results
-from longbert.training.runs import open_run, write_recipe
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
+from longbert.training.start_or_resume import open_run, write_recipe
 from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
+from longbert.training.train_inputs import as_recipe, recipe_and_documents, recipe_for_model, save_start
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, TRACKER_LOGS
 from longbert.utils.hardware import adamw
@@ -61,29 +68,32 @@ from longbert.utils.progress import progress
 
 log = main_process_logger(__name__)  # on the main process only
 
-# TrainingInterrupted and StopRequest live in longbert.training.stopping; they are named here too, where callers of
-# `train` have always imported them from.
+# TrainingInterrupted and StopRequest live in longbert.training.stopping; callers of `train` import them from here.
 __all__ = ["StopRequest", "TrainResult", "TrainingInterrupted", "class_weights_for", "train"]
 
 
-
-def train(recipe: Recipe, resume: bool = False, command: str | None = None,
-          stop: StopRequest | None = None, data=None) -> TrainResult:
-    """Train `recipe` into its run folder (recipe.output_dir) and evaluate the kept model on the test split. With
-    `resume`, continue the run from its last checkpoint (the recipe must be the same). `stop`: checked once after every
-    optimiser step; once set, training writes a checkpoint and raises TrainingInterrupted. Ctrl-C and SIGTERM set it
-    (in the main thread); a second Ctrl-C interrupts at once. `data`: documents in memory instead of data.path (a
-    datasets.Dataset or DatasetDict, a pandas DataFrame, texts and labels; see longbert.data.objects); the recipe's
-    other data settings apply, and the recipe saved in the run folder names the object's kind and rows per split."""
-    from longbert.data.objects import recipe_for_data_object
-
-    if data is not None:
-        recipe = recipe_for_data_object(recipe, data)
+def train(recipe: Recipe | str | Path | None = None, *, model: LongDocumentClassifier | None = None,
+          train_dataset=None, eval_dataset=None, data=None, resume: bool = False, command: str | None = None,
+          stop: StopRequest | None = None) -> TrainResult:
+    """Train `recipe` (a Recipe, a recipe file or packaged name; None: the defaults) into its run folder and evaluate
+    the kept model on the test split, if any. Returns a TrainResult (`folder`, `metrics`, `model`: <folder>/best).
+    `model`: a LongDocumentClassifier to fine-tune; its backbone, strategy, problem type and classes are the run's,
+    and it is saved as the run's start (see longbert.training.train_inputs). `train_dataset`, `eval_dataset`:
+    documents in memory (Dataset, DataFrame, (texts, labels), rows, columns) to train and validate on (none: carved
+    from train); `data`: documents by split instead of data.path (see longbert.data.objects). `resume`: continue from
+    the last checkpoint (same recipe, documents and model). `stop`: checked after every optimiser step; once set, a
+    checkpoint is written and TrainingInterrupted raised (Ctrl-C and SIGTERM set it; a second Ctrl-C stops at once)."""
+    recipe, data = recipe_and_documents(as_recipe(recipe), train_dataset, eval_dataset, data)
+    if model is not None:
+        recipe = recipe_for_model(recipe, model)
     run_dir = Path(recipe.output_dir)
     stop = threading.Event() if stop is None else stop
     check_tracker(recipe.train.report_to)
-    source = open_init_from(recipe)  # train.init_from, checked before the run folder is touched
+    source = open_init_from(recipe) if model is None else None  # checked before the run folder is touched
     with open_run(run_dir, recipe, resume, stop) as resuming:
+        if model is not None:
+            save_start(model, recipe)
+            source = open_init_from(recipe)
         return _train_in_stages(recipe, run_dir, resuming, command, stop, data, source)
 
 
@@ -141,10 +151,6 @@ def class_weights_for(setting, train_labels: list, label_names: list[str], multi
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
            data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False,
            pseudo_labels: Path | None = None) -> TrainResult:
-    from accelerate.utils import set_seed
-
-    from longbert.modeling.card import TrainingFacts
-
     cfg = recipe.train
     tracker = None if cfg.report_to == "none" else cfg.report_to
     accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
@@ -173,16 +179,13 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         core.save_pretrained(run_dir / BEST)
     record = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
     test_and_write_results(recipe, run_dir, core, corpus, record, validation_raw, accelerator)
-    return TrainResult(run_dir, record)
+    return TrainResult.from_run(run_dir, record)
 
 
 def _load_data_and_model(recipe: Recipe, data, source, pseudo_labels: Path | None = None) -> tuple:
     """The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
     with that tokenizer; then the model around that backbone. Returns the corpus, the model, what train.init_from
     loaded (None without it) and the loss's class weights (None without model.class_weights)."""
-    from longbert.data.documents import load_corpus
-    from longbert.modeling.backbone import load_backbone
-
     backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
                                         recipe.backbone.hidden_dropout)
     multi_label = is_multi_label(recipe.model.problem_type)
@@ -284,8 +287,6 @@ def _total_steps(cfg, epochs: int, train_documents: int, processes: int) -> int:
 def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_dir: Path, resume: bool,
                 total_steps: int) -> _Loop:
     """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them."""
-    from transformers import get_linear_schedule_with_warmup
-
     cfg = recipe.train
     optimizer = adamw(param_groups(model, cfg))  # the backbone's parameters apart from the strategy's and the head's
     # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all

@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 
 import torch
+from torch.utils.data import DataLoader
 
+from longbert.data.documents import collate
 from longbert.errors import LongbertError
 from longbert.strategies.base import Units
 from longbert.utils.hardware import autocast_for
@@ -25,10 +27,6 @@ def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]
     """Each document of a tokenized split, run once through the frozen backbone: a list of
     {'unit_vectors': (N_i, H) float32 on the CPU, 'labels': the document's label}, and 'unit_sizes' (N_i,) where the
     strategy weighs its units (`Units.sizes`)."""
-    from torch.utils.data import DataLoader
-
-    from longbert.data.documents import collate
-
     was_training = model.training
     model.eval()
     cached = []

@@ -20,7 +20,7 @@ from longbert.config import head_epochs
 from longbert.training.checkpoint import is_finished
 from longbert.training.init_from import open_init_from
 from longbert.training.run_record import RunMetrics, read_run_metrics
-from longbert.training.runs import open_run
+from longbert.training.start_or_resume import open_run
 from longbert.utils.folders import CHECKPOINT, HEAD_STAGE, METRICS_FILE
 from longbert.utils.logs import get_logger
 

@@ -20,7 +20,15 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig
+
 from longbert.errors import LongbertError
+from longbert.modeling.backbone import clear_load_errors, resolve_backbone
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.ensemble import refuse_ensemble
+from longbert.modeling.folder import backbone_is_saved, open_model_folder, wrap_lora
+from longbert.strategies.base import lora_modules_to_save
 from longbert.utils.folders import BACKBONE_DIR, BEST, CONFIG_FILE
 
 FIELD = "train.init_from"
@@ -46,8 +54,6 @@ def open_init_from(recipe) -> InitSource | None:
     path = recipe.train.init_from
     if path is None:
         return None
-    from longbert.modeling.folder import backbone_is_saved, open_model_folder
-
     where = Path(path).expanduser()
     if not where.is_dir():
         problem = "is a file" if where.exists() else "does not exist"
@@ -74,10 +80,6 @@ def open_init_from(recipe) -> InitSource | None:
 
 def backbone_config(name: str):
     """The transformers config of a backbone (a folder, `minilm` or a hub id), without its weights."""
-    from transformers import AutoConfig
-
-    from longbert.modeling.backbone import clear_load_errors, resolve_backbone
-
     reference = resolve_backbone(name)
     with clear_load_errors(name, reference):
         return AutoConfig.from_pretrained(reference, trust_remote_code=False)
@@ -96,15 +98,8 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
     """(the model for `recipe`, what init_from loaded into it or None). Without a source, the model is
     `LongDocumentClassifier.from_recipe`'s; with one, the earlier model's weights replace the new ones where they
     fit (see the module's doc), and the report says how many tensors were loaded and which kept their new values."""
-    import torch
-
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     if source is None:
         return LongDocumentClassifier.from_recipe(recipe, label_names, loaded=loaded), None
-    from longbert.modeling.folder import backbone_is_saved, wrap_lora
-    from longbert.strategies.base import lora_modules_to_save
-
     check_labels(source, label_names)
     with torch.random.fork_rng(devices=[]):  # loading the earlier model draws nothing from the run's seeded stream
         earlier_backbone, earlier_head, merged = earlier_weights(source)
@@ -135,9 +130,6 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
 
 def earlier_weights(source: InitSource) -> tuple[dict, dict, bool]:
     """(the earlier model's backbone tensors, its strategy and head tensors, whether LoRA adapters were merged)."""
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.ensemble import refuse_ensemble
-
     earlier = LongDocumentClassifier.from_pretrained(source.folder)
     refuse_ensemble(earlier, str(source.folder), "train.init_from starts from one model: name one member's run")
     merged = earlier.settings.trains_lora

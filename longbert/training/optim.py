@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from longbert.utils.hardware import trim_heap
+from longbert.utils.allocator import trim_heap
 
 
 def decays(name: str, parameter: torch.Tensor) -> bool:

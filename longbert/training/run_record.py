@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from longbert.errors import LongbertError
+from longbert.result import Result
 from longbert.utils.atomic import write_text_atomically
-from longbert.utils.folders import METRICS_FILE
+from longbert.utils.folders import METRICS_FILE, RunFolder
 
 
 @dataclass(kw_only=True)
@@ -66,27 +67,27 @@ REQUIRED = tuple(f.name for f in dataclasses.fields(RunMetrics) if f.default is 
 ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_stage", "thresholds", "test")
 
 
-@dataclass
-class TrainResult:
-    """What `longbert.train` returns: the run folder and its record."""
+@dataclass(frozen=True)
+class TrainResult(Result):
+    """What `longbert.train` returns: `folder`, the run folder; `metrics`, what its metrics.json holds (a dict);
+    `model`, the kept model (<run folder>/best); and `record`, the same metrics typed."""
 
-    run_dir: Path
-    record: RunMetrics  # what metrics.json holds
+    record: RunMetrics = field(kw_only=True)
 
-    @property
-    def metrics(self) -> dict:
-        """metrics.json's content as a plain dict (what `train` has always returned)."""
-        return self.record.to_dict()
+    @classmethod
+    def from_run(cls, folder: Path, record: RunMetrics) -> TrainResult:
+        """The result of the run in `folder` whose metrics.json holds `record`."""
+        return cls(Path(folder), record.to_dict(), RunFolder(folder).best, record=record)
 
 
 def write_run_metrics(run_dir: Path, record: RunMetrics) -> None:
     """Write `record` as run_dir/metrics.json, atomically."""
-    write_text_atomically(Path(run_dir) / METRICS_FILE, json.dumps(record.to_dict(), indent=2))
+    write_text_atomically(RunFolder(run_dir).metrics, json.dumps(record.to_dict(), indent=2))
 
 
 def read_run_metrics(run_dir: Path) -> RunMetrics:
     """The record in run_dir/metrics.json; a LongbertError names a file that is not JSON or not a run's metrics."""
-    path = Path(run_dir) / METRICS_FILE
+    path = RunFolder(run_dir).metrics
     try:
         metrics: Any = json.loads(path.read_text())
     except json.JSONDecodeError as error:

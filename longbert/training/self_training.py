@@ -23,9 +23,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from datasets import Dataset, concatenate_datasets
 
+from longbert.data.documents import tokenize_cached
+from longbert.data.sources import load_raw_splits
 from longbert.errors import LongbertError
-from longbert.training.runs import open_run
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.training.checkpoint import is_finished
+from longbert.training.start_or_resume import open_run
+from longbert.utils.atomic import atomic_stream, write_text_atomically
 from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, SELF_TRAINING_SUMMARY
 from longbert.utils.logs import get_logger
 
@@ -56,8 +62,6 @@ def choose_confident(probabilities: np.ndarray, threshold: float) -> list[int]:
 def unlabelled_texts(data, count: int, seed: int, documents=None) -> list[str]:
     """`count` texts drawn (seeded) from data.unlabelled_split (all of them when it has fewer); empty ones left out.
     `documents`: the object in memory the run was given instead of data.path, if any (the split is one of its)."""
-    from longbert.data.sources import load_raw_splits
-
     split = data.unlabelled_split
     raw, _ = load_raw_splits(data, [split], source=documents)
     table = raw[split]
@@ -74,10 +78,6 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None)
     resume, source) -> RunMetrics` trains a recipe with the fine-tuning loop. Returns what the run records of the
     stage: {train_seconds (the teacher's training and labelling), unlabelled, kept, per_class, threshold,
     teacher_validation}. `data`: the documents in memory that `train` was given, if any."""
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.training.checkpoint import is_finished
-    from longbert.utils.atomic import atomic_stream, write_text_atomically
-
     teacher = teacher_recipe(recipe, run_dir)
     folder = Path(teacher.output_dir)
     if (folder / SELF_TRAINING_SUMMARY).is_file():
@@ -113,10 +113,6 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None)
 def add_pseudo_labelled(corpus, pseudo_labels: Path, tokenizer, data):
     """The corpus with the teacher's pseudo-labelled documents (the file `pseudo_labels`) after its training
     documents, tokenized as they are; corpus.stats['train'] says how many (`pseudo_labelled`)."""
-    from datasets import Dataset, concatenate_datasets
-
-    from longbert.data.documents import tokenize_cached
-
     lines = pseudo_labels.read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
     train = corpus.splits["train"]

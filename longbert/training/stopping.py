@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 from longbert.errors import LongbertError
+from longbert.utils.atomic import Terminated
 
 
 class TrainingInterrupted(LongbertError):
@@ -37,8 +38,6 @@ def stop_on_signals(stop: StopRequest) -> Iterator[None]:
     and writes a checkpoint); a second Ctrl-C interrupts at once (KeyboardInterrupt), and from then on Ctrl-C is
     ignored until the block has unwound, so that impatient presses do not interrupt the cleanup. The caller's
     handlers are put back when the block ends."""
-
-    from longbert.utils.atomic import Terminated
 
     def request(signum, frame):
         if stop.is_set():

@@ -15,6 +15,11 @@ from typing import Iterator
 from longbert.errors import LongbertError
 from longbert.utils.atomic import live_writer
 
+try:
+    import fcntl  # POSIX only: on Windows a run folder is not locked
+except ImportError:
+    fcntl = None
+
 
 def writable_destination(path: str | Path, what: str = "output", make_folder: bool = False) -> Path:
     """`path` where a file can be written, checked before any work is done: its symlink followed, and a probe file
@@ -94,9 +99,7 @@ def locked(run_dir: Path, what: str = "run folder") -> Iterator[None]:
     except OSError:
         writable_folder(run_dir, what)  # says why in one line
         raise
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         writable_folder(run_dir, what)
         yield
         return

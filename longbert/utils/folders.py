@@ -20,11 +20,13 @@ BEST = "best"  # the kept model: a model folder, read wherever a run folder mean
 CHECKPOINT = "checkpoint"  # the last checkpoint, removed when the run finishes
 STATE_FILE = "state.json"  # in the checkpoint: the loop's counters and the recipe's fingerprint
 METRICS_FILE = "metrics.json"  # the run's record (training/run_record.py)
+METRICS_PAGE = "metrics.md"  # the same record as a page to read
 CURVES_FILE = "training-curves.png"
 SPLIT_FILE = "data-split.json"  # how a single data file was cut into train, validation and test
 TRACKER_LOGS = "logs"  # what a tracker (train.report_to) writes; tensorboard's event files
 PRETRAINED_BACKBONE = "backbone"  # the encoder a pretraining run writes
 HEAD_STAGE = "head_stage"  # train.head_first: the pooler and head trained on the frozen backbone first
+START = "start"  # train(model=...): the model given, saved as the run's start (train.init_from names it)
 CONTRASTIVE_STAGE = "contrastive_stage"  # train.contrastive_pairs: the backbone tuned on pairs first
 CONTRASTIVE_SUMMARY = "contrastive.json"  # in CONTRASTIVE_STAGE: what the stage did, written last
 SELF_TRAINING = "self_training"  # train.self_training_documents: the teacher and its pseudo-labels
@@ -51,7 +53,7 @@ def confusion_file(name: str) -> str:
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE_FILE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl",
                "confusion-matrix*.png", CURVES_FILE, SPLIT_FILE, TRACKER_LOGS, PRETRAINED_BACKBONE, HEAD_STAGE,
-               CONTRASTIVE_STAGE, SELF_TRAINING)
+               CONTRASTIVE_STAGE, SELF_TRAINING, START)
 
 # A model folder (`best/`, an ensemble, a hybrid): what `from_pretrained` reads.
 CONFIG_FILE = "longbert_config.json"  # the model's settings (modeling/settings.py)

@@ -3,13 +3,18 @@ measurement, a one-line description."""
 
 from __future__ import annotations
 
+import gc
+import os
 import platform
 import time
 from contextlib import contextmanager
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import parse_flag_from_env
 
 from longbert.errors import LongbertError
+from longbert.utils.allocator import trim_heap
 
 
 def fast_bf16(device: torch.device | str) -> bool:
@@ -28,32 +33,6 @@ def fast_bf16(device: torch.device | str) -> bool:
     return False
 
 
-# glibc's mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-KEPT_BLOCK_BYTES = 2**30
-
-
-def keep_freed_memory() -> bool:
-    """Let glibc's malloc serve blocks of up to 1 GiB from its heap and keep what is freed, instead of mapping each
-    large block fresh from the kernel and handing it back when freed. A forward pass allocates and frees activations
-    of tens of MB per layer; mapped fresh, every page of them faults on first touch. On the 2-core CPU with AVX-512
-    masked, 64 long IMDb reviews: longbert fp32 8.96 -> 9.81 documents/s, int8 13.9 -> 14.7, belt-nlp in the same
-    process 5.83 -> 6.68 (benchmarks/bench_belt.py --emulate-avx2 [--keep-freed-memory]). The cost: the process's
-    memory stays near its peak once it got there. Every `longbert` command calls this; from Python, call it once.
-    Returns True where it took effect (glibc), False elsewhere (nothing changes there)."""
-    import ctypes
-    import ctypes.util
-
-    if platform.system() != "Linux":
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, KEPT_BLOCK_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT_BLOCK_BYTES))
-
-
 def resolve_precision(requested: str, device: torch.device | str) -> str:
     """`auto` -> bf16 where it is fast, else no; explicit choices pass through."""
     if requested != "auto":
@@ -68,39 +47,6 @@ def adamw(groups: list[dict]) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, fused=True)
 
 
-def trim_heap() -> bool:
-    """Hand the heap's freed pages back to the operating system (glibc's malloc_trim); False where there is no glibc.
-
-    Why: a CPU training step frees its activations (hundreds of MB, of a different size every step), but glibc keeps
-    freed heap memory, fragmented, so the resident size climbs step after step. Measured for sliding batches of 16
-    IMDb reviews (benchmarks/bench_training.py, "sliding memory"): 1.7 GB resident after the first step and 3.5 GB
-    after the 30th, 3.7 GB peak; trimmed after every step (`train.trim_heap`), 0.8 and 1.4 GB, 3.0 GB peak, 12% fewer
-    tokens a second (the call itself takes about 0.1 s; the freed pages are faulted in again at the next step)."""
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    trim(0)
-    return True
-
-
-def _malloc_trim():
-    global _TRIM
-    if _TRIM is False:
-        import ctypes
-        import ctypes.util
-
-        _TRIM = None
-        if platform.system() == "Linux" and (platform.libc_ver()[0] == "glibc"):
-            try:
-                _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-            except (OSError, AttributeError):
-                _TRIM = None
-    return _TRIM
-
-
-_TRIM = False  # not looked up yet
-
-
 # What `predict --precision` and `model.predict(precision=)` take. auto stays exact (bf16 where the device runs it
 # fast, else fp32); int8 is chosen by the user: the backbone's Linear layers dynamically quantized, on the CPU.
 INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
@@ -111,11 +57,6 @@ def process_state():
     torchrun or `accelerate launch` on a machine without an accelerator, the CPU processes form one group (gloo),
     as `accelerate launch --cpu` makes them; otherwise accelerate would leave each one alone, all of them main
     processes writing the same files."""
-    import os
-
-    from accelerate import PartialState
-    from accelerate.utils import parse_flag_from_env
-
     cpu_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
     return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or cpu_group)
 
@@ -193,8 +134,6 @@ def release_freed_memory() -> None:
     """Hand memory that Python and the C allocator hold but no longer use back to the operating system (glibc's
     malloc_trim), so that a peak measured next counts what the measured block uses, not what earlier work (a training
     run, another strategy) left in the allocator's free lists."""
-    import gc
-
     gc.collect()
     trim_heap()
 
@@ -245,10 +184,6 @@ def measure(device: torch.device | str, memory: bool = True):
 
 def release_memory() -> None:
     """Let one strategy's model and optimiser go before the next is built (peak memory is measured per run)."""
-    import gc
-
-    import torch
-
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

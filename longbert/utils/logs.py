@@ -71,7 +71,7 @@ class MainProcessLogger(logging.LoggerAdapter):
     accelerate's own adapter puts on every line."""
 
     def log(self, level, msg, *args, **kwargs):
-        from accelerate import PartialState
+        from accelerate import PartialState  # noqa: PLC0415 (torch-free: the CLI's start-up imports this module)
 
         if PartialState().is_main_process:
             self.logger.log(level, msg, *args, **kwargs)

@@ -8,6 +8,9 @@ import sys
 import time
 from typing import Iterable, Iterator, TypeVar
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
 T = TypeVar("T")
 LOG_EVERY_SECONDS = 30.0
 
@@ -26,16 +29,6 @@ def progress(iterable: Iterable[T], description: str, total: int | None = None) 
     if not sys.stderr.isatty():
         yield from _logged(iterable, description, total)
         return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:

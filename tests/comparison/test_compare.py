@@ -12,7 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison.run import compare
+from longbert.comparison.orchestrator import compare
 from longbert.errors import LongbertError
 
 pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
@@ -51,8 +51,8 @@ def compared(tiny_backbone_dir, imdb_slice, tmp_path_factory):
     root = tmp_path_factory.mktemp("compare")
     settings = dict(strategies=STRATEGIES, overrides=tiny_overrides(tiny_backbone_dir, imdb_slice), name="tiny",
                     runs_dir=root / "runs", reports_dir=root / "reports", speed_documents=8, long_tokens=128)
-    results = compare(**settings)
-    return {"root": root, "settings": settings, "results": results}
+    result = compare(**settings)
+    return {"root": root, "settings": settings, "results": result.metrics, "result": result}
 
 
 def _finished_files(compared) -> dict:
@@ -64,6 +64,10 @@ def test_compare_writes_the_report_with_every_field(compared):
     root, results = compared["root"], compared["results"]
     report = root / "reports" / "tiny"
     saved = json.loads((report / "results.json").read_text())
+    # What compare returns: the report folder, the numbers results.json holds, and the model to deploy.
+    result = compared["result"]
+    assert result.folder == report and result.metrics is results and saved["deployable"]
+    assert result.model == Path(saved["deployable"]["folder"])
     assert saved["strategy_order"] == STRATEGIES
     assert saved["command"].startswith("longbert compare --strategies truncate,chunk")
     assert saved["machine"]["torch"] == torch.__version__ and saved["machine"]["cpu"]
@@ -196,7 +200,7 @@ def test_a_report_whose_test_ids_name_groups_shows_accuracy_per_group(compared, 
     import dataclasses
 
     from longbert.comparison.render import write_report
-    from longbert.comparison.results import accuracy_by_group
+    from longbert.comparison.report_numbers import accuracy_by_group
     from longbert.evaluation.predictions import read_prediction_rows
 
     results = copy.deepcopy(compared["results"])
@@ -222,7 +226,7 @@ def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(
     before = _finished_files(compared)
     baseline_file = compared["root"] / "runs" / "tiny" / "tfidf-baseline.json"
     baseline_written = baseline_file.stat().st_mtime_ns
-    again = compare(**compared["settings"])
+    again = compare(**compared["settings"]).metrics
     assert {s: again["strategies"][s]["status"] for s in STRATEGIES} == {"truncate": "reused", "chunk": "reused"}
     assert _finished_files(compared) == before
     assert baseline_file.stat().st_mtime_ns == baseline_written  # the baseline is reused too
@@ -232,7 +236,7 @@ def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(
 
     # A run that stopped after its last checkpoint but before its test metrics continues; the other is reused.
     (compared["root"] / "runs" / "tiny" / "chunk" / "metrics.json").unlink()
-    resumed = compare(**compared["settings"])
+    resumed = compare(**compared["settings"]).metrics
     assert resumed["strategies"]["chunk"]["status"] == "resumed"
     assert resumed["strategies"]["truncate"]["status"] == "reused"
     assert resumed["strategies"]["chunk"]["accuracy"] == compared["results"]["strategies"]["chunk"]["accuracy"]
@@ -243,7 +247,7 @@ def test_a_second_compare_reuses_finished_runs_and_an_interrupted_one_continues(
     (chunk / "metrics.json").unlink()
     (chunk / "checkpoint").rename(chunk / ".checkpoint.old-99999")
     capsys.readouterr()
-    recovered = compare(**compared["settings"])
+    recovered = compare(**compared["settings"]).metrics
     assert "restored checkpoint (a swap was interrupted)" in capsys.readouterr().err
     assert recovered["strategies"]["chunk"]["accuracy"] == compared["results"]["strategies"]["chunk"]["accuracy"]
     assert (chunk / "checkpoint" / "state.json").is_file()
@@ -322,12 +326,12 @@ def test_the_terminal_summary_never_cuts_a_number_when_output_is_not_a_terminal(
 def test_a_plan_made_before_another_compare_finished_the_runs_reuses_them(compared, monkeypatch):
     """Two compares of the same name: the second planned "train" while the first was still training, and the first
     has finished since. The run is reused at its turn, not refused with advice (--resume) compare does not take."""
-    import longbert.comparison.run as run_module
+    import longbert.comparison.orchestrator as orchestrator
 
     before = _finished_files(compared)
     stale = lambda recipes: {strategy: "train" for strategy in recipes}
-    monkeypatch.setattr(run_module, "plan_runs", stale)
-    again = compare(**compared["settings"])
+    monkeypatch.setattr(orchestrator, "plan_runs", stale)
+    again = compare(**compared["settings"]).metrics
     assert {s: again["strategies"][s]["status"] for s in STRATEGIES} == {"truncate": "reused", "chunk": "reused"}
     assert _finished_files(compared) == before
 

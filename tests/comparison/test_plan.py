@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from longbert.comparison.orchestrator import compare
 from longbert.comparison.plan import resolve_recipes, split_overrides
-from longbert.comparison.run import compare
 from longbert.config import parse_override
 from longbert.errors import LongbertError
 

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from longbert.cli import app
-from longbert.comparison.ensemble import build_seed_ensembles, spread_of
+from longbert.comparison.combined import build_seed_ensembles, spread_of
+from longbert.comparison.orchestrator import compare
 from longbert.comparison.plan import resolve_recipes, seed_recipes
-from longbert.comparison.results import read_predictions
-from longbert.comparison.run import compare
+from longbert.comparison.report_numbers import read_predictions
 from longbert.errors import LongbertError
 from longbert.evaluation.predictions import PredictionRow
 
@@ -73,7 +73,7 @@ def seeded(tiny_backbone_dir, imdb_slice, tmp_path_factory):
     settings = dict(strategies=["truncate", "chunk"], overrides=overrides + ["data.max_train_documents=30"],
                     name="tiny", runs_dir=root / "runs", reports_dir=root / "reports", speed_documents=4,
                     long_tokens=128, seeds=2)
-    return {"root": root, "settings": settings, "results": compare(**settings)}
+    return {"root": root, "settings": settings, "results": compare(**settings).metrics}
 
 
 @pytest.mark.heavy
@@ -100,7 +100,7 @@ def test_compare_with_seeds_trains_each_seed_on_the_same_documents(seeded, capsy
     assert "### Across seeds" in report and "truncate × 2 seeds (averaged)" in report and "--seeds 2" in report
 
     capsys.readouterr()
-    again = compare(**{**seeded["settings"], "reports_dir": root / "again"})  # every seed's run is reused
+    again = compare(**{**seeded["settings"], "reports_dir": root / "again"}).metrics  # every seed's run is reused
     assert capsys.readouterr().err.count("reused") == 4
     assert again["seed_ensembles"][0]["accuracy"] == results["seed_ensembles"][0]["accuracy"]
 
@@ -110,7 +110,7 @@ def test_with_seeds_every_seeds_run_is_a_candidate_for_the_ensemble(seeded):
     """compare --seeds 2 over two strategies: the ensemble is chosen among the four runs (groups that mix the two
     strategies), as choose_members chooses from their kept validation predictions, and what compare deploys names
     the runs as compare does."""
-    from longbert.comparison.ensemble import choose_members, read_validation
+    from longbert.ensembles.choice import choose_members, read_validation
 
     results, runs = seeded["results"], seeded["root"] / "runs" / "tiny"
     names = ["truncate", "chunk", "truncate-seed43", "chunk-seed43"]
@@ -126,11 +126,11 @@ def test_with_seeds_every_seeds_run_is_a_candidate_for_the_ensemble(seeded):
 def test_seeds_without_seed_rows_still_name_every_seed(seeded, monkeypatch):
     """Where no seed row can be made (multi-label: averaged probabilities would need thresholds of their own), the
     budget and the page still say which seeds were trained, not the base seed alone."""
-    from longbert.comparison import ensemble
+    from longbert.comparison import orchestrator
 
-    monkeypatch.setattr(ensemble, "build_seed_ensembles", lambda *a, **k: ([], {}, "no seed-ensemble rows here"))
+    monkeypatch.setattr(orchestrator, "build_seed_ensembles", lambda *a, **k: ([], {}, "no seed-ensemble rows here"))
     reports = seeded["root"] / "without-seed-rows"
-    results = compare(**{**seeded["settings"], "reports_dir": reports})
+    results = compare(**{**seeded["settings"], "reports_dir": reports}).metrics
     assert results["seed_ensembles"] == [] and results["budget"]["seeds"] == [42, 43]
     assert "seeds 42–43" in (reports / "tiny" / "report.md").read_text()
 

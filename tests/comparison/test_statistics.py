@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from longbert.comparison.results import paired_comparisons
+from longbert.comparison.report_numbers import paired_comparisons
 from longbert.comparison.statistics import mcnemar_p, wilson_interval
 from longbert.evaluation.predictions import PredictionRow
 

@@ -20,8 +20,8 @@ SECTIONS = {"data": recipe_schema.DataConfig, "backbone": recipe_schema.Backbone
 NAMED_FIELD = re.compile(r"(?<![\w./-])(data|backbone|model|train|eval)\.([a-z_]+)(?![\w(/]|\.\w)")
 FILE_SUFFIXES = {"jsonl", "json", "yaml", "safetensors", "md", "txt", "csv", "parquet", "png", "html", "gz", "py"}
 # Modules whose texts name the pretraining recipe's sections (config/pretrain_recipe.py), which have other fields.
-PRETRAINING = {"training/pretrain.py", "training/mlm.py", "training/unlabelled.py", "training/heldout.py",
-               "config/pretrain_recipe.py", "training/masking.py"}
+PRETRAINING = {"training/pretraining/pretrain.py", "training/pretraining/mlm.py", "training/pretraining/unlabelled.py",
+               "training/pretraining/heldout.py", "config/pretrain_recipe.py", "training/pretraining/masking.py"}
 
 
 def texts(path: Path) -> list[str]:

@@ -20,7 +20,8 @@ from longbert.config import (
     recipe_from_dict,
     recipe_to_yaml,
 )
-from longbert.config.loader import MAX_YAML_VALUES, short_repr
+from longbert.config.loader import MAX_YAML_VALUES
+from longbert.config.validation import short_repr
 from longbert.errors import LongbertError
 
 

@@ -6,8 +6,16 @@ import json
 
 import pytest
 
-from longbert.config import DataConfig
-from longbert.data.documents import collate, length_bucket, load_corpus, text_pieces, tokenize_documents
+import longbert.data.documents
+from longbert.config import DataConfig, load_recipe
+from longbert.data.documents import (
+    collate,
+    length_bucket,
+    load_corpus,
+    text_pieces,
+    tokenize_documents,
+    tokenizer_fingerprint,
+)
 from longbert.data.sources import resolve_data_path
 from longbert.errors import LongbertError
 
@@ -260,8 +268,6 @@ def long_text(words: int, seed: int = 0) -> str:
 
 @pytest.mark.parametrize("piece_chars", [400, 4000])
 def test_piecewise_tokenizing_equals_whole_text_tokenizing(tokenizer, monkeypatch, piece_chars):
-    import longbert.data.documents
-
     monkeypatch.setattr(longbert.data.documents, "PIECE_CHARS", piece_chars)
     monkeypatch.setattr(longbert.data.documents, "BATCH_CHARS", piece_chars * 3)
     texts = [long_text(6000), "a short one", long_text(300, seed=1)]
@@ -275,8 +281,6 @@ def test_piecewise_tokenizing_equals_whole_text_tokenizing(tokenizer, monkeypatc
 
 def test_a_huge_text_is_tokenized_in_bounded_pieces(tokenizer):
     """A few hundred thousand words never reach the tokenizer at once, and only `cap` ids are kept."""
-    import longbert.data.documents
-
     calls = []
 
     def counting_tokenizer(texts, **kwargs):
@@ -305,8 +309,6 @@ def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
     """A hub dataset may have an empty split; local files without rows are named by `file_problem` above."""
     from datasets import Dataset, DatasetDict
 
-    import longbert.data.documents
-
     empty = DatasetDict({"train": Dataset.from_dict({"text": [], "label": []})})
     monkeypatch.setattr(longbert.data.documents, "load_raw_splits", lambda config, wanted, *more: (empty, None))
     with pytest.raises(LongbertError, match="there are no documents of split 'train'"):
@@ -334,8 +336,6 @@ def test_evaluation_on_long_test_documents_only(tmp_path, tokenizer):
     with pytest.raises(LongbertError, match=r"data.test_longer_than=500: no document of split 'test' is that long "
                                             r"\(its longest has 85 tokens\)"):
         load_corpus(config(tmp_path, test_longer_than=500), tokenizer, seed=3)
-    from longbert.config import load_recipe
-
     with pytest.raises(LongbertError, match="data.test_longer_than must be >= 0, got -1"):
         load_recipe(None, ["data.test_longer_than=-1"])
 
@@ -359,8 +359,6 @@ def test_validation_on_long_documents_only(tmp_path, tokenizer):
     with pytest.raises(LongbertError, match=r"data.validation_longer_than=500: no document of the validation carved "
                                             r"from split 'train' is that long \(its longest has \d+ tokens\)"):
         load_corpus(config(tmp_path, validation_longer_than=500), tokenizer, seed=3)
-    from longbert.config import load_recipe
-
     with pytest.raises(LongbertError, match="data.validation_longer_than must be >= 0, got -2"):
         load_recipe(None, ["data.validation_longer_than=-2"])
 
@@ -368,8 +366,6 @@ def test_validation_on_long_documents_only(tmp_path, tokenizer):
 def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_path, monkeypatch):
     """The second load of the same data tokenizes nothing and gives the same corpus; a different cap or tokenizer
     setting tokenizes again; a damaged entry is rebuilt; `off` writes nothing."""
-    import longbert.data.documents
-
     calls = []
     tokenize = longbert.data.documents.tokenize_documents
 
@@ -405,8 +401,6 @@ def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_p
 
 
 def test_the_token_cache_key_follows_the_tokenizer(tokenizer, tmp_path, monkeypatch):
-    from longbert.data.documents import tokenizer_fingerprint
-
     monkeypatch.setenv("LONGBERT_TOKEN_CACHE", str(tmp_path))
     lowercase = tokenizer_fingerprint(tokenizer)
     assert tokenizer_fingerprint(tokenizer) == lowercase

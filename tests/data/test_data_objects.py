@@ -209,7 +209,7 @@ def test_train_and_evaluate_a_dataframe_dict(tiny_recipe, imdb_slice, capsys):
     recipe = longbert.load_recipe(None, tiny_recipe + ["data.path=nowhere-at-all", "train.max_steps=2"])
     result = longbert.train(recipe, data=data)
     assert recipe.data.path == "nowhere-at-all", "the caller's recipe is left as it was"
-    saved = longbert.load_recipe(result.run_dir / "recipe.yaml")
+    saved = longbert.load_recipe(result.folder / "recipe.yaml")
     assert saved.data.path == "in-memory dict of pandas DataFrame by split (train: 60 rows, test: 30 rows)"
     assert saved.data.label_names == ["neg", "pos"]
     assert "15 validation (carved from train (25%), " in capsys.readouterr().err, "said at the start of training"
@@ -217,16 +217,16 @@ def test_train_and_evaluate_a_dataframe_dict(tiny_recipe, imdb_slice, capsys):
     assert metrics["data"]["validation"]["source_split"] == "carved from train (25%)"
     assert metrics["test"]["documents"] == 30
     with pytest.raises(LongbertError, match=r"pass the same object again as data= \(e\.g\. longbert\.evaluate"):
-        longbert.evaluate(result.run_dir, "test")
-    again = longbert.evaluate(result.run_dir, "test", data=data)
+        longbert.evaluate(result.folder, "test")
+    again = longbert.evaluate(result.folder, "test", data=data)
     assert again["accuracy"] == pytest.approx(metrics["test"]["accuracy"])
     # quantize and make_hybrid take the object again as the message says, as evaluate does
     from longbert.inference.quantize import quantize
 
     with pytest.raises(LongbertError, match=r"pass the same object again as data="):
-        quantize(result.run_dir)
-    assert quantize(result.run_dir, data=data)["documents"] == 15
-    assert longbert.make_hybrid(result.run_dir, data=data)["validation_documents"] == 15
+        quantize(result.folder)
+    assert quantize(result.folder, data=data)["documents"] == 15
+    assert longbert.make_hybrid(result.folder, data=data).metrics["validation_documents"] == 15
     # Resuming with the same object continues the same recipe.
     resumed = longbert.load_recipe(None, tiny_recipe + ["data.path=nowhere-at-all", "train.max_steps=3"])
     with pytest.raises(LongbertError, match="the recipe differs"):
@@ -240,9 +240,9 @@ def test_train_a_single_dataset_with_its_validation_carved(tiny_recipe, imdb_sli
     recipe = longbert.load_recipe(None, tiny_recipe + ["data.test_split=null", "train.max_steps=1"])
     result = longbert.train(recipe, data=data)
     assert result.metrics["data"]["train"]["documents"] == 45 and "test" not in result.metrics
-    saved = longbert.load_recipe(result.run_dir / "recipe.yaml")
+    saved = longbert.load_recipe(result.folder / "recipe.yaml")
     assert saved.data.path == "in-memory datasets.Dataset (train: 60 rows)"
-    assert longbert.evaluate(result.run_dir, "validation", data=data)["documents"] == 15
+    assert longbert.evaluate(result.folder, "validation", data=data)["documents"] == 15
 
 
 def test_compare_with_data_in_memory(tiny_backbone_dir, imdb_slice, tmp_path):
@@ -252,11 +252,11 @@ def test_compare_with_data_in_memory(tiny_backbone_dir, imdb_slice, tmp_path):
                  "train.batch_size=8", 'train.mixed_precision="no"', "eval.batch_size=16", "chunk.window=62"]
     settings = dict(strategies=["chunk"], overrides=overrides, name="mem", runs_dir=tmp_path / "runs",
                     reports_dir=tmp_path / "reports", speed_documents=4, examples=0, data=data)
-    results = longbert.compare(**settings)
+    results = longbert.compare(**settings).metrics
     saved = longbert.load_recipe(tmp_path / "runs" / "mem" / "chunk" / "recipe.yaml")
     assert saved.data.path.startswith("in-memory dict of pandas DataFrame by split (train: 60 rows")
     assert (tmp_path / "reports" / "mem" / "report.md").is_file() and "data=..." in results["command"]
-    assert longbert.compare(**settings)["strategy_order"] == ["chunk"], "a second call reuses the finished run"
+    assert longbert.compare(**settings).metrics["strategy_order"] == ["chunk"], "a second call reuses the finished run"
 
 
 def test_the_readme_route_without_shared_data_reads_a_saved_datasetdict(tmp_path, tokenizer):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from longbert.evaluation.command import evaluation_name, metrics_markdown, write_predictions
 from longbert.evaluation.metrics import MANY_CLASSES
@@ -96,3 +97,100 @@ def test_an_evaluation_of_other_documents_is_named_beside_the_runs_own():
     assert evaluation_name("test", ["eval.batch_size=2"]) == "test", "the same documents: the run's own files"
     assert evaluation_name("validation", ["eval.batch_size=2", "data.max_eval_documents=20"]) == (
         "validation-with-overrides")
+
+
+# -- evaluate(model, documents) -------------------------------------------------------------------------------------
+
+def documents(n: int = 6) -> tuple[list[str], list[str]]:
+    words = {"neg": "dull flat tedious", "pos": "bright warm moving"}
+    labels = ["neg", "pos"] * (n // 2)
+    return [f"{words[label]} the film ran long {i}" for i, label in enumerate(labels)], labels
+
+
+def test_a_model_is_evaluated_on_documents_in_memory_and_writes_nothing(tiny_backbone_dir, tmp_path, monkeypatch):
+    import longbert
+    from helpers import build_model
+
+    monkeypatch.chdir(tmp_path)
+    model = build_model(tiny_backbone_dir, "chunk")
+    texts, labels = documents()
+    metrics = longbert.evaluate(model, (texts, labels), precision="fp32")
+    assert metrics["documents"] == 6 and set(metrics["per_class"]) == {"neg", "pos"}
+    assert metrics["precision"] == "fp32" and 0 <= metrics["accuracy"] <= 1
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+    # The same documents as rows, as a DataFrame-like dict of columns, and as data=: the same metrics.
+    as_rows = [{"text": t, "label": label} for t, label in zip(texts, labels)]
+    measured = lambda m: {k: v for k, v in m.items() if k != "speed"}
+    assert measured(longbert.evaluate(model, as_rows, precision="fp32")) == measured(metrics)
+    assert measured(longbert.evaluate(model, data={"text": texts, "label": labels}, precision="fp32")) == measured(
+        metrics)
+    # A saved model folder and a data file: the same metrics again.
+    model.save_pretrained(tmp_path / "model")
+    file = tmp_path / "documents.jsonl"
+    file.write_text("".join(json.dumps(row) + "\n" for row in as_rows))
+    assert longbert.evaluate(tmp_path / "model", file, precision="fp32")["accuracy"] == metrics["accuracy"]
+    # Asked to, it writes the evaluation's files into a folder of its own.
+    longbert.evaluate(model, file, precision="fp32", output=tmp_path / "evaluation")
+    written = sorted(p.name for p in (tmp_path / "evaluation").iterdir())
+    assert written == ["metrics-documents.json", "metrics-documents.md", "predictions-documents.jsonl"]
+    lines = (tmp_path / "evaluation" / "predictions-documents.jsonl").read_text().splitlines()
+    assert [json.loads(line)["label_name"] for line in lines] == labels
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda m, d: m(), r"^evaluate: no documents to evaluate the model on; give them: evaluate\(model, documents\)$"),
+    (lambda m, d: m(d, data=d), r"^evaluate: the documents are given twice \(second, and as data=\); give them once$"),
+    (lambda m, d: m(d, overrides=["data.max_eval_documents=2"]), r"^overrides change a run's recipe; "),
+    (lambda m, d: m({"train": d, "test": d}), r"^data: a dict of \(texts, labels\) pair by split: evaluate\(model, "
+                                               r"documents\) takes one split's documents; pass one$"),
+    (lambda m, d: m({"text": d[0]}), r"^data: no column 'label' of labels, which evaluating needs; columns: text$"),
+    (lambda m, d: m((d[0], ["neg", "meh"] * 3)), r"^data: row 2 of split 'documents': label 'meh' is not one of"),
+    (lambda m, d: m(([" ", *d[0][1:]], d[1])), r"^data: row 1 of split 'documents': the document is empty or "),
+    (lambda m, d: m(([], [])), r"^data: "),
+    (lambda m, d: m("no-such-file.jsonl"), r"^data: no-such-file.jsonl does not exist$"),
+    (lambda m, d: m(d, precision="half"), r"^precision must be one of "),
+    (lambda m, d: m(42), r"^data: cannot use a builtins.int; pass "),
+])
+def test_each_bad_input_of_a_models_evaluation_is_one_line(tiny_backbone_dir, tmp_path, monkeypatch, call, expected):
+    import longbert
+    from helpers import build_model
+    from longbert.errors import LongbertError
+
+    monkeypatch.chdir(tmp_path)
+    model = build_model(tiny_backbone_dir, "chunk")
+    with pytest.raises(LongbertError, match=expected) as caught:
+        call(lambda *args, **kwargs: longbert.evaluate(model, *args, **kwargs), documents())
+    assert "\n" not in str(caught.value)
+
+
+def test_each_bad_input_of_a_runs_evaluation_is_one_line(tmp_path):
+    import longbert
+    from longbert.errors import LongbertError
+
+    with pytest.raises(LongbertError, match=rf"^{tmp_path} is not a longbert run folder \(no recipe.yaml\)$"):
+        longbert.evaluate(tmp_path, "test")
+    (tmp_path / "recipe.yaml").write_text("name: x\n")
+    with pytest.raises(LongbertError, match=r"^output: .* is evaluated as a run folder, which holds its evaluations"):
+        longbert.evaluate(tmp_path, "test", output=tmp_path / "elsewhere")
+    with pytest.raises(LongbertError, match=rf"^split: a run folder is evaluated on one of its splits \(train, "
+                                            rf"validation, test\), got a tuple; .*evaluate\('{tmp_path}/best', "):
+        longbert.evaluate(tmp_path, (["a"], ["neg"]))
+    with pytest.raises(LongbertError, match=r"^override 'model.finetune=full': evaluate can change only the data"):
+        longbert.evaluate(tmp_path, "test", overrides=["model.finetune=full"])
+
+
+@pytest.mark.heavy
+def test_a_runs_split_and_its_model_on_the_same_documents_measure_the_same(tiny_recipe, imdb_slice):
+    import longbert
+    from longbert.config import load_recipe
+
+    result = longbert.train(load_recipe(None, tiny_recipe + ["train.epochs=1"]))
+    run = longbert.evaluate(result.folder, "test", precision="fp32")
+    rows = [json.loads(line) for line in (imdb_slice / "test.jsonl").read_text().splitlines()]
+    model = longbert.LongDocumentClassifier.from_pretrained(result.model)
+    for documents_ in (imdb_slice / "test.jsonl", ([r["text"] for r in rows], [r["label"] for r in rows])):
+        alone = longbert.evaluate(model, documents_, precision="fp32")
+        assert alone["documents"] == run["documents"] == 30
+        assert (alone["accuracy"], alone["confusion_matrix"]) == (run["accuracy"], run["confusion_matrix"])
+        assert alone["loss"] == pytest.approx(run["loss"], rel=1e-6)
+    assert longbert.evaluate(result.model, imdb_slice / "test.jsonl", precision="fp32")["accuracy"] == run["accuracy"]

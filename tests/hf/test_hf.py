@@ -15,9 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import longbert
 from helpers import build_model
 from longbert.errors import LongbertError
+from longbert.hf import hook as hf_hook
+from longbert.hf.model import LongbertForSequenceClassification
+from longbert.modeling.backbone import portable_reference
+from longbert.modeling.card import describe_data, portable
 from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.hf_config import LongbertConfig
 
 pytestmark = pytest.mark.heavy  # saves, loads and pipelines models: left out of the 1-minute subset
 
@@ -101,8 +107,6 @@ def test_registration_when_transformers_was_loaded_before_longbert():
 
 
 def test_a_registration_that_fails_is_a_warning_not_a_broken_import():
-    from longbert.hf import hook as hf_hook
-
     with pytest.warns(UserWarning, match=r"longbert could not register its models with transformers' Auto classes "
                                          r"\(longbert\.no_such_module: ModuleNotFoundError"):
         hf_hook.register("longbert.no_such_module")
@@ -113,9 +117,6 @@ def test_a_registration_that_fails_is_a_warning_not_a_broken_import():
 @pytest.mark.parametrize("finetune", ["full", "lora", "frozen"])
 def test_auto_classes_and_pipeline_classify_whole_documents_as_predict_does(finetune, saved):
     from transformers import AutoConfig, AutoModelForSequenceClassification, pipeline
-
-    from longbert.hf.model import LongbertForSequenceClassification
-    from longbert.modeling.hf_config import LongbertConfig
 
     root, before_saving = saved
     folder = root / finetune
@@ -183,8 +184,6 @@ def test_multi_label_models_give_sigmoid_scores_in_the_pipeline(tiny_backbone_di
 def test_transformers_side_errors_are_one_line(saved, tmp_path):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from longbert.hf.model import LongbertForSequenceClassification
-
     folder = saved[0] / "frozen"
     with pytest.raises(LongbertError, match="cannot be built from a config alone"):
         AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(folder))
@@ -213,12 +212,10 @@ def test_transformers_side_errors_are_one_line(saved, tmp_path):
 def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_recipe, tiny_backbone_dir, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    import longbert
-
     command = f"longbert train {tmp_path}/tiny.yaml --set backbone.name={tiny_backbone_dir} --set train.max_steps=4"
     recipe = longbert.load_recipe(None, tiny_recipe + ["name=tiny", "train.max_steps=4"])
     result = longbert.train(recipe, command=command)
-    best = result.run_dir / "best"
+    best = result.folder / "best"
     card = (best / "README.md").read_text()
     test = result.metrics["test"]
     facts = json.loads((best / "training.json").read_text())
@@ -250,7 +247,7 @@ def test_a_trained_models_card_has_its_settings_data_metrics_and_command(tiny_re
 
     # The run's best/ is what transformers loads; a model loaded and saved again keeps its card.
     assert isinstance(AutoModelForSequenceClassification.from_pretrained(best).classifier, LongDocumentClassifier)
-    LongDocumentClassifier.from_pretrained(result.run_dir).save_pretrained(tmp_path / "again")
+    LongDocumentClassifier.from_pretrained(result.folder).save_pretrained(tmp_path / "again")
     assert (tmp_path / "again" / "README.md").read_text() == card
 
 
@@ -268,8 +265,6 @@ def test_card_of_a_model_not_trained_by_longbert_train(tiny_backbone_dir, tmp_pa
 
 
 def test_paths_are_shown_by_their_last_part():
-    from longbert.modeling.card import describe_data, portable
-
     assert portable("longbert train /home/me/r.yaml --set data.path=/data/imdb/ --set x=~/m") == \
         "longbert train .../r.yaml --set data.path=.../imdb --set x=.../m"
     assert portable("longbert train imdb_quick --set strategy.window=40") == \
@@ -332,8 +327,6 @@ def test_a_folder_moved_away_from_a_deleted_backbone_predicts_the_same(finetune,
 
 
 def test_what_a_folder_may_name_instead_of_saving_the_backbone(tmp_path):
-    from longbert.modeling.backbone import portable_reference
-
     assert portable_reference("minilm") == "minilm"
     assert portable_reference("bert-base-uncased") == "bert-base-uncased"
     assert portable_reference("google/electra-small-discriminator") == "google/electra-small-discriminator"
@@ -491,8 +484,6 @@ def fake_hub(monkeypatch):
 
 
 def test_push_to_hub_uploads_the_self_contained_folder(fake_hub, tiny_backbone_dir, tmp_path):
-    from longbert.hf.model import LongbertForSequenceClassification
-
     model = build_model(tiny_backbone_dir, "chunk", ["model.finetune=lora"])
     assert model.push_to_hub("me/long-model", private=True, token="hf_x") == "https://huggingface.co/me/long-model/commit/abc"
     assert fake_hub.calls == [("HfApi", "hf_x"), ("create_repo", "me/long-model", True, True),

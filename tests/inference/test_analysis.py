@@ -9,14 +9,16 @@ import torch
 from datasets import Dataset
 
 from helpers import build_model, random_documents
-from longbert.comparison.results import read_predictions
+from longbert.comparison.report_numbers import read_predictions
 from longbert.evaluation.command import write_predictions
 from longbert.evaluation.predictions import PredictionRow
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.inference.attribution import decisive_units, excerpt, select_examples
 from longbert.strategies.base import PassBudget, SpecialTokens, unit_spans
 from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.recurrence import RecurrenceConfig
 from longbert.strategies.registry import build_strategy, strategy_names
+from longbert.strategies.rmt import RmtConfig
 from longbert.strategies.sliding import SlidingConfig
 from longbert.strategies.truncate import TruncateConfig, keep
 from longbert.strategies.windows import split_windows
@@ -68,9 +70,6 @@ def test_unit_spans_match_the_units_the_model_reads(config, tiny_backbone, token
 
 
 def test_unit_spans_of_segment_strategies_are_consecutive_segments():
-    from longbert.strategies.recurrence import RecurrenceConfig
-    from longbert.strategies.rmt import RmtConfig
-
     for config in (RecurrenceConfig(segment=50, memory=0), RmtConfig(segment=50, memory_tokens=0)):
         assert unit_spans(_strategy(config), 120) == [[(0, 50)], [(50, 100)], [(100, 120)]]
     assert unit_spans(torch.nn.Identity(), 120) is None

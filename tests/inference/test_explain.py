@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from helpers import build_model
 from longbert.cli import app
-from longbert.inference.explain import explain, page_path
+from longbert.inference.explain import explain, page_path, reading_classifier, render_page, where_it_looked
 
 runner = CliRunner()
 WORDS = "film plot actor scene music camera ending story director cast dull brilliant awful moving slow funny".split()
@@ -84,8 +84,6 @@ def test_a_bad_explain_path_is_one_line(attention_model, tmp_path):
 
 
 def test_where_it_looked_shades_the_document_by_the_heaviest_unit_covering_each_stretch():
-    from longbert.inference.explain import where_it_looked
-
     # three windows over 10 tokens, the middle one overlapping both (as sliding's do), the last decisive
     units = [{"tokens": [[0, 4]], "weight": 0.2}, {"tokens": [[3, 7]], "weight": 0.1},
              {"tokens": [[6, 10]], "weight": 0.7}]
@@ -100,8 +98,6 @@ def test_where_it_looked_shades_the_document_by_the_heaviest_unit_covering_each_
 
 
 def test_a_truncating_models_page_shows_what_it_read_and_an_ensembles_names_its_member(tiny_backbone_dir):
-    from longbert.inference.explain import render_page
-
     model = build_model(tiny_backbone_dir, "truncate")  # keeps the first 30 and the last 70 content tokens
     rows, read = explain(model, TEXTS)
     long = rows[1]
@@ -119,8 +115,6 @@ def test_a_truncating_models_page_shows_what_it_read_and_an_ensembles_names_its_
 def test_explain_at_int8_reads_its_units_in_the_quantized_copy(attention_model):
     """At int8 the rows are predict's at int8, and the units are read where that prediction was made: in the quantized
     copy that the int8 wrapper runs (its recheck re-reads whole documents, not units)."""
-    from longbert.inference.explain import reading_classifier
-
     assert reading_classifier(attention_model, "int8") is attention_model.for_precision("int8").quantized
     assert reading_classifier(attention_model, "fp32") is attention_model
     rows, _ = explain(attention_model, TEXTS, precision="int8")

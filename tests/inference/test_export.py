@@ -22,9 +22,15 @@ from longbert.errors import LongbertError
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from longbert.inference.export import check_exportable, export_model, exportable_strategies  # noqa: E402
+import longbert
+from longbert.config import load_recipe
+from longbert.inference.export import WindowEncoder, check_exportable, export_model, exportable_strategies  # noqa: E402
 from longbert.inference.exported import ExportedClassifier  # noqa: E402
+from longbert.inference.serve import build_app, load_predictor
 from longbert.modeling.classifier import LongDocumentClassifier  # noqa: E402
+from longbert.strategies.base import PassBudget, SpecialTokens
+from longbert.strategies.registry import build_strategy
+from longbert.strategies.windows import build_pass
 
 pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
 
@@ -54,8 +60,6 @@ def fp32_logits(model, documents):
 def tiny_run(tiny_backbone_dir, imdb_slice, tmp_path_factory):
     """A run folder: a tiny chunk model (max pooling: its unit count must stay dynamic in the graph), a few steps
     on the IMDb slice, exported by the CLI with int8 and parity on 6 of the run's test texts."""
-    import longbert
-
     folder = tmp_path_factory.mktemp("export") / "run"
     recipe = longbert.load_recipe(None, [
         f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
@@ -147,10 +151,6 @@ def test_every_window_strategy_exports(tiny_backbone_dir, tmp_path, strategy, ex
 
 
 def test_the_windows_hook_cuts_what_unit_spans_describe():
-    from longbert.config import load_recipe
-    from longbert.strategies.base import PassBudget, SpecialTokens
-    from longbert.strategies.registry import build_strategy
-
     for name in exportable_strategies():
         config = load_recipe(None, [f"strategy.name={name}", "strategy.window=40", "strategy.stride=15"]
                              if name == "sliding" else [f"strategy.name={name}"]).strategy
@@ -166,10 +166,6 @@ def test_the_windows_hook_cuts_what_unit_spans_describe():
 
 @pytest.mark.parametrize("token_pooling", ["cls", "mean"])
 def test_the_encoder_graph_is_the_backbone_then_the_strategys_window_vectors(tiny_backbone_dir, token_pooling):
-    from longbert.inference.export import WindowEncoder
-    from longbert.strategies.base import SpecialTokens
-    from longbert.strategies.windows import build_pass
-
     model = build_model(tiny_backbone_dir, "sliding", [f"strategy.token_pooling={token_pooling}",
                                                        "strategy.pooling=attention"])
     document = random_documents([90])[0]
@@ -226,8 +222,6 @@ def test_importing_longbert_loads_no_export_or_server_library():
 def test_serving_an_exported_folder(tiny_run):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
-
-    from longbert.inference.serve import build_app, load_predictor
 
     predictor, backend = load_predictor(tiny_run / "onnx")
     assert backend == "onnx-int8"

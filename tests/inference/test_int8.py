@@ -7,8 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+import longbert
 from helpers import build_model
 from longbert.errors import LongbertError
+from longbert.evaluation.command import evaluate
+from longbert.inference.serve import build_app, load_predictor
+from longbert.modeling.card import TrainingFacts
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.int8 import DEFAULT_RECHECK_GAP, close_calls
+from longbert.utils import hardware
 
 TEXTS = ["a film " * 40 + "that I loved", "the worst " * 90 + "ever made", "fine"]
 
@@ -49,8 +56,6 @@ def test_int8_predicts_close_to_fp32_and_leaves_the_model_as_it_was(tiny_backbon
 
 
 def test_int8_is_refused_on_a_gpu_in_one_line(tiny_backbone_dir, monkeypatch):
-    from longbert.utils import hardware
-
     model = build_model(tiny_backbone_dir, "chunk")
     fake = torch.nn.Parameter(torch.zeros(1, device="meta"))
     monkeypatch.setattr(type(model), "parameters", lambda self, recurse=True: iter([fake]))
@@ -83,10 +88,6 @@ def test_the_pipeline_serve_and_predict_take_int8_and_give_what_the_model_gives(
     from fastapi.testclient import TestClient
     from transformers import pipeline
 
-    import longbert  # noqa: F401  registers the model type with transformers
-    from longbert.inference.serve import build_app, load_predictor
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     model = LongDocumentClassifier.from_pretrained(saved)
     expected = model.predict(TEXTS, precision="int8")
     # Dynamic quantization scales activations per batch, so int8 rows depend slightly on what shares their batch: the
@@ -111,8 +112,6 @@ def test_the_pipeline_serve_and_predict_take_int8_and_give_what_the_model_gives(
 def test_bad_precisions_are_one_line(saved):
     from transformers import AutoModelForSequenceClassification
 
-    from longbert.inference.serve import load_predictor
-
     with pytest.raises(LongbertError, match="precision must be one of auto, fp32, bf16, int8, got 'int4'"):
         load_predictor(saved, "int4")
     with pytest.raises(LongbertError, match="precision must be one of"):
@@ -120,21 +119,16 @@ def test_bad_precisions_are_one_line(saved):
 
 
 def test_evaluate_at_int8_records_it_and_agrees_with_fp32(tiny_recipe):
-    import longbert
-    from longbert.evaluation.command import evaluate
-
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.epochs=1"]))
-    exact = evaluate(result.run_dir, "test", precision="fp32")
-    quick = evaluate(result.run_dir, "test", precision="int8")
+    exact = evaluate(result.folder, "test", precision="fp32")
+    quick = evaluate(result.folder, "test", precision="int8")
     assert (exact["precision"], quick["precision"]) == ("fp32", "int8")
     assert quick["documents"] == exact["documents"] and abs(quick["accuracy"] - exact["accuracy"]) <= 0.1
     with pytest.raises(LongbertError, match="--precision must be one of"):
-        evaluate(result.run_dir, "test", precision="half")
+        evaluate(result.folder, "test", precision="half")
 
 
 def test_close_calls_are_the_two_likeliest_classes_near_each_other_or_a_label_near_its_threshold():
-    from longbert.modeling.int8 import close_calls
-
     single = torch.tensor([[0.55, 0.3, 0.15], [0.9, 0.05, 0.05], [0.2, 0.35, 0.45], [0.6, 0.25, 0.15]])
     # the two likeliest apart: 0.25, 0.85, 0.10, 0.35
     assert close_calls(single, False, [], 0.2).tolist() == [False, False, True, False]
@@ -167,10 +161,6 @@ def test_int8_reads_its_close_calls_again_in_fp32_and_only_those(tiny_backbone_d
 
 
 def test_int8_takes_its_recheck_gap_from_the_quantize_measurement(saved):
-    from longbert.modeling.card import TrainingFacts
-    from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.modeling.int8 import DEFAULT_RECHECK_GAP
-
     model = LongDocumentClassifier.from_pretrained(saved)
     assert model.for_precision("int8").recheck_gap == DEFAULT_RECHECK_GAP == 0  # never measured
     measured = LongDocumentClassifier.from_pretrained(saved)

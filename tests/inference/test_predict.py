@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import longbert.inference.predict as predict_module
 from helpers import build_model
 from longbert.errors import LongbertError
 from longbert.inference.predict import check_output, predict_file, read_documents, read_texts
@@ -139,8 +140,6 @@ def test_ids_and_kept_columns_are_carried_in_input_order(model_dir, model, tmp_p
 def test_documents_run_sorted_by_length_and_come_out_in_input_order(model, monkeypatch):
     from accelerate import PartialState
     from datasets import Dataset
-
-    import longbert.inference.predict as predict_module
 
     texts = [f"text number {i} " + "word " * ((i * 37) % 50) for i in range(40)]
     seen = []

@@ -22,7 +22,8 @@ pytest.importorskip("uvicorn")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from longbert.inference.serve import BadRequest, build_app, listen, parse_request, serve  # noqa: E402
+from longbert.inference.serve import build_app, listen, serve  # noqa: E402
+from longbert.inference.serve_api import BadRequest, parse_request  # noqa: E402
 
 runner = CliRunner()
 TEXTS = ["A fine film.", "Dull and far too long. " * 30, "I laughed, I cried, I left early."]

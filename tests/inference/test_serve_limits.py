@@ -24,7 +24,8 @@ pytest.importorskip("uvicorn")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from longbert.inference.serve import SERVER_FAULT, Batcher, Limits, build_app, listen, serve  # noqa: E402
+from longbert.inference.serve import SERVER_FAULT, Batcher, build_app, listen, serve  # noqa: E402
+from longbert.inference.serve_api import Limits  # noqa: E402
 
 
 @pytest.fixture(scope="module")

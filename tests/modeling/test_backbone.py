@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from longbert.config import LoraConfig
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import load_backbone, load_encoder, load_tokenizer
+from longbert.modeling.folder import wrap_lora
 from longbert.utils.folders import TRANSFORMERS_CONFIG
 
 
@@ -125,9 +127,6 @@ def test_pickle_backbone_weights_are_refused_before_they_are_opened(weights, tin
 
 def test_pickle_adapter_weights_are_refused(tiny_backbone, tmp_path):
     import torch
-
-    from longbert.config import LoraConfig
-    from longbert.modeling.folder import wrap_lora
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from huggingface_hub import ModelCard
 
 from helpers import build_model
-from longbert.modeling.card import TrainingFacts, backbone_license
+from longbert.modeling.card import TrainingFacts, backbone_license, training_section
 
 
 def saved_card(model, folder) -> ModelCard:
@@ -56,8 +56,6 @@ def test_a_model_without_a_run_or_a_licensed_backbone_claims_neither(tiny_backbo
 def test_an_ensembles_training_headings_say_they_are_its_first_members():
     """An ensemble's card shows its first member's data and training command under headings that say whose they are;
     a plain model's keep theirs."""
-    from longbert.modeling.card import training_section
-
     facts = TrainingFacts(recipe="tiny_run", data="imdb", command="longbert train tiny.yaml")
     plain, first = "\n".join(training_section(facts)), "\n".join(training_section(facts, first_member=True))
     assert "## Training data\n" in plain and "## Training command\n\n```bash\nlongbert train tiny.yaml" in plain

@@ -61,8 +61,8 @@ def test_a_run_trains_with_it_and_records_it(tiny_recipe, tmp_path):
     plain = longbert.train(longbert.load_recipe(None, settings + [f"output_dir={tmp_path / 'plain'}"]))
     recipe = longbert.load_recipe(None, settings + [f"output_dir={tmp_path / 'units'}", "train.unit_loss_weight=0.5"])
     units = longbert.train(recipe)
-    assert longbert.load_recipe(units.run_dir / "recipe.yaml").train.unit_loss_weight == 0.5
-    first = [json.loads((r.run_dir / "metrics.json").read_text())["train_log"][0]["loss"] for r in (plain, units)]
+    assert longbert.load_recipe(units.folder / "recipe.yaml").train.unit_loss_weight == 0.5
+    first = [json.loads((r.folder / "metrics.json").read_text())["train_log"][0]["loss"] for r in (plain, units)]
     assert first[1] > first[0], "the unit loss is added to the document's"
 
 

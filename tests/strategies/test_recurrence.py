@@ -337,10 +337,10 @@ def test_a_short_lora_bf16_training_run(tiny_recipe):
         "strategy.name=recurrence", "strategy.segment=30", "strategy.memory=32", "strategy.pooling=last",
         "model.finetune=lora", "train.mixed_precision=bf16", "train.epochs=1", "train.max_steps=3"]
     result = longbert.train(load_recipe(None, overrides))
-    head = load_file(result.run_dir / "best" / "head.safetensors")
+    head = load_file(result.folder / "best" / "head.safetensors")
     assert "strategy.memory_bias" not in head  # off by default: the distance bias tells old from new
     assert (head["strategy.distance_bias"] != -3.0).any(), "the distance bias trains"
-    model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+    model = longbert.LongDocumentClassifier.from_pretrained(result.folder)
     assert model.predict(["What a film. " * 40])[0]["label"] in ("neg", "pos")
 
 

@@ -13,8 +13,15 @@ from torch import nn
 from transformers import BertModel
 
 from helpers import TINY_STRATEGY_SETTINGS, build_model, random_documents, tiny_bert_config
+from longbert.config import load_recipe
 from longbert.errors import LongbertError
+from longbert.modeling.backbone import backbone_token_pooling, resolve_backbone
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.strategies import bigbird, recurrence
+from longbert.strategies.attention import base_model
 from longbert.strategies.base import (
+    ACCELERATOR_PASSES,
+    CPU_PASSES,
     REGISTRY,
     EncodesTokens,
     HasCheckpointState,
@@ -25,13 +32,40 @@ from longbert.strategies.base import (
     SavesLoraModules,
     SpecialTokens,
     Strategy,
+    Units,
     WeighsUnits,
     config_fields,
+    lora_modules_to_save,
     register,
     unit_spans,
 )
+from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.pooling import (
+    SEGMENT_POOLINGS,
+    TOKEN_POOLINGS,
+    UNIT_POOLINGS,
+    AttentionPooler,
+    GatedPooler,
+    VotePooler,
+    build_pooler,
+    pool_tokens,
+)
+from longbert.strategies.recurrence import RecurrenceConfig
 from longbert.strategies.registry import build_strategy, get_entry, strategies_with, strategy_names
-from longbert.strategies.windows import build_pass, check_fits, encode_windows, gather_units, split_windows
+from longbert.strategies.rmt import RmtConfig
+from longbert.strategies.sliding import SlidingConfig
+from longbert.strategies.truncate import TruncateConfig, keep
+from longbert.strategies.windows import (
+    ACCELERATOR_WIDTH_MULTIPLE,
+    build_pass,
+    check_fits,
+    encode_windows,
+    gather_units,
+    new_tokens,
+    pass_multiple,
+    plan_passes,
+    split_windows,
+)
 from longbert.utils.fields import option
 
 ALL = strategy_names()
@@ -82,10 +116,26 @@ def test_padding_and_batch_composition_do_not_change_a_document(strategy, tiny_b
 
 @pytest.mark.parametrize("strategy", ALL)
 def test_bf16_autocast_forward(strategy, tiny_backbone_dir):
-    model = build_model(tiny_backbone_dir, strategy)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(random_documents(LENGTHS)).logits
-    assert torch.isfinite(logits.float()).all()
+    """Under bf16 autocast the backbone's projections compute in bf16 (a hook on every Linear sees bf16 outputs, and
+    fp32 ones without autocast), and the logits differ from fp32's by bf16's rounding: more than nothing (autocast ran),
+    far less than the logits themselves (the pass is the same)."""
+    model = build_model(tiny_backbone_dir, strategy).eval()
+    documents = random_documents(LENGTHS)
+    seen: list[torch.dtype] = []
+    hooks = [m.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+             for m in model.backbone.modules() if isinstance(m, nn.Linear)]
+    try:
+        with torch.no_grad():
+            exact = model(documents).logits.float()  # (B, C)
+            plain, seen[:] = set(seen), []
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                mixed = model(documents).logits.float()  # (B, C)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert plain == {torch.float32} and set(seen) == {torch.bfloat16}
+    gap = (mixed - exact).abs().max().item()
+    assert torch.isfinite(mixed).all() and 0 < gap < 0.05, gap
 
 
 def test_chunk_equals_truncate_head_when_the_document_fits_one_chunk(tiny_backbone_dir):
@@ -113,9 +163,6 @@ def test_sliding_with_stride_equal_to_window_equals_chunk(pooling, tiny_backbone
 
 def test_chunk_is_sliding_with_the_stride_at_the_window_and_keeps_its_own_settings():
     """One module class reads both (they cannot drift apart); chunk keeps its config: no stride to set or save."""
-    from longbert.config import load_recipe
-    from longbert.strategies.chunk import ChunkConfig
-
     chunk, sliding = get_entry("chunk"), get_entry("sliding")
     assert chunk.module_cls is sliding.module_cls and chunk.config_cls is not sliding.config_cls
     assert chunk.role == "default" and strategy_names().count("chunk") == 1
@@ -150,8 +197,6 @@ def test_sliding_overlaps_and_covers_the_document():
 
 
 def test_truncate_modes_keep_the_right_tokens(tiny_backbone_dir):
-    from longbert.strategies.truncate import TruncateConfig, keep
-
     ids = torch.arange(1000)
     assert keep(ids, TruncateConfig(mode="head", max_tokens=10)).tolist() == list(range(10))
     assert keep(ids, TruncateConfig(mode="tail", max_tokens=10)).tolist() == list(range(990, 1000))
@@ -185,15 +230,11 @@ def test_passes_are_bounded_dynamically_padded_and_use_the_tokenizers_special_id
 
 
 def test_a_window_larger_than_the_backbones_positions_is_a_clear_error(tiny_backbone_dir):
-    from longbert.errors import LongbertError
-
     with pytest.raises(LongbertError, match=r"strategy.window must leave room.*at most 126\), got 510"):
         build_model(tiny_backbone_dir, "chunk", ["strategy.window=510"])
 
 
 def test_a_short_window_gets_its_own_pass_rather_than_much_padding():
-    from longbert.strategies.windows import plan_passes
-
     lengths = [512, 512, 100, 500, 90]
     assert plan_passes(lengths, PassBudget(max_padding=0.2)) == [[0, 1, 3], [2, 4]]
     assert plan_passes(lengths, PassBudget(max_padding=1.0)) == [[0, 1, 3, 2, 4]]
@@ -201,8 +242,6 @@ def test_a_short_window_gets_its_own_pass_rather_than_much_padding():
 
 
 def test_a_limit_left_open_follows_the_device_and_a_limit_set_holds_everywhere():
-    from longbert.strategies.base import ACCELERATOR_PASSES, CPU_PASSES
-
     as_tuple = lambda b: (b.max_windows, b.max_tokens, b.max_padding)
     assert as_tuple(PassBudget().on("cpu")) == as_tuple(PassBudget().on(None)) == CPU_PASSES
     assert as_tuple(PassBudget().on(torch.device("cuda", 0))) == ACCELERATOR_PASSES
@@ -213,8 +252,6 @@ def test_a_limit_left_open_follows_the_device_and_a_limit_set_holds_everywhere()
 
 
 def test_on_an_accelerator_a_pass_is_as_wide_as_a_multiple_of_64_where_the_positions_allow(tiny_backbone):
-    from longbert.strategies.windows import ACCELERATOR_WIDTH_MULTIPLE, pass_multiple
-
     windows = random_documents([100, 7], seed=1)  # 102 tokens with [CLS]/[SEP]: 128 fits the 128 positions
     assert pass_multiple(tiny_backbone, windows, 1, torch.device("cpu")) == 1
     assert pass_multiple(tiny_backbone, windows, 1, torch.device("cuda")) == ACCELERATOR_WIDTH_MULTIPLE == 64
@@ -273,8 +310,6 @@ def test_each_strategy_has_exactly_the_hooks_it_declares_with_the_protocols_sign
 
 def test_hooks_a_model_reaches_through_the_protocols(tiny_backbone_dir):
     """What the helpers in base.py give for strategies with and without a hook."""
-    from longbert.strategies.base import lora_modules_to_save
-
     assert lora_modules_to_save(build_model(tiny_backbone_dir, "bigbird").strategy) == ("position_embeddings",)
     assert lora_modules_to_save(build_model(tiny_backbone_dir, "chunk").strategy) == ()
     assert unit_spans(nn.Identity(), 10) is None
@@ -298,12 +333,6 @@ def test_build_pass_lays_out_cls_piece_sep_then_padding():
 
 
 def test_each_strategy_accepts_its_own_pooling_vocabulary():
-    from longbert.strategies.chunk import ChunkConfig
-    from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLINGS, UNIT_POOLINGS, build_pooler
-    from longbert.strategies.recurrence import RecurrenceConfig
-    from longbert.strategies.rmt import RmtConfig
-    from longbert.strategies.sliding import SlidingConfig
-
     assert set(UNIT_POOLINGS) < set(SEGMENT_POOLINGS) and "last" in SEGMENT_POOLINGS
     for config in (ChunkConfig, SlidingConfig):
         assert config(pooling="last").problems("strategy") == [
@@ -323,8 +352,6 @@ def test_each_strategy_accepts_its_own_pooling_vocabulary():
 
 
 def attention_users():
-    from longbert.strategies import bigbird, recurrence
-
     return {
         # A narrow window on every document: block-sparse, unlike the plain backbone.
         "bigbird": (bigbird.BigBirdConfig(max_tokens=256, block_size=16, window_blocks=1, global_blocks=1,
@@ -357,8 +384,6 @@ def install(name: str, backbone: nn.Module) -> nn.Module:
 
 @pytest.mark.parametrize("name", ["bigbird", "recurrence"])
 def test_bigbird_and_recurrence_install_their_attention_on_plain_and_lora_backbones(name):
-    from longbert.strategies.attention import base_model
-
     attention_name = attention_users()[name][1]
     documents = random_documents([60, 13])
     vectors = {}
@@ -400,8 +425,6 @@ def test_backbones_that_cannot_take_the_attention_are_refused_clearly(name, lora
     with pytest.raises(LongbertError, match=rf"^strategy {name} needs an encoder backbone; this BertModel is "
                                             "configured as a decoder$"):
         install(name, decoder)
-    from longbert.strategies.attention import base_model
-
     refused = base_model(decoder)
     assert refused.config._attn_implementation == "sdpa", "a refused backbone keeps its attention"
     assert refused.embeddings.position_embeddings.num_embeddings == 128, "and its positions"
@@ -453,8 +476,6 @@ class MiddleStrategy(nn.Module):
 
 
 def test_a_strategy_registered_from_one_new_file_works_through_the_whole_model(tiny_backbone_dir, tmp_path):
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     assert "middle" not in REGISTRY
     register("middle", MiddleConfig, "one window from the middle of each document (a test strategy)")(MiddleStrategy)
     try:
@@ -487,8 +508,6 @@ def test_a_strategy_registered_from_one_new_file_works_through_the_whole_model(t
 
 
 def test_windows_count_the_tokens_they_add_to_those_before_them():
-    from longbert.strategies.windows import new_tokens
-
     ids = torch.arange(766)
     assert new_tokens(split_windows(ids, 510, 255), 255) == [510, 255, 1]  # the third window adds one token
     assert new_tokens(split_windows(ids, 510, 510), 510) == [510, 256]  # chunks: every token is new
@@ -539,8 +558,6 @@ def _with_pooling_config(folder, tmp_path, mode):
 
 
 def test_auto_token_pooling_follows_the_backbones_pooling_config_and_is_saved(tiny_backbone_dir, tmp_path):
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     plain = build_model(tiny_backbone_dir, "chunk")  # a folder without sentence-transformers modules: cls
     assert plain.settings.strategy.token_pooling == "cls"
     assert "no sentence-transformers pooling config" in plain.notes[0]
@@ -558,8 +575,6 @@ def test_auto_token_pooling_follows_the_backbones_pooling_config_and_is_saved(ti
 
 
 def test_minilm_says_it_mean_pools():
-    from longbert.modeling.backbone import backbone_token_pooling, resolve_backbone
-
     class Loaded:  # what backbone_token_pooling reads: where the model came from
         config = type("Config", (), {"name_or_path": resolve_backbone("minilm")})()
 
@@ -567,15 +582,11 @@ def test_minilm_says_it_mean_pools():
 
 
 def test_an_unresolved_auto_is_refused_where_tokens_are_pooled():
-    from longbert.strategies.pooling import pool_tokens
-
     with pytest.raises(ValueError, match="token pooling must be one of"):
         pool_tokens(torch.zeros(1, 3, 4), torch.ones(1, 3), "auto")
 
 
 def test_a_pooled_vector_owns_its_memory_and_keeps_no_pass_alive():
-    from longbert.strategies.pooling import pool_tokens
-
     hidden = torch.randn(1, 512, 32)  # (W, L, H): one segment's states
     for how in ("cls", "mean"):
         vector = pool_tokens(hidden, torch.ones(1, 512), how)  # (1, H)
@@ -586,9 +597,6 @@ def test_the_gated_pooler_counts_every_open_unit_equally_where_attention_settles
     """Gates equal (at the start): the plain mean. Gates open on two units and shut on the rest: the mean of those
     two, however unequal their scores, where attention's softmax over the same scores gives the higher one nearly
     all the weight. A missing unit never counts."""
-    from longbert.strategies.base import Units
-    from longbert.strategies.pooling import AttentionPooler, GatedPooler
-
     torch.manual_seed(0)
     vectors = torch.randn(1, 4, 8)
     mask = torch.tensor([[True, True, True, False]])
@@ -615,9 +623,6 @@ def test_the_vote_pooler_counts_units_where_attention_adds_up_their_strength():
     """One emphatic unit against two mild ones of the other sign, weighed equally: attention's mean (and so the
     linear head after it) follows the emphatic one; the vote pooler's bounded votes follow the two. At the start
     (identity projection) a unit's vote is tanh of its vector, and a missing unit never counts."""
-    from longbert.strategies.base import Units
-    from longbert.strategies.pooling import AttentionPooler, VotePooler
-
     vote, attention = VotePooler(4), AttentionPooler(4)
     units = torch.zeros(1, 4, 4)
     units[0, :3, 0] = torch.tensor([50.0, -2.0, -2.0])

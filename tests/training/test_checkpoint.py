@@ -16,6 +16,7 @@ import torch
 import longbert
 from helpers import ONE_STAGE, assert_same_run
 from longbert.errors import LongbertError
+from longbert.training.checkpoint import save_checkpoint
 from longbert.utils.atomic import atomic_folder, recover
 
 pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
@@ -51,8 +52,6 @@ def test_atomic_folder_leaves_nothing_but_the_target(tmp_path):
 
 
 def test_a_checkpoint_never_replaces_a_folder_of_other_files(tmp_path):
-    from longbert.training.checkpoint import save_checkpoint
-
     folder = tmp_path / "checkpoint"
     folder.mkdir()
     (folder / "notes.txt").write_text("mine")

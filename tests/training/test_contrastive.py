@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import longbert
+import longbert.modeling.folder as folder
 from helpers import StopAfterSteps
 from longbert.errors import LongbertError
 from longbert.strategies.base import SpecialTokens
@@ -65,8 +66,6 @@ def test_the_loss_is_the_squared_error_of_the_windows_cosine(tiny_backbone, toke
 def test_a_frozen_run_reads_with_the_tuned_backbone_and_saves_it(tiny_recipe, tiny_backbone_dir, monkeypatch):
     # The backbone named as a hub model would be: a frozen model folder names it instead of saving its weights,
     # unless the weights are no longer that model's, as here.
-    import longbert.modeling.folder as folder
-
     monkeypatch.setattr(folder, "portable_reference", lambda name: name)
     recipe = longbert.load_recipe(None, tiny_recipe + CONTRASTIVE + ["model.finetune=frozen",
                                                                    "train.frozen_head_epochs=2"])

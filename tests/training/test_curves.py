@@ -3,16 +3,17 @@ written for a run that logged neither."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pytest
 
+import longbert.evaluation.plots as plots
 import longbert.training.curves as curves
 from helpers import run_record as record
 
 
 def test_the_curves_show_the_log_and_the_history_with_the_kept_step_starred(tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    png = plots.png
+    monkeypatch.setattr(plots, "png", lambda fig, tight=True: drawn.append(fig) or png(fig, tight))
     metrics = record(best_metric="macro_f1", best_step=20,
                      train_log=[{"step": 10, "loss": 0.7}, {"step": 20, "loss": 0.5}, {"step": 30, "loss": 0.4}],
                      validation_history=[{"step": 10, "macro_f1": 0.6}, {"step": 20, "macro_f1": 0.8},

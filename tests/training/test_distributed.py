@@ -65,7 +65,7 @@ def test_two_processes_train_what_one_does_with_twice_the_accumulation(tiny_reci
         "data.max_train_documents=40", "train.batch_size=4", "model.classifier_dropout=0", "train.log_every_steps=1",
         "train.warmup_ratio=0.2"]
     one = longbert.train(longbert.load_recipe(None, overrides + ["train.gradient_accumulation=2",
-                                                                 f"output_dir={tmp_path / 'one'}"])).run_dir
+                                                                 f"output_dir={tmp_path / 'one'}"])).folder
     launch("train", *[x for o in overrides + [f"output_dir={tmp_path / 'two'}"] for x in ("--set", o)])
     two = tmp_path / "two"
 
@@ -109,7 +109,7 @@ def assert_same_predictions(a: Path, b: Path, tolerance: float = 1e-5) -> None:
 
 @pytest.mark.slow
 def test_two_processes_evaluate_what_one_does(tiny_recipe, tmp_path):
-    run = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"])).run_dir
+    run = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"])).folder
     one = longbert.evaluate(run, "validation", batch_size=1)
     (run / "predictions-validation.jsonl").rename(tmp_path / "one.jsonl")
     (run / "metrics-validation.json").unlink()

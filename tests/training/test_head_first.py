@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 import longbert
+import longbert.training.finetune as finetune
 from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps
 from longbert.training.stopping import TrainingInterrupted
 
@@ -58,8 +59,6 @@ def test_max_steps_caps_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny
 def test_early_stopping_bounds_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny_recipe, monkeypatch):
     """Patience is the end-to-end stage's: a head stage stopped by it after one flat validation leaves the head at
     its start (Hyperpartisan's stopped after 2 of 10 epochs, predicting one class)."""
-    import longbert.training.finetune as finetune
-
     real = finetune.evaluate_split
 
     def never_better(*args, **kwargs):  # every validation scores the same: patience 1 would stop at the second
@@ -79,8 +78,6 @@ def test_a_start_that_fine_tuning_does_not_beat_is_kept(tiny_recipe, monkeypatch
     """Model selection counts the start: a run from train.init_from (as the main stage of head_first is) validates
     its starting weights at step 0, and when no later validation beats them, the kept model is the one it started
     from."""
-    import longbert.training.finetune as finetune
-
     one_epoch = tiny_recipe + ["train.epochs=1", "strategy.pooling=attention", "train.eval_every_steps=3"]
     first = longbert.train(longbert.load_recipe(None, one_epoch))  # an earlier run to start from
     real, calls = finetune.evaluate_split, []
@@ -93,13 +90,13 @@ def test_a_start_that_fine_tuning_does_not_beat_is_kept(tiny_recipe, monkeypatch
         return metrics, raw
 
     monkeypatch.setattr(finetune, "evaluate_split", worse_after_the_start)
-    again = longbert.load_recipe(None, one_epoch + [f"train.init_from={first.run_dir}",
-                                                    f"output_dir={first.run_dir}-again"])
+    again = longbert.load_recipe(None, one_epoch + [f"train.init_from={first.folder}",
+                                                    f"output_dir={first.folder}-again"])
     metrics = longbert.train(again).metrics
     assert calls[0] == "validation" and metrics["validation_history"][0]["step"] == 0
     assert metrics["best_step"] == 0 and len(metrics["validation_history"]) > 1
     kept = load_file(Path(again.output_dir) / "best" / "head.safetensors")
-    start = load_file(first.run_dir / "best" / "head.safetensors")
+    start = load_file(first.folder / "best" / "head.safetensors")
     assert all(torch.equal(kept[k], start[k]) for k in start)
 
 
@@ -107,8 +104,6 @@ def test_patience_counts_the_trainings_own_validations_not_the_start(tiny_recipe
     """A trained start (step 0) competes to be kept but sets no bar for patience: after a start that scores 0.9, the
     first validations of training at 0.6 and 0.7 go on (the second beats the first), and the run stops at 0.65, the
     first without a better score than training's own best. The start is kept."""
-    import longbert.training.finetune as finetune
-
     one_epoch = tiny_recipe + ["train.epochs=1", "strategy.pooling=attention"]
     first = longbert.train(longbert.load_recipe(None, one_epoch))
     real, scores = finetune.evaluate_split, iter([0.9, 0.6, 0.7, 0.65, 0.8, 0.8])
@@ -123,7 +118,7 @@ def test_patience_counts_the_trainings_own_validations_not_the_start(tiny_recipe
     monkeypatch.setattr(finetune, "evaluate_split", scripted)
     again = longbert.load_recipe(None, tiny_recipe + [
         "strategy.pooling=attention", "train.epochs=5", "train.eval_every_steps=2", "train.early_stopping_patience=1",
-        f"train.init_from={first.run_dir}", f"output_dir={first.run_dir}-again"])
+        f"train.init_from={first.folder}", f"output_dir={first.folder}-again"])
     metrics = longbert.train(again).metrics
     assert [h["macro_f1"] for h in metrics["validation_history"]] == [0.9, 0.6, 0.7, 0.65]
     assert metrics["stopped_early_at_step"] == 6 and metrics["best_step"] == 0

@@ -18,6 +18,8 @@ import longbert
 from helpers import ONE_STAGE, TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run, tiny_bert_config
 from longbert.cli import app
 from longbert.errors import LongbertError
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.training.checkpoint import read_fingerprint, recipe_fingerprint
 from longbert.training.stopping import TrainingInterrupted
 
 pytestmark = pytest.mark.heavy  # trains models: left out of the 1-minute subset
@@ -45,7 +47,7 @@ def earlier(tiny_backbone_dir, imdb_slice, tmp_path_factory) -> Path:
     """A run folder: truncate, two steps of full fine-tuning from the tiny backbone."""
     out = tmp_path_factory.mktemp("earlier") / "truncated"
     overrides = with_strategy(earlier_overrides(tiny_backbone_dir, imdb_slice, out), "truncate")
-    return longbert.train(longbert.load_recipe(None, overrides)).run_dir
+    return longbert.train(longbert.load_recipe(None, overrides)).folder
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def earlier_lora(tiny_backbone_dir, imdb_slice, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("earlier") / "adapted"
     overrides = with_strategy(earlier_overrides(tiny_backbone_dir, imdb_slice, out), "chunk") + [
         "model.finetune=lora", "train.learning_rate=1e-2", "train.warmup_ratio=0"]
-    return longbert.train(longbert.load_recipe(None, overrides)).run_dir
+    return longbert.train(longbert.load_recipe(None, overrides)).folder
 
 
 def tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
@@ -72,7 +74,7 @@ def test_the_new_run_starts_from_the_earlier_backbone_and_head(earlier, tiny_bac
                                                                strategy, extra):
     result = longbert.train(longbert.load_recipe(None, with_strategy(tiny_recipe, strategy, *extra) + STILL + [
         f"train.init_from={earlier}"]))
-    run = result.run_dir
+    run = result.folder
     old, new = tensors(earlier, BACKBONE), tensors(run, BACKBONE)
     original = load_file(Path(tiny_backbone_dir) / "model.safetensors")
     assert any(not torch.equal(old[k], original[k]) for k in old), "the earlier run changed the backbone"
@@ -101,11 +103,11 @@ def test_what_does_not_fit_keeps_its_new_initialisation(earlier, tiny_recipe, tm
     overrides = tiny_recipe + STILL + ["strategy.pooling=attention"]
     plain = longbert.train(longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'plain'}"]))
     started = longbert.train(longbert.load_recipe(None, overrides + [f"train.init_from={earlier}"]))
-    pooler = sorted(k for k in tensors(started.run_dir, HEAD) if k.startswith("strategy."))
+    pooler = sorted(k for k in tensors(started.folder, HEAD) if k.startswith("strategy."))
     assert pooler, "the attention pooler has weights"
     report = started.metrics["init_from"]
     assert sorted(report["kept_new"]) == pooler and report["head_loaded"] is True
-    new, fresh, old = (tensors(d, HEAD) for d in (started.run_dir, plain.run_dir, earlier))
+    new, fresh, old = (tensors(d, HEAD) for d in (started.folder, plain.folder, earlier))
     for key in pooler:
         assert torch.equal(new[key], fresh[key]), key
     assert torch.equal(new["head.weight"], old["head.weight"])
@@ -118,7 +120,7 @@ def test_lora_adapters_of_the_earlier_model_are_merged(earlier_lora, tiny_recipe
     base = tensors(earlier_lora, BACKBONE)  # the backbone the adapters sat on, saved without them
     adapter = tensors(earlier_lora, "best/adapter/adapter_model.safetensors")
     settings = json.loads((earlier_lora / "best" / "longbert_config.json").read_text())["lora"]
-    new = tensors(result.run_dir, BACKBONE)
+    new = tensors(result.folder, BACKBONE)
     merged = 0
     for key in base:
         prefix = "base_model.model." + key.removesuffix(".weight")
@@ -136,8 +138,6 @@ def test_lora_adapters_of_the_earlier_model_are_merged(earlier_lora, tiny_recipe
 
 
 def make_model_folder(backbone_dir: str, folder: Path, labels=("neg", "pos")) -> Path:
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     recipe = longbert.load_recipe(None, [f"backbone.name={backbone_dir}", "strategy.name=chunk", "strategy.window=62"])
     LongDocumentClassifier.from_recipe(recipe, list(labels)).save_pretrained(folder)
     return folder
@@ -224,8 +224,6 @@ def test_a_changed_init_from_refuses_to_resume(earlier, earlier_lora, tiny_recip
     changed = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=3", f"train.init_from={earlier_lora}"])
     with pytest.raises(LongbertError, match="--resume: the recipe differs"):
         longbert.train(changed, resume=True)
-    from longbert.training.checkpoint import read_fingerprint, recipe_fingerprint
-
     assert recipe_fingerprint(changed) != read_fingerprint(tmp_path / "run" / "checkpoint") == recipe_fingerprint(
         recipe), "the fingerprint covers init_from"
     assert longbert.train(recipe, resume=True).metrics["steps"] == 3

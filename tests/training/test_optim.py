@@ -10,6 +10,7 @@ import longbert
 from helpers import TINY_STRATEGY_SETTINGS, build_model
 from longbert.config import load_recipe
 from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.training import finetune
 from longbert.training.optim import decays, param_groups
 from longbert.utils.hardware import adamw
 
@@ -51,8 +52,6 @@ def test_zero_gradient_steps_leave_every_bias_norm_and_strategy_bias_where_it_wa
 
 
 def test_the_loop_gives_no_decay_to_biases_and_norms_of_the_backbone_and_the_head(tiny_recipe, monkeypatch):
-    from longbert.training import finetune
-
     built, optimizers = [], []
     from_recipe = LongDocumentClassifier.from_recipe
     monkeypatch.setattr(LongDocumentClassifier, "from_recipe",

@@ -4,12 +4,14 @@ know) keep loading; a file that is not a run's metrics is named in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from helpers import run_record
 from longbert.errors import LongbertError
+from longbert.result import Result
 from longbert.training.run_record import TrainResult, read_run_metrics, write_run_metrics
 
 
@@ -22,7 +24,18 @@ def test_what_the_writer_writes_the_reader_reads_back_and_absent_stages_stay_abs
     assert written["stopped_early_at_step"] is None  # always written, as before
     assert list(written)[:3] == ["recipe", "strategy", "strategy_settings"] and list(written)[-1] == "test"
     assert read_run_metrics(tmp_path) == record
-    assert TrainResult(tmp_path, record).metrics == written  # train's dict, as it has always been
+    result = TrainResult.from_run(tmp_path, record)
+    assert result.metrics == written  # train's dict, as it has always been
+    assert (result.folder, result.model, result.record) == (tmp_path, tmp_path / "best", record)
+
+
+def test_a_train_result_is_a_result_and_cannot_be_changed(tmp_path):
+    result = TrainResult.from_run(tmp_path, run_record())
+    assert isinstance(result, Result) and [f.name for f in dataclasses.fields(result)] == [
+        "folder", "metrics", "model", "record"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.folder = tmp_path / "elsewhere"
+    assert not hasattr(result, "run_dir")
 
 
 def test_files_of_earlier_versions_keep_loading(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 
 import longbert
 from longbert.errors import LongbertError
+from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.self_training import choose_confident
 
 
@@ -28,8 +29,6 @@ def test_confident_rows_are_kept_as_many_per_class_as_the_rarest_has():
 def test_the_teachers_confident_labels_join_the_training_documents(tiny_recipe, monkeypatch):
     # A tiny random-weight teacher labels everything alike; this one is sure of a third of the documents for each
     # class and unsure of the last third, so that what is kept is known.
-    from longbert.modeling.classifier import LongDocumentClassifier
-
     def predict(self, texts, batch_size=16, precision="auto"):
         sure = [0.97, 0.02, 0.6]
         return [{"probabilities": {"neg": sure[i % 3], "pos": 1 - sure[i % 3]}} for i in range(len(texts))]

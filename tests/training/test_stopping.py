@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from longbert.training.stopping import stop_on_signals
+import longbert.commands
+from longbert.commands import run_command as _run
+from longbert.errors import LongbertError
+from longbert.training.stopping import interrupted, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,9 +44,6 @@ def test_a_second_ctrl_c_interrupts_and_later_ones_are_ignored_until_the_block_e
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_training_stopped_by_sigterm_exits_143_and_by_ctrl_c_130(signum, status, capsys):
     import typer
-
-    from longbert.commands import run_command as _run
-    from longbert.training.stopping import interrupted
 
     stop = threading.Event()
     with stop_on_signals(stop):
@@ -98,9 +98,6 @@ def test_a_process_of_several_leaves_with_the_status_its_command_has(monkeypatch
     destroyed unjoined at the interpreter's exit and abort the process): with 0 when it succeeds, with the status of
     its one-line error when it fails; an unexpected error keeps its traceback."""
     import typer
-
-    import longbert.commands
-    from longbert.errors import LongbertError
 
     left = []
     monkeypatch.setattr(longbert.commands, "end_process_group", lambda: True)

@@ -33,7 +33,7 @@ def test_end_to_end_run_folder(tiny_recipe, tmp_path, monkeypatch):
     monkeypatch.setattr(hardware, "release_freed_memory", lambda: released.append(1))
     result = longbert.train(recipe, command="pytest")
     assert len(released) == 1, "memory is measured for the test pass only, not for training's validations"
-    run = result.run_dir
+    run = result.folder
     for name in ("recipe.yaml", "metrics.json", "metrics.md", "predictions-test.jsonl", "best/longbert_config.json",
                  "best/head.safetensors", "best/backbone/model.safetensors", "checkpoint/state.json"):
         assert (run / name).is_file(), name
@@ -156,9 +156,9 @@ def test_the_reported_test_metrics_are_those_of_the_kept_model(tiny_recipe, monk
     assert best_step != result.metrics["steps"] and history[-1]["loss"] != pytest.approx(kept["loss"]), \
         "the test needs a kept model that is not the last one"
     # best/ holds the kept model: its validation loss is the one recorded at the kept step ...
-    assert longbert.evaluate(result.run_dir, "validation")["loss"] == pytest.approx(kept["loss"], rel=1e-6)
+    assert longbert.evaluate(result.folder, "validation")["loss"] == pytest.approx(kept["loss"], rel=1e-6)
     # ... and the test metrics reported by training are those a fresh evaluation of best/ gives.
-    fresh = longbert.evaluate(result.run_dir, "test")
+    fresh = longbert.evaluate(result.folder, "test")
     reported = result.metrics["test"]
     assert reported["confusion_matrix"] == fresh["confusion_matrix"] and reported["accuracy"] == fresh["accuracy"]
     assert reported["loss"] == pytest.approx(fresh["loss"], rel=1e-6)
@@ -179,7 +179,7 @@ def test_a_run_loads_its_backbone_and_tokenizer_once(tiny_recipe, monkeypatch):
     monkeypatch.setattr(longbert.LongDocumentClassifier, "from_pretrained", reload)
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.max_steps=2"]))
     assert sorted(loads) == ["AutoModel", "AutoTokenizer"]
-    assert "test" in result.metrics and (result.run_dir / "best" / "head.safetensors").is_file()
+    assert "test" in result.metrics and (result.folder / "best" / "head.safetensors").is_file()
 
 
 def test_a_run_folder_in_use_is_refused(tiny_recipe):
@@ -264,21 +264,21 @@ def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, tiny_
     assert len(calls) == 2, "train and validation embeddings are computed once each"
     metrics = result.metrics
     assert len(metrics["validation_history"]) == 5
-    kept = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+    kept = longbert.LongDocumentClassifier.from_pretrained(result.folder)
     backbone = sum(p.numel() for p in kept.backbone.parameters())
     assert 0 < metrics["trainable_parameters"] < backbone / 10
     # The backbone came from a local folder, so best/ keeps it (self-contained), exactly as it was: frozen.
     from safetensors.torch import load_file
 
     saved, original = (load_file(Path(d) / "model.safetensors")
-                       for d in (result.run_dir / "best" / "backbone", tiny_backbone_dir))
+                       for d in (result.folder / "best" / "backbone", tiny_backbone_dir))
     assert saved.keys() == original.keys() and all(torch.equal(saved[k], original[k]) for k in saved)
 
 
 def test_lora_run(tiny_recipe):
     recipe = longbert.load_recipe(None, tiny_recipe + ["model.finetune=lora", "train.max_steps=3"])
     result = longbert.train(recipe)
-    assert (result.run_dir / "best" / "adapter" / "adapter_model.safetensors").is_file()
+    assert (result.folder / "best" / "adapter" / "adapter_model.safetensors").is_file()
     assert result.metrics["steps"] == 3
 
 
@@ -301,7 +301,7 @@ def test_the_training_loss_is_printed_and_recorded(tiny_recipe, capsys):
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.log_every_steps=5"]))
     log = result.metrics["train_log"]
     assert [e["step"] for e in log] == [5, 10, 12], "every 5 steps, and the steps left at the end"
-    assert json.loads((result.run_dir / "metrics.json").read_text())["train_log"] == log
+    assert json.loads((result.folder / "metrics.json").read_text())["train_log"] == log
     for entry in log:
         assert entry["loss"] > 0 and entry["tokens_per_second"] > 0
     rates = [e["learning_rate"] for e in log]
@@ -326,7 +326,7 @@ def test_tensorboard_receives_the_training_log(tiny_recipe):
     pytest.importorskip("tensorboard")
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.report_to=tensorboard",
                                                                       "train.log_every_steps=2", "train.max_steps=4"]))
-    assert list((result.run_dir / "logs").rglob("events.out.tfevents.*")), "tensorboard's event files"
+    assert list((result.folder / "logs").rglob("events.out.tfevents.*")), "tensorboard's event files"
 
 
 def test_early_stopping(tiny_recipe, capsys):
@@ -341,7 +341,7 @@ def test_early_stopping(tiny_recipe, capsys):
     assert len(history) - 1 - best == 2, "stopped at the second validation in a row without a lower loss"
     assert history[best]["step"] == result.metrics["best_step"]
     assert f"step {stopped}: stopping early, 2 validations without a better loss" in capsys.readouterr().err
-    assert json.loads((result.run_dir / "metrics.json").read_text())["stopped_early_at_step"] == stopped
+    assert json.loads((result.folder / "metrics.json").read_text())["stopped_early_at_step"] == stopped
 
 
 @pytest.fixture
@@ -369,19 +369,19 @@ def test_multi_label_run_tunes_and_saves_its_thresholds(tiny_recipe, multi_label
     assert {"exact_match", "micro_f1", "macro_f1", "hamming_loss"} <= set(test) and "accuracy" not in test
     assert all("accuracy" not in h and "exact_match" in h for h in result.metrics["validation_history"])
     assert len(thresholds) == 3 and test["thresholds"] == thresholds and all(0 < t < 1 for t in thresholds)
-    saved = json.loads((result.run_dir / "best" / "longbert_config.json").read_text())
+    saved = json.loads((result.folder / "best" / "longbert_config.json").read_text())
     assert saved["thresholds"] == thresholds
-    page = (result.run_dir / "metrics.md").read_text()
+    page = (result.folder / "metrics.md").read_text()
     assert "exact match" in page and "Hamming loss" in page and "- accuracy" not in page
     # predict() and the prediction file decide at the saved thresholds.
-    model = longbert.LongDocumentClassifier.from_pretrained(result.run_dir)
+    model = longbert.LongDocumentClassifier.from_pretrained(result.folder)
     [answer] = model.predict(["A long, long review of a film."])
     assert answer["labels"] == [n for n, t in zip(model.label_names, thresholds) if answer["probabilities"][n] >= t]
-    for line in (result.run_dir / "predictions-test.jsonl").read_text().splitlines():
+    for line in (result.folder / "predictions-test.jsonl").read_text().splitlines():
         row = json.loads(line)
         assert row["predicted_label"] == [n for n, p, t in zip(["neg", "pos", "long"], row["probabilities"], thresholds)
                                           if p >= t]
-    assert longbert.evaluate(result.run_dir, "test")["exact_match"] == test["exact_match"]
+    assert longbert.evaluate(result.folder, "test")["exact_match"] == test["exact_match"]
 
 
 def test_a_fixed_multi_label_threshold_is_used_and_saved(tiny_recipe, multi_label_slice):
@@ -414,7 +414,7 @@ def test_multi_label_runs_through_the_cli_and_compare(tiny_recipe, multi_label_s
                                 overrides=overrides + ["truncate.max_tokens=62", "truncate.head_tokens=16",
                                                        "chunk.window=62"],
                                 name="multi", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
-                                speed_documents=4, long_tokens=128)
+                                speed_documents=4, long_tokens=128).metrics
     for name in ("truncate", "chunk"):
         row = compared["strategies"][name]
         metrics = json.loads((tmp_path / "runs" / "multi" / name / "metrics.json").read_text())

@@ -31,28 +31,6 @@ def test_avx512_without_bf16_units_is_not_fast(monkeypatch):
     assert not fast_bf16("cpu")
 
 
-def test_freed_memory_is_kept_on_glibc_and_left_alone_elsewhere(monkeypatch):
-    import platform
-
-    from longbert.utils import hardware
-
-    assert hardware.keep_freed_memory() is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
-    monkeypatch.setattr(hardware.platform, "system", lambda: "Darwin")
-    assert hardware.keep_freed_memory() is False
-
-
-def test_every_command_keeps_freed_memory(monkeypatch, tmp_path):
-    from typer.testing import CliRunner
-
-    from longbert.cli import app
-    from longbert.utils import hardware
-
-    calls = []
-    monkeypatch.setattr(hardware, "keep_freed_memory", lambda: calls.append(1) or True)
-    answer = CliRunner().invoke(app, ["quantize", str(tmp_path)])
-    assert answer.exit_code == 2 and calls == [1]
-
-
 def test_measure_on_the_cpu_releases_freed_memory_only_when_memory_is_measured(monkeypatch):
     released = []
     monkeypatch.setattr(hardware, "release_freed_memory", lambda: released.append(1))

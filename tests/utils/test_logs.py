@@ -10,25 +10,22 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import longbert
 from longbert.cli import app
+from longbert.comparison.formatting import say
+from longbert.utils.logs import get_logger, get_verbosity, set_verbosity
 
 runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def restore_verbosity():
-    from longbert.utils.logs import get_verbosity, set_verbosity
-
     before = get_verbosity()
     yield
     set_verbosity(before)
 
 
 def test_status_lines_are_on_stderr_and_quiet_keeps_warnings_only(capsys):
-    import longbert
-    from longbert.comparison.strategy_runs import say
-    from longbert.utils.logs import get_logger
-
     say("training chunk")
     captured = capsys.readouterr()
     assert captured.err == "compare: training chunk\n" and captured.out == ""

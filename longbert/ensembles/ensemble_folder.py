@@ -1,0 +1,199 @@
+"""`longbert ensemble RUN RUN ... --output DIR`: two or more trained runs made into one model folder whose
+probabilities are their average (longbert.modeling.ensemble), chosen on validation as compare chooses its ensemble
+row: every group of two or more of the runs given is scored by the averaged probabilities of the runs' kept
+predictions-validation.jsonl, by the first run's best_metric (loss falls back to macro_f1), and the best group is
+kept (`--all`: every run given, nothing chosen). Never the test split.
+
+No neural pass is repeated: each run's kept model already predicted its validation and test splits, and the
+ensemble's rows are their averages, which is what the saved ensemble computes (a test checks it). DIR is laid out as a
+run folder is (the model in best/, beside it predictions-validation.jsonl, predictions-test.jsonl when every member
+was tested, ensemble-summary.json and the first member's recipe.yaml), so every command that takes a run folder
+takes it: predict, evaluate, serve, explain, quantize, and compare's paired rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from longbert.config import load_recipe
+from longbert.ensembles.choice import (
+    VALIDATION_FILE,
+    averaged,
+    choose_members,
+    read_kept,
+    read_validation,
+    score_rows,
+    scored,
+    selection_metric,
+)
+from longbert.errors import LongbertError
+from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
+from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
+from longbert.modeling.folder import save_model_folder
+from longbert.result import Result
+from longbert.utils.atomic import atomic_folder, named_folder, replaceable_folder
+from longbert.utils.destinations import locked
+from longbert.utils.folders import BEST, ENSEMBLE_SUMMARY, RECIPE_FILE, RunFolder, predictions_file
+
+MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
+
+
+def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool = False,
+                  chosen_by: str | None = None) -> Result:
+    """Choose the members among `run_dirs` on validation (or take them all with `use_all`, or when the caller chose
+    them already, saying how in `chosen_by`), and write the ensemble folder to `output` (an older ensemble there is
+    replaced whole; a run folder, a folder holding one, or any other folder that is not empty is refused in one line
+    before any work). Returns a `Result`: the folder (`output`, also the model to load) and, as its metrics, the
+    summary ensemble-summary.json holds: members, how they were chosen, each one's and the ensemble's validation
+    score, and its test metrics when every member was tested."""
+    runs = [Path(r) for r in run_dirs]
+    output = Path(output)
+    check_runs(runs, output, None if chosen_by else MAX_MEMBERS)  # the ceiling bounds a choice, not a chosen group
+    names = member_names(runs)
+    with contextlib.ExitStack() as stack:
+        for run in runs:
+            stack.enter_context(locked(run))
+        recipe = load_recipe(RunFolder(runs[0]).recipe)
+        metric = selection_metric(recipe.train.best_metric)
+        validation, missing = _validation_rows(runs, names, use_all)
+        chosen, chosen_by = _members(names, validation, metric, use_all, chosen_by)
+        members = [LongDocumentClassifier.from_pretrained(RunFolder(runs[names.index(m)]).best) for m in chosen]
+        rows = {"validation": None if missing else averaged_rows(validation, chosen, members[0].label_names)}
+        scores = None if missing else {**{m: score_rows(validation[m], metric) for m in chosen},
+                                       "ensemble": score_rows(rows["validation"], metric)}
+        facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
+        model = assemble_ensemble(members, facts)
+        test_rows = _test_rows(runs, names, chosen, model.label_names)
+        if test_rows is not None:
+            rows["test"] = test_rows
+        summary = {"members": {m: str(runs[names.index(m)]) for m in chosen}, "chosen_by": chosen_by,
+                   "metric": metric, "validation": scores, "test": None}
+        if rows.get("test") is not None:
+            summary["test"] = scored(rows["test"], model.label_names)
+        if model.training_facts is not None:  # the card's results are the ensemble's, not its first member's
+            model.training_facts = dataclasses.replace(model.training_facts, test=summary["test"],
+                                                       validation=card_validation(rows["validation"],
+                                                                                  model.label_names))
+        write_folder(output, model, rows, summary, RunFolder(runs[names.index(chosen[0])]).recipe)
+    return Result(folder=output, metrics=summary, model=output)
+
+
+def card_validation(rows: list[PredictionRow] | None, label_names: list[str]) -> dict | None:
+    """The card's validation line for an ensemble: the scores of its members' mean probabilities (None when a
+    member kept no validation predictions), marked as such in place of a training step."""
+    if rows is None:
+        return None
+    metrics = scored(rows, label_names)
+    return {"of": "the members' mean probabilities",
+            **{k: metrics[k] for k in ("accuracy", "macro_f1") if isinstance(metrics.get(k), float)}}
+
+
+def _validation_rows(runs: list[Path], names: list[str], use_all: bool) -> tuple[dict, list[str]]:
+    """(each run's kept validation rows by name, None where it kept none; the names of those that kept none).
+    Refused when a run kept none and the members are to be chosen, or when the rows are not of the same documents."""
+    validation = {name: read_validation(run) for name, run in zip(names, runs)}
+    missing = [name for name, rows in validation.items() if rows is None]
+    if missing and not use_all:
+        raise LongbertError(f"{missing[0]} kept no validation predictions ({VALIDATION_FILE}) to choose "
+                            "the members on: train it again, or take every run given with --all")
+    if not missing:
+        same_documents(validation, "validation")
+    return validation, missing
+
+
+def _members(names: list[str], validation: dict, metric: str, use_all: bool,
+             chosen_by: str | None) -> tuple[tuple[str, ...], str]:
+    """(the members' names, how they were chosen): every run given when all are taken, when the caller chose them,
+    or when there are two; else the group of two or more that scores best on validation."""
+    if use_all or chosen_by or len(names) == 2:
+        chosen, groups = tuple(names), 1
+    else:
+        chosen, _, groups = choose_members(validation, metric)
+    return chosen, chosen_by or ("all the runs given (--all)" if use_all else
+                                 "the 2 runs given (the only group of two or more)" if len(names) == 2 else
+                                 f"validation {metric} among {groups} groups of 2 or more of {len(names)} runs")
+
+
+def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[PredictionRow] | None:
+    """The ensemble's test rows, when every member kept its test predictions (of the same documents); else None."""
+    test = {m: read_kept(runs[names.index(m)], predictions_file("test")) for m in chosen}
+    if all(r is not None for r in test.values()):
+        same_documents(test, "test")
+        return averaged_rows(test, chosen, label_names)
+    return None
+
+
+def write_folder(output: Path, model, rows: dict[str, list[PredictionRow] | None], summary: dict,
+                 recipe_file: Path) -> None:
+    """Write the ensemble folder atomically, laid out as a run folder: the model in best/, its prediction rows,
+    the summary, and the first member's recipe (`longbert evaluate OUTPUT` reads the same data from it)."""
+    with atomic_folder(output, ENSEMBLE_SUMMARY, "--output") as staging:
+        save_model_folder(model, staging / BEST)  # `longbert predict OUTPUT` finds it there, as in a run folder
+        for role, role_rows in rows.items():
+            if role_rows is not None:
+                write_prediction_rows(staging / predictions_file(role), role_rows)
+        (staging / ENSEMBLE_SUMMARY).write_text(json.dumps(summary, indent=2))
+        (staging / RECIPE_FILE).write_bytes(recipe_file.read_bytes())
+
+
+def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -> None:
+    """Refuse, before any work: fewer than two runs or more than `most` (None: no ceiling, for members chosen
+    already, as compare's rows over many seeds), a run named twice, a folder that is not a finished run, and an
+    --output that is one of the runs or holds one, or is neither empty nor an earlier ensemble (its replacement
+    would delete what `ensemble` did not write)."""
+    if len(runs) < 2 or (most is not None and len(runs) > most):
+        raise LongbertError(f"an ensemble takes 2 to {most} runs, got {len(runs)}" if most is not None else
+                            f"an ensemble takes 2 runs or more, got {len(runs)}")
+    resolved = [r.resolve() for r in runs]
+    twice = next((r for i, r in enumerate(runs) if resolved[i] in resolved[:i]), None)
+    if twice is not None:
+        raise LongbertError(f"{twice} is named twice: an ensemble's members are different runs")
+    for run in runs:
+        if not RunFolder(run).recipe.is_file() or not RunFolder(run).best.is_dir():
+            raise LongbertError(f"{run} is not a finished longbert run folder (it needs {RECIPE_FILE} and {BEST}/)")
+    named_folder(output, "--output")
+    if output.exists() and not output.is_dir():
+        raise LongbertError(f"--output {output} is a file; the ensemble is written as a folder")
+    out = output.resolve()
+    for run, path in zip(runs, resolved):
+        if out == path or out in path.parents:
+            raise LongbertError(f"--output {output} is the run folder {run} or holds it; the ensemble is written to a "
+                                "folder of its own")
+    replaceable_folder(output, ENSEMBLE_SUMMARY, "--output")
+
+
+def member_names(runs: list[Path]) -> list[str]:
+    """Each run's name in the ensemble: its folder's name, or (where two runs share it, as seeds of one strategy
+    do) its last two path parts."""
+    names = [r.resolve().name for r in runs]
+    if len(set(names)) == len(names):
+        return names
+    return ["/".join(r.resolve().parts[-2:]) for r in runs]
+
+
+def same_documents(rows: dict[str, list[PredictionRow]], split: str) -> None:
+    """Refuse members whose kept predictions of `split` are not of the same documents, in the same order."""
+    names = list(rows)
+    first = [(r.index, r.label) for r in rows[names[0]]]
+    for name in names[1:]:
+        if [(r.index, r.label) for r in rows[name]] != first:
+            raise LongbertError(f"{name}'s {split} predictions are not of the documents {names[0]}'s are: members "
+                                "of an ensemble are runs on the same data")
+
+
+def averaged_rows(rows: dict[str, list[PredictionRow]], members: tuple[str, ...],
+                  label_names: list[str]) -> list[PredictionRow]:
+    """The ensemble's prediction rows, in a run's predictions-<split>.jsonl form, from its members' rows."""
+    probabilities = averaged(rows, members)  # (D, C)
+    out = []
+    for row, p in zip(rows[members[0]], probabilities):
+        predicted = int(np.argmax(p))
+        out.append(dataclasses.replace(row, probabilities=[float(q) for q in p], predicted=predicted,
+                                       predicted_label=label_names[predicted], unit_weights=None))
+    return out

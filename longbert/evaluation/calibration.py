@@ -1,0 +1,186 @@
+"""How far a model's probabilities can be trusted, and the one correction fitted on validation that makes them fit.
+
+    calibration = fit_calibration(validation_probabilities, validation_labels, multi_label=False)
+    calibration.apply(test_probabilities)          # same argmax, probabilities that match how often it is right
+    calibration_metrics(probabilities, labels)     # ECE, NLL, Brier score and the reliability diagram's bins
+    coverage_curve(probabilities, labels)          # accuracy when only the surest share of documents is answered
+
+Temperature scaling (Guo et al. 2017, "On Calibration of Modern Neural Networks"): one temperature T divides the
+logits, softmax(z / T); for multi-label, one T per label divides each label's sigmoid logit. T > 1 softens
+over-confident probabilities; the predicted class never changes. It is chosen over no correction only when it lowers
+the negative log-likelihood of validation documents it was not fitted on (k-fold), so a model that is already
+calibrated is left as it is. Everything here is numpy on probabilities: the log of a softmax is the logits up to a
+constant, which softmax ignores, so the files' probabilities are enough.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+ECE_BINS = 15  # equal-width confidence bins, as Guo et al.
+FOLDS = 5  # validation split k ways to choose between no correction and a temperature
+SMALLEST = 1e-7  # probabilities below this (prediction files round to 6 digits) are read as this
+LOG_T_BOUNDS = (-3.0, 3.0)  # T between 0.05 and 20
+METHODS = ("none", "temperature")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted correction: `temperatures` holds one T (single-label) or one per label (multi-label); `method` none
+    means every T is 1."""
+
+    method: str
+    temperatures: list[float]
+    multi_label: bool
+    documents: int  # validation documents it was fitted on
+
+    def apply(self, probabilities: np.ndarray) -> np.ndarray:
+        """(N, C) probabilities -> calibrated (N, C) probabilities, the same argmax (single-label) or the same side of
+        0.5 (multi-label)."""
+        probabilities = np.asarray(probabilities, dtype=np.float64)
+        if self.method == "none":
+            return probabilities
+        return scaled(probabilities, np.asarray(self.temperatures), self.multi_label)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Calibration:
+        return cls(str(data["method"]), [float(t) for t in data["temperatures"]], bool(data["multi_label"]),
+                   int(data["documents"]))
+
+
+def logits_of(probabilities: np.ndarray, multi_label: bool) -> np.ndarray:
+    """Logits up to a per-row constant (single-label: log p) or exactly (multi-label: log p - log(1 - p))."""
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), SMALLEST, 1 - SMALLEST if multi_label else 1.0)
+    return np.log(p) - np.log1p(-p) if multi_label else np.log(p)
+
+
+def scaled(probabilities: np.ndarray, temperatures: np.ndarray, multi_label: bool) -> np.ndarray:
+    """`probabilities` with their logits divided by `temperatures` (a scalar for single-label, one per label)."""
+    z = logits_of(probabilities, multi_label) / temperatures
+    if multi_label:
+        return 1.0 / (1.0 + np.exp(-z))
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def negative_log_likelihood(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
+    """Mean NLL per document (multi-label: per document and label, as binary cross-entropy)."""
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), 1e-12, 1 - 1e-12)
+    labels = np.asarray(labels)
+    if multi_label:
+        return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+    return float(-np.mean(np.log(p[np.arange(len(labels)), labels])))
+
+
+def fit_temperature(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool) -> list[float]:
+    """The temperature(s) that minimise validation NLL: one for single-label, one per label for multi-label."""
+    probabilities, labels = np.asarray(probabilities), np.asarray(labels)
+
+    def best(p: np.ndarray, y: np.ndarray, multi: bool) -> float:
+        found = minimize_scalar(lambda log_t: negative_log_likelihood(scaled(p, np.exp(log_t), multi), y, multi),
+                                bounds=LOG_T_BOUNDS, method="bounded")
+        return float(np.exp(found.x))
+
+    if multi_label:
+        return [best(probabilities[:, [j]], labels[:, [j]], True) for j in range(probabilities.shape[1])]
+    return [best(probabilities, labels, False)]
+
+
+def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool, folds: int = FOLDS,
+                    seed: int = 0) -> Calibration:
+    """Temperature scaling fitted on these (validation) documents, kept only if it lowers the NLL of documents it
+    was not fitted on (`folds`-fold; with fewer documents than folds, no correction)."""
+    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
+    n = len(labels)
+    if n < folds:
+        return Calibration("none", [1.0] * (probabilities.shape[1] if multi_label else 1), multi_label, n)
+    order = np.random.default_rng(seed).permutation(n)
+    held_out = {method: 0.0 for method in METHODS}
+    for fold in np.array_split(order, folds):
+        rest = np.setdiff1d(order, fold)
+        temperatures = np.asarray(fit_temperature(probabilities[rest], labels[rest], multi_label))
+        held_out["none"] += negative_log_likelihood(probabilities[fold], labels[fold], multi_label) * len(fold)
+        held_out["temperature"] += negative_log_likelihood(
+            scaled(probabilities[fold], temperatures, multi_label), labels[fold], multi_label) * len(fold)
+    temperatures = fit_temperature(probabilities, labels, multi_label)
+    if held_out["temperature"] < held_out["none"]:
+        return Calibration("temperature", temperatures, multi_label, n)
+    return Calibration("none", [1.0] * len(temperatures), multi_label, n)
+
+
+def _confidence_and_correct(probabilities: np.ndarray, labels: np.ndarray,
+                            multi_label: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per decision: how sure the model was of what it said, and whether it was right. Single-label: one decision
+    per document (its top class); multi-label: one per document and label (p >= 0.5 or not)."""
+    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
+    if multi_label:
+        p = probabilities.ravel()
+        return np.maximum(p, 1 - p), ((p >= 0.5) == labels.ravel().astype(bool))
+    return probabilities.max(axis=1), probabilities.argmax(axis=1) == labels
+
+
+def reliability_bins(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool = False,
+                     bins: int = ECE_BINS) -> list[dict]:
+    """The reliability diagram's data: per equal-width confidence bin that holds documents, its edges, count, mean
+    confidence and accuracy."""
+    confidence, correct = _confidence_and_correct(probabilities, labels, multi_label)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    # Bins hold (from, to]; rounding first keeps a confidence on an edge (0.7 * 10 = 7.000000000000001) in its bin.
+    where = np.clip(np.ceil(np.round(confidence * bins, 9)).astype(int) - 1, 0, bins - 1)
+    out = []
+    for b in range(bins):
+        held = where == b
+        if held.any():
+            out.append({"from": round(float(edges[b]), 4), "to": round(float(edges[b + 1]), 4),
+                        "count": int(held.sum()), "confidence": float(confidence[held].mean()),
+                        "accuracy": float(correct[held].mean())})
+    return out
+
+
+def calibration_metrics(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool = False,
+                        bins: int = ECE_BINS) -> dict:
+    """ECE (`bins` equal-width bins, weighted by count), NLL, Brier score, mean confidence and the reliability bins."""
+    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
+    table = reliability_bins(probabilities, labels, multi_label, bins)
+    total = sum(b["count"] for b in table)
+    ece = sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in table) / total
+    truth = labels if multi_label else np.eye(probabilities.shape[1])[labels]
+    brier = np.mean((probabilities - truth) ** 2) if multi_label else np.mean(((probabilities - truth) ** 2).sum(1))
+    confidence, _ = _confidence_and_correct(probabilities, labels, multi_label)
+    return {"ece": float(ece), "nll": negative_log_likelihood(probabilities, labels, multi_label),
+            "brier": float(brier), "mean_confidence": float(confidence.mean()), "bins": table}
+
+
+def coverage_curve(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool = False,
+                   steps: int = 20) -> list[dict]:
+    """Accuracy when only the surest documents are answered: for coverage 5%, 10%, ... 100% (`steps` points), the
+    confidence threshold that answers that share and the accuracy on it. Multi-label: per document, its least sure
+    label decides, and a document is right when every label is."""
+    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
+    if multi_label:
+        confidence = np.maximum(probabilities, 1 - probabilities).min(axis=1)
+        correct = ((probabilities >= 0.5) == labels.astype(bool)).all(axis=1)
+    else:
+        confidence, correct = probabilities.max(axis=1), probabilities.argmax(axis=1) == labels
+    order = np.argsort(-confidence, kind="stable")
+    out = []
+    for k in range(1, steps + 1):
+        answered = max(1, int(round(len(order) * k / steps)))
+        kept = order[:answered]
+        out.append({"coverage": answered / len(order), "threshold": float(confidence[kept].min()),
+                    "accuracy": float(correct[kept].mean()), "answered": answered})
+    return out
+
+
+def threshold_for_accuracy(curve: list[dict], target: float) -> dict | None:
+    """The point of `coverage_curve` that answers the most documents at `target` accuracy or better; None if none
+    does."""
+    reaching = [point for point in curve if point["accuracy"] >= target]
+    return max(reaching, key=lambda point: point["coverage"]) if reaching else None

@@ -1,0 +1,1 @@
+"""Continued pretraining: masked-language-model training of a backbone on unlabelled long text, read by a strategy."""

@@ -1,0 +1,65 @@
+"""An ensemble's members: the group of runs is chosen on validation predictions (never the test split), ties go to
+the smaller group, forward selection past the exhaustive limit, and the test rows average the members'
+probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from longbert.ensembles import choice
+from longbert.ensembles.choice import choose_members, ensemble_rows
+from longbert.evaluation.predictions import PredictionRow
+
+
+def rows(labels, probabilities):
+    return [PredictionRow(index=i, n_tokens=100 + 300 * i, label=label, probabilities=p, predicted=int(np.argmax(p)))
+            for i, (label, p) in enumerate(zip(labels, probabilities))]
+
+
+LABELS = [0, 1, 0, 1]
+# a is right on documents 0-2, b on 1-3, c on none; averaged, a + b is right on all four, a + b + c on three, the
+# pairs with c on one.
+VALIDATION = {
+    "a": rows(LABELS, [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.6, 0.4]]),
+    "b": rows(LABELS, [[0.4, 0.6], [0.1, 0.9], [0.9, 0.1], [0.3, 0.7]]),
+    "c": rows(LABELS, [[0.2, 0.8], [0.95, 0.05], [0.1, 0.9], [0.9, 0.1]]),
+}
+
+
+def test_the_best_group_on_validation_is_chosen():
+    members, score, scored = choose_members(VALIDATION, "accuracy")
+    assert members == ("a", "b") and score == 1.0 and scored == 4  # ab, ac, bc, abc
+
+
+def test_a_tie_goes_to_the_smaller_group_then_to_the_earlier_one():
+    same = {name: rows(LABELS, [[0.9, 0.1], [0.1, 0.9], [0.9, 0.1], [0.1, 0.9]]) for name in ("x", "y", "z")}
+    assert choose_members(same, "macro_f1")[0] == ("x", "y")
+
+
+def test_runs_of_one_strategy_alone_are_not_an_ensemble_group():
+    """compare --seeds: one strategy's seeds averaged are that strategy's seed row, so the ensemble's groups mix
+    strategies; a and b here are seeds of one strategy, so their pair (the best group above) is not a candidate."""
+    members, _, scored = choose_members(VALIDATION, "accuracy", {"a": "chunk", "b": "chunk", "c": "truncate"})
+    assert scored == 3 and "c" in members  # ac, bc, abc
+
+
+def test_past_the_exhaustive_limit_forward_selection_grows_the_best_pair(monkeypatch):
+    # P(positive) on six documents, labels 0 1 0 1 0 1. The best pair is d + f (right on five); e grows it to all
+    # six, g would take it to three; from d + f + e, adding g gains nothing, so the selection stops.
+    six = [0, 1, 0, 1, 0, 1]
+    positive = {"d": [0.6, 0.8, 0.1, 0.8, 0.4, 0.2], "e": [0.6, 0.3, 0.8, 0.2, 0.1, 0.8],
+                "f": [0.2, 0.9, 0.3, 0.8, 0.6, 0.7], "g": [0.8, 0.6, 0.8, 0.9, 0.6, 0.1]}
+    validation = {name: rows(six, [[1 - q, q] for q in ps]) for name, ps in positive.items()}
+    exhaustive = choose_members(validation, "accuracy")
+    monkeypatch.setattr(choice, "EXHAUSTIVE_UP_TO", 3)
+    members, score, scored = choose_members(validation, "accuracy")
+    assert score == 1.0 and set(members) == {"d", "e", "f"} and score == exhaustive[1]
+    assert scored == 6 + 2 + 1  # every pair, then d + f grown by e or g, then d + f + e by g (no gain: stop)
+    assert exhaustive[2] == 11
+
+
+def test_the_test_rows_average_the_members_probabilities():
+    test = {"a": rows([0, 1], [[0.8, 0.2], [0.3, 0.7]]), "b": rows([0, 1], [[0.4, 0.6], [0.6, 0.4]])}
+    out = ensemble_rows(test, ("a", "b"))
+    np.testing.assert_allclose([r.probabilities for r in out], [[0.6, 0.4], [0.45, 0.55]])
+    assert [r.predicted for r in out] == [0, 1] and [r.n_tokens for r in out] == [100, 400]
