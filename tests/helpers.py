@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from longbert.config import load_recipe
+from longbert.evaluation.predictions import PredictionRow
 from longbert.modeling.classifier import LongDocumentClassifier
 
 # Settings that fit every registered strategy into the tiny backbone (128 positions). A strategy registered
@@ -103,3 +104,23 @@ def run_record(**fields):
                 trainable_parameters=1, train_seconds=1.0, steps=30, best_step=None, best_validation=None,
                 best_metric="accuracy", train_log=[], validation_history=[])
     return RunMetrics(**{**base, **fields})
+
+
+def prediction_rows(labels, probabilities):
+    """PredictionRows of `labels` and `probabilities`, one per document, document i 100 + 300 * i tokens long."""
+    return [PredictionRow(index=i, n_tokens=100 + 300 * i, label=label, probabilities=p,
+                          predicted=max(range(len(p)), key=p.__getitem__))
+            for i, (label, p) in enumerate(zip(labels, probabilities))]
+
+
+ENSEMBLE_LABELS = [0, 1, 0, 1]
+
+
+def ensemble_validation():
+    """Three runs' validation rows: a is right on documents 0-2, b on 1-3, c on none; averaged, a + b is right on all
+    four, a + b + c on three, the pairs with c on one."""
+    return {
+        "a": prediction_rows(ENSEMBLE_LABELS, [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.6, 0.4]]),
+        "b": prediction_rows(ENSEMBLE_LABELS, [[0.4, 0.6], [0.1, 0.9], [0.9, 0.1], [0.3, 0.7]]),
+        "c": prediction_rows(ENSEMBLE_LABELS, [[0.2, 0.8], [0.95, 0.05], [0.1, 0.9], [0.9, 0.1]]),
+    }

@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
+from helpers import ENSEMBLE_LABELS, ensemble_validation, prediction_rows
 from longbert.comparison.combined import build_ensemble
-from longbert.evaluation.predictions import PredictionRow
 
-
-def rows(labels, probabilities):
-    return [PredictionRow(index=i, n_tokens=100 + 300 * i, label=label, probabilities=p, predicted=int(np.argmax(p)))
-            for i, (label, p) in enumerate(zip(labels, probabilities))]
-
-
-LABELS = [0, 1, 0, 1]
-# a is right on documents 0-2, b on 1-3, c on none; averaged, a + b is right on all four, a + b + c on three, the
-# pairs with c on one (as in tests/ensembles/test_choice.py).
-VALIDATION = {
-    "a": rows(LABELS, [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.6, 0.4]]),
-    "b": rows(LABELS, [[0.4, 0.6], [0.1, 0.9], [0.9, 0.1], [0.3, 0.7]]),
-    "c": rows(LABELS, [[0.2, 0.8], [0.95, 0.05], [0.1, 0.9], [0.9, 0.1]]),
-}
+rows = prediction_rows
+LABELS = ENSEMBLE_LABELS
+VALIDATION = ensemble_validation()
 
 
 def write_validation(folder, validation_rows):

@@ -6,24 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from helpers import ENSEMBLE_LABELS, ensemble_validation, prediction_rows
 from longbert.ensembles import choice
 from longbert.ensembles.choice import choose_members, ensemble_rows
-from longbert.evaluation.predictions import PredictionRow
 
-
-def rows(labels, probabilities):
-    return [PredictionRow(index=i, n_tokens=100 + 300 * i, label=label, probabilities=p, predicted=int(np.argmax(p)))
-            for i, (label, p) in enumerate(zip(labels, probabilities))]
-
-
-LABELS = [0, 1, 0, 1]
-# a is right on documents 0-2, b on 1-3, c on none; averaged, a + b is right on all four, a + b + c on three, the
-# pairs with c on one.
-VALIDATION = {
-    "a": rows(LABELS, [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.6, 0.4]]),
-    "b": rows(LABELS, [[0.4, 0.6], [0.1, 0.9], [0.9, 0.1], [0.3, 0.7]]),
-    "c": rows(LABELS, [[0.2, 0.8], [0.95, 0.05], [0.1, 0.9], [0.9, 0.1]]),
-}
+rows = prediction_rows
+LABELS = ENSEMBLE_LABELS
+VALIDATION = ensemble_validation()
 
 
 def test_the_best_group_on_validation_is_chosen():
