@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import pytest
 
 from helpers import TINY_STRATEGY_SETTINGS
+from longbert.config import recipe_to_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # The pages a user reads (the generated reports/*/report.md are not among them). Globs, so a new page is covered.
@@ -686,7 +687,8 @@ def labelled(value, labels: set[str]) -> bool:
 
 def test_readme_python_blocks_run_on_a_tiny_model(tiny_backbone_dir, tmp_path, monkeypatch, capsys):
     """Each ```python block of README.md runs top to bottom, in one namespace, as a reader would paste them:
-    `longbert.load_recipe` appends overrides that make the run tiny (the tiny BERT, 16 documents, one epoch), and a
+    `longbert.load_recipe` appends overrides that make the run tiny (the tiny BERT, 16 documents, one epoch; a Recipe
+    built in Python is made tiny the same way when it is trained), and a
     path under runs/ that the blocks name stands for the tiny run's folder. Each block must show a prediction."""
     import longbert
 
@@ -706,6 +708,23 @@ def test_readme_python_blocks_run_on_a_tiny_model(tiny_backbone_dir, tmp_path, m
         return recipe
 
     monkeypatch.setattr(longbert, "load_recipe", tiny_load_recipe)
+    original_train = longbert.train
+
+    def tiny_train(recipe=None, **kwargs):
+        """A Recipe built in Python trains on the tiny BERT, for two steps, in a folder under tmp_path; its own data
+        settings and the documents it is given stay."""
+        if isinstance(recipe, longbert.Recipe) and Path(recipe.output_dir or "") not in runs:
+            saved = tmp_path / f"python-recipe-{len(runs)}.yaml"
+            saved.write_text(recipe_to_yaml(recipe))
+            output_dir = tmp_path / "runs" / f"tiny-{len(runs)}"
+            recipe = original(saved, [f"backbone.name={tiny_backbone_dir}", "train.max_steps=2", "train.batch_size=4",
+                                      "train.head_first=false", "train.mixed_precision=no", "eval.batch_size=8",
+                                      "data.max_document_tokens=400", f"output_dir={output_dir}",
+                                      *TINY_STRATEGY_SETTINGS[recipe.strategy.name]])
+            runs.append(Path(recipe.output_dir))
+        return original_train(recipe, **kwargs)
+
+    monkeypatch.setattr(longbert, "train", tiny_train)
     namespace: dict = {"__name__": "__readme__", "__shown__": []}
     for block in blocks:
         stand_in_for_run_folders(block, runs, tmp_path)
