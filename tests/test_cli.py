@@ -353,7 +353,7 @@ def test_version():
 def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, tmp_path):
     import longbert.training.finetune
     from helpers import run_record
-    from longbert.training.finetune import TrainResult
+    from longbert.training.run_record import TrainResult
 
     seen = {}
 

@@ -11,8 +11,9 @@ from typing import Literal, TypedDict
 from longbert.comparison.formatting import say
 from longbert.comparison.plan import plan_runs
 from longbert.errors import LongbertError
-from longbert.training.finetune import TrainingInterrupted, train
+from longbert.training.finetune import train
 from longbert.training.run_record import RunMetrics, read_run_metrics
+from longbert.training.stopping import TrainingInterrupted
 from longbert.utils.destinations import locked
 
 # How a strategy's row came to be, as the report's settings table says: its run reused, resumed or trained.

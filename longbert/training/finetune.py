@@ -58,7 +58,7 @@ from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
 from longbert.training.start_or_resume import open_run, write_recipe
-from longbert.training.stopping import StopRequest, TrainingInterrupted, interrupted
+from longbert.training.stopping import StopRequest, interrupted
 from longbert.training.train_inputs import as_recipe, recipe_and_documents, recipe_for_model, save_start
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, TRACKER_LOGS
@@ -68,8 +68,6 @@ from longbert.utils.progress import progress
 
 log = main_process_logger(__name__)  # on the main process only
 
-# TrainingInterrupted and StopRequest live in longbert.training.stopping; callers of `train` import them from here.
-__all__ = ["StopRequest", "TrainResult", "TrainingInterrupted", "class_weights_for", "train"]
 
 
 def train(recipe: Recipe | str | Path | None = None, *, model: LongDocumentClassifier | None = None,
