@@ -155,7 +155,7 @@ def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -
     if twice is not None:
         raise LongbertError(f"{twice} is named twice: an ensemble's members are different runs")
     for run in runs:
-        if not RunFolder(run).recipe.is_file() or not RunFolder(run).best.is_dir():
+        if not RunFolder(run).is_run() or not RunFolder(run).best.is_dir():
             raise LongbertError(f"{run} is not a finished longbert run folder (it needs {RECIPE_FILE} and {BEST}/)")
     named_folder(output, "--output")
     if output.exists() and not output.is_dir():
