@@ -45,6 +45,7 @@ MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only mul
 TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
 CLASS_WEIGHTS = ("balanced",)
 THRESHOLD_TUNING = ("tune", "tune_per_label")
+CALIBRATIONS = ("auto", "temperature", "none")  # model.calibration: longbert.evaluation.calibration's choices
 UNNAMED = "run"  # a recipe's name when it gives none (a run of a local file or folder takes that file's name)
 
 
@@ -153,10 +154,14 @@ class ModelConfig(FinetuneChoice, Validated):
     multi_label_threshold: Any = option(0.5, "multi-label decision threshold: a number in (0, 1), tune (one threshold "
                                         "that maximises validation micro-F1), or tune_per_label (each label's own, "
                                         "maximising its F1)")
+    calibration: str = option("auto", "how the kept model's probabilities are calibrated on validation: auto "
+                              "(temperature scaling, kept where it lowers the NLL of validation documents it was not "
+                              "fitted on), temperature (always), or none")
 
     def problems(self, path: str) -> list[str]:
         out = []
         out += one_of(f"{path}.problem_type", self.problem_type, PROBLEM_TYPES)
+        out += one_of(f"{path}.calibration", self.calibration, CALIBRATIONS)
         out += one_of(f"{path}.finetune", self.finetune, FINETUNE_MODES)
         if not 0 <= self.classifier_dropout < 1:
             out.append(f"{path}.classifier_dropout must be in [0, 1), got {self.classifier_dropout}")

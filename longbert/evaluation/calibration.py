@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+
 ECE_BINS = 15  # equal-width confidence bins, as Guo et al.
 FOLDS = 5  # validation split k ways to choose between no correction and a temperature
 SMALLEST = 1e-7  # probabilities below this (prediction files round to 6 digits) are read as this
@@ -94,12 +96,15 @@ def fit_temperature(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
 
 
 def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool, folds: int = FOLDS,
-                    seed: int = 0) -> Calibration:
-    """Temperature scaling fitted on these (validation) documents, kept only if it lowers the NLL of documents it
-    was not fitted on (`folds`-fold; with fewer documents than folds, no correction)."""
+                    seed: int = 0, choice: str = "auto") -> Calibration:
+    """Temperature scaling fitted on these (validation) documents. `choice` auto (a recipe's model.calibration):
+    kept only if it lowers the NLL of documents it was not fitted on (`folds`-fold; with fewer documents than folds,
+    no correction); temperature: always; none: no correction."""
     probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
     n = len(labels)
-    if n < folds:
+    if choice == "temperature" and n > 0:
+        return Calibration("temperature", fit_temperature(probabilities, labels, multi_label), multi_label, n)
+    if n < folds or choice == "none":
         return Calibration("none", [1.0] * (probabilities.shape[1] if multi_label else 1), multi_label, n)
     order = np.random.default_rng(seed).permutation(n)
     held_out = {method: 0.0 for method in METHODS}
@@ -156,6 +161,37 @@ def calibration_metrics(probabilities: np.ndarray, labels: np.ndarray, multi_lab
     confidence, _ = _confidence_and_correct(probabilities, labels, multi_label)
     return {"ece": float(ece), "nll": negative_log_likelihood(probabilities, labels, multi_label),
             "brier": float(brier), "mean_confidence": float(confidence.mean()), "bins": table}
+
+
+def calibration_section(probabilities: np.ndarray, labels: np.ndarray, n_tokens: list[int], multi_label: bool,
+                        uncalibrated: np.ndarray | None = None) -> dict:
+    """What a split's metrics say of its probabilities: ECE, NLL, Brier score, mean confidence and the reliability
+    bins of what the model answered, the same by length bucket (without bins), the coverage curve, and, for a
+    calibrated model, `uncalibrated`: the same numbers before its calibration."""
+    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
+    buckets = np.array([length_bucket(n) for n in n_tokens])
+    headline = lambda m: {k: m[k] for k in ("ece", "nll", "brier", "mean_confidence")}
+
+    def measured(p: np.ndarray) -> dict:
+        by_length = {name: {"documents": int((buckets == name).sum()),
+                            **(headline(calibration_metrics(p[buckets == name], labels[buckets == name], multi_label))
+                               if (buckets == name).any() else {})}
+                     for _, _, name in LENGTH_BUCKETS}
+        return {**calibration_metrics(p, labels, multi_label), "by_length": by_length}
+
+    section = {**measured(probabilities), "coverage": coverage_curve(probabilities, labels, multi_label)}
+    if uncalibrated is not None:
+        section["uncalibrated"] = measured(np.asarray(uncalibrated, dtype=np.float64))
+    return section
+
+
+def calibrated_raw(calibration: Calibration, raw: dict) -> dict:
+    """A split's raw predictions (`predict_dataset`'s dict) as the calibrated model answers them: `probabilities`
+    calibrated, the ones before under `uncalibrated` (a calibration of method none leaves `raw` as it is)."""
+    if calibration.method == "none":
+        return raw
+    before = raw.get("uncalibrated", raw["probabilities"])
+    return {**raw, "probabilities": calibration.apply(before).astype(np.float32), "uncalibrated": before}
 
 
 def coverage_curve(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool = False,

@@ -197,7 +197,8 @@ def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], mu
                       thresholds: list[float] | None = None) -> None:
     """One JSON line per document (for error analysis): its id (the dataset's `id` column, else the row index), label
     and prediction as indices and as names (label_name, predicted_label; lists of names for multi-label, predicted
-    at `thresholds`, 0.5 by default), probabilities, length, unit weights."""
+    at `thresholds`, 0.5 by default), probabilities (and, for a calibrated model, those before its calibration),
+    length, unit weights."""
     n_tokens = list(dataset["n_tokens"])
     ids = list(dataset["id"]) if "id" in dataset.column_names else range(len(dataset))
     predicted = (multi_label_predictions(raw["probabilities"], thresholds) if multi_label
@@ -213,7 +214,8 @@ def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], mu
             index=i, id=ids[i], n_tokens=int(n_tokens[i]), label=label.tolist(), label_name=label_name,
             probabilities=[float(p) for p in probs], predicted=guess.tolist() if multi_label else int(guess),
             predicted_label=predicted_label,
-            unit_weights=raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None))
+            unit_weights=raw["unit_weights"][i] if i < len(raw["unit_weights"]) else None,
+            uncalibrated=[float(p) for p in raw["uncalibrated"][i]] if "uncalibrated" in raw else None))
     write_prediction_rows(path, rows)
 
 

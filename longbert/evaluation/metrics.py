@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
 from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+from longbert.evaluation.calibration import calibration_section
 
 # The numbers a validation entry of the training history keeps.
 HISTORY_METRICS = ("accuracy", "exact_match", "micro_f1", "macro_f1", "hamming_loss", "loss")
@@ -17,11 +18,14 @@ LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SE
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],
-                    multi_label: bool, thresholds: list[float] | None = None) -> dict:
+                    multi_label: bool, thresholds: list[float] | None = None,
+                    uncalibrated: np.ndarray | None = None) -> dict:
     """labels (D,) ints or (D, C) multi-hot; probabilities (D, C) -> metrics dict (plain JSON types).
     Single-label: accuracy, macro_f1. Multi-label (a label is predicted when its probability reaches its threshold,
     0.5 unless `thresholds` (C,) says otherwise): exact_match (every label right), micro_f1, macro_f1, hamming_loss.
-    by_length holds the headline metric (accuracy, or exact_match) per length bucket."""
+    by_length holds the headline metric (accuracy, or exact_match) per length bucket; calibration, how far the
+    probabilities can be trusted (`calibration_section`; with `uncalibrated`, the probabilities before a calibrated
+    model's calibration, the same numbers for them)."""
     classes = list(range(len(label_names)))
     truth = labels.astype(int)
     if multi_label:
@@ -66,6 +70,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
         },
         "confusion_matrix": matrix,
         "by_length": by_length,
+        "calibration": calibration_section(probabilities, truth, n_tokens, multi_label, uncalibrated),
     })
     return metrics
 

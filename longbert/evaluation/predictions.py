@@ -24,7 +24,7 @@ class PredictionRow:
     """One document's prediction. `label` and `predicted` are class indices (single-label) or multi-hot lists
     (multi-label); `probabilities` one per class. The rest is for people and error analysis: `id` (the dataset's id
     column, else the row index), the labels as names, and the pooler's unit weights (None where a row has none:
-    TF-IDF's, an ensemble's)."""
+    TF-IDF's, an ensemble's), and for a calibrated model the probabilities before calibration (`uncalibrated`)."""
 
     index: int
     n_tokens: int
@@ -35,6 +35,13 @@ class PredictionRow:
     label_name: str | list[str] | None = None
     predicted_label: str | list[str] | None = None
     unit_weights: list[float] | None = None
+    uncalibrated: list[float] | None = None  # the probabilities before the model's calibration, where it has one
+
+    @property
+    def combined_probabilities(self) -> list[float]:
+        """What ensembles and hybrids combine: the probabilities before calibration (the combination is calibrated
+        as a whole), which are `probabilities` for a row of a model without one."""
+        return self.probabilities if self.uncalibrated is None else self.uncalibrated
 
     @property
     def right(self) -> bool:
@@ -46,6 +53,8 @@ class PredictionRow:
         lacks left out."""
         row = dataclasses.asdict(self)
         row["probabilities"] = [round(float(p), PROBABILITY_DIGITS) for p in self.probabilities]
+        if self.uncalibrated is not None:
+            row["uncalibrated"] = [round(float(p), PROBABILITY_DIGITS) for p in self.uncalibrated]
         return {k: v for k, v in row.items() if v is not None or k not in OPTIONAL}
 
     @classmethod

@@ -66,8 +66,9 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
                     cached: list[dict] | None = None, precision: str = "auto", memory: bool = True) -> dict:
     """Run `model` over a tokenized split (or its cached unit vectors, see `split_loader`) at `precision` (see
     `longbert.utils.hardware.INFERENCE_PRECISIONS`; training's evaluations pass an accelerator and run under its
-    autocast instead). Returns probabilities (D, C), labels, per-document unit weights, and the inference speed and
-    peak memory of the pass (on the CPU, None with `memory=False`: see `measure`)."""
+    autocast instead). Returns probabilities (D, C) (what the model answers; a calibrated model's `uncalibrated` (D, C)
+    too), labels, per-document unit weights, and the inference speed and peak memory of the pass (on the CPU, None
+    with `memory=False`: see `measure`)."""
     if precision != "auto":
         model = _unwrapped(model).for_precision(precision)
     # Longest documents first, as `predict` batches them: a batch pads little, and its windows fill large passes (in
@@ -79,19 +80,24 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
         loader = accelerator.prepare(loader)
     was_training = model.training
     model.eval()
-    probabilities, labels, weights = [], [], []
+    probabilities, uncalibrated, labels, weights = [], [], [], []
     device = next(model.parameters()).device
     autocast = accelerator.autocast() if accelerator is not None else autocast_for(model, precision)
+    calibrated = _unwrapped(model).settings.temperatures is not None
     with measure(device, memory) as cost, autocast:
         for batch in progress(loader, description):
             out = model(**model_inputs(batch, device))
             p = out.unit_weights
-            probs = _unwrapped(model).probabilities(out.logits)
+            # What the model answers, and for a calibrated model what its logits give before calibration.
+            probs = torch.stack([_unwrapped(model).probabilities(out.logits, calibrated=c)
+                                 for c in ((True, False) if calibrated else (True,))])  # (1 or 2, B, C)
+            batch_labels = batch["labels"]
             if accelerator is not None:
-                probs, batch_labels = accelerator.gather_for_metrics((probs, batch["labels"]))
-            else:
-                batch_labels = batch["labels"]
-            probabilities.append(probs.float().cpu())
+                probs, batch_labels = accelerator.gather_for_metrics((probs.transpose(0, 1), batch_labels))
+                probs = probs.transpose(0, 1)
+            probabilities.append(probs[0].float().cpu())
+            if calibrated:
+                uncalibrated.append(probs[1].float().cpu())
             labels.append(batch_labels.cpu())
             if accelerator is None or accelerator.num_processes == 1:
                 p, present = (None, None) if p is None else (p.float().cpu(), out.unit_mask.cpu())  # one copy a batch
@@ -101,6 +107,7 @@ def predict_dataset(model, dataset, batch_size: int, accelerator=None, descripti
     inverse = np.argsort(order)  # position in reading order of each document of the split
     return {
         "probabilities": torch.cat(probabilities).numpy()[inverse],
+        **({"uncalibrated": torch.cat(uncalibrated).numpy()[inverse]} if calibrated else {}),
         "labels": torch.cat(labels).numpy()[inverse],
         "unit_weights": [weights[i] for i in inverse] if weights else weights,
         "speed": {
@@ -139,6 +146,7 @@ def predict_across_processes(model, dataset, batch_size: int, process, descripti
     peaks = [p["speed"]["peak_memory_mb"] for p in parts if p["speed"]["peak_memory_mb"] is not None]
     return {
         "probabilities": np.concatenate([p["probabilities"] for p in parts]),
+        **({"uncalibrated": np.concatenate([p["uncalibrated"] for p in parts])} if "uncalibrated" in parts[0] else {}),
         "labels": np.concatenate([p["labels"] for p in parts]),
         "unit_weights": [w for p in parts for w in p["unit_weights"]],
         "speed": {
@@ -165,6 +173,7 @@ def evaluate_split(model, dataset, batch_size: int, accelerator=None, descriptio
         raw = predict_dataset(model, dataset, batch_size, accelerator, description, cached, precision, memory)
     core = _unwrapped(model)
     metrics = compute_metrics(raw["labels"], raw["probabilities"], list(dataset["n_tokens"]), core.label_names,
-                              core.multi_label, core.thresholds if core.multi_label else None)
+                              core.multi_label, core.thresholds if core.multi_label else None,
+                              uncalibrated=raw.get("uncalibrated"))
     metrics["speed"] = raw["speed"]
     return metrics, raw

@@ -37,7 +37,7 @@ from longbert.modeling.folder import (
     wrap_lora,
 )
 from longbert.modeling.int8 import Int8Model
-from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
+from longbert.modeling.reading import ReadsTexts, answered_probabilities, check_texts, read_in_batches
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import Pooled, SpecialTokens, Units, lora_modules_to_save
 from longbert.strategies.registry import build_strategy
@@ -188,8 +188,22 @@ class LongDocumentClassifier(ReadsTexts, nn.Module):
         """The multi-label decision threshold of each label (0.5 unless tuned or set)."""
         return self.settings.thresholds or [0.5] * len(self.label_names)
 
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(logits.float()) if self.multi_label else logits.float().softmax(-1)
+    def probabilities(self, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
+        """(B, C) logits -> what the model answers: class probabilities, calibrated by the temperatures fitted on
+        validation when the model has them (`calibrated=False`: as the logits give them)."""
+        return answered_probabilities(self.settings, logits, calibrated)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the model's probabilities are calibrated (it holds temperatures fitted on validation)."""
+        return self.settings.temperatures is not None
+
+    def without_calibration(self) -> LongDocumentClassifier:
+        """This model, its calibration taken off (in place; returned): it answers the probabilities its logits give,
+        with multi-label thresholds moved to make the same decisions (`ModelSettings.without_calibration`)."""
+        self.settings = self.settings.without_calibration()
+        self.__dict__.pop("_int8_model", None)  # an int8 copy made before holds the calibrated settings
+        return self
 
     def tokenize(self, texts: list[str]) -> tuple[list[torch.Tensor], list[int]]:
         """Texts -> ((T,) content-id tensors cut at max_document_tokens, full lengths with [CLS]/[SEP])."""

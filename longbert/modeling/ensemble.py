@@ -70,14 +70,17 @@ class Ensemble(nn.Module):
     def members(self, first: LongDocumentClassifier) -> list[LongDocumentClassifier]:
         return [first, *self.others]
 
-    def others_probabilities(self, documents: list[torch.Tensor], device) -> list[torch.Tensor]:
-        """Each other member's (B, C) probabilities of `documents`, on `device`."""
-        return [member.probabilities(member(documents).logits).to(device) for member in self.others]
+    def others_probabilities(self, documents: list[torch.Tensor], device,
+                             calibrated: bool = True) -> list[torch.Tensor]:
+        """Each other member's (B, C) probabilities of `documents`, on `device` (`calibrated`: as the member answers
+        alone, with its own calibration; else as its logits give them)."""
+        return [member.probabilities(member(documents).logits, calibrated).to(device) for member in self.others]
 
     def mean_probabilities(self, first_logits: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
         """(B, C): the mean of the holding model's probabilities (from its logits) and every other member's on the
-        same documents."""
-        probabilities = [first_logits.float().softmax(-1), *self.others_probabilities(documents, first_logits.device)]
+        same documents, each uncalibrated: the ensemble's own calibration is fitted over this mean."""
+        probabilities = [first_logits.float().softmax(-1),
+                         *self.others_probabilities(documents, first_logits.device, calibrated=False)]
         return torch.stack(probabilities).mean(0)
 
     def logits(self, first_logits: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
@@ -99,10 +102,11 @@ def alone(model: LongDocumentClassifier) -> Iterator[LongDocumentClassifier]:
 
 def member_probabilities(model: LongDocumentClassifier, documents: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each member's own (B, C) probabilities of `documents`, the holding model's first: what explain reads to say
-    which member was surest."""
-    others = model.ensemble.others_probabilities(documents, documents[0].device)
+    which member was surest. Uncalibrated, as the ensemble averages them: the folder keeps the ensemble's calibration,
+    not each member's."""
+    others = model.ensemble.others_probabilities(documents, documents[0].device, calibrated=False)
     with alone(model):
-        return [model.probabilities(model(documents).logits), *others]
+        return [model.probabilities(model(documents).logits, calibrated=False), *others]
 
 
 def check_members(models: list[LongDocumentClassifier], names: list[str]) -> None:

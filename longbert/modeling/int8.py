@@ -138,8 +138,8 @@ class Int8Model(ReadsTexts, nn.Module):
         """The quantized copy's units (B, N, H): a document vector has no close call to read again."""
         return self.quantized.encode(documents)
 
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        return self.quantized.probabilities(logits)
+    def probabilities(self, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
+        return self.quantized.probabilities(logits, calibrated)
 
     def for_precision(self, precision: str, recheck_gap: float | None = None) -> Int8Model:
         """This wrapper, at any precision (it is its own int8 model); `recheck_gap`, when given, becomes its gap."""

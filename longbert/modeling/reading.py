@@ -96,6 +96,16 @@ def batch_probabilities(model, documents: list[torch.Tensor]) -> torch.Tensor:
     return model.probabilities(model(documents).logits)
 
 
+def answered_probabilities(settings: ModelSettings, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
+    """(B, C) logits -> the (B, C) probabilities a model with these settings answers: softmax (single-label) or one
+    sigmoid per label, of the logits divided by the settings' calibration temperatures when it has them (and
+    `calibrated`). The one place where logits become probabilities, for every way of running a model."""
+    logits = logits.float()
+    if calibrated and settings.temperatures is not None:
+        logits = logits / logits.new_tensor(settings.temperatures)
+    return torch.sigmoid(logits) if is_multi_label(settings.problem_type) else logits.softmax(-1)
+
+
 def batch_vectors(model, documents: list[torch.Tensor]) -> torch.Tensor:
     """(B, H) float32: what `embed` reads of a batch (each document's pooled vector), with the model that runs."""
     return model.strategy.pool(model.encode(documents)).vector.float()

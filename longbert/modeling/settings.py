@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from longbert.config import (
     LoraConfig,
     ProblemType,
     build,
+    is_multi_label,
 )
 from longbert.errors import LongbertError
 from longbert.strategies.base import REGISTRY, PassBudget
@@ -53,7 +55,12 @@ class ModelSettings(FinetuneChoice):
     label_names: list[str] = option([], "class names in index order")
     thresholds: list[float] | None = option(None, "multi-label decision threshold per label (tuned on validation or "
                                                   "set by the recipe); null, or absent from the file (as before it "
-                                                  "existed): 0.5")
+                                                  "existed): 0.5. With `temperatures`, they apply to the calibrated "
+                                                  "probabilities")
+    temperatures: list[float] | None = option(None, "calibration: the logits are divided by this temperature (one; "
+                                                    "multi-label: one per label) before softmax or sigmoid, fitted "
+                                                    "on validation (longbert.evaluation.calibration); null, or "
+                                                    "absent from the file (as before it existed): none")
 
     @classmethod
     def from_recipe(cls, recipe, label_names: list[str]) -> ModelSettings:
@@ -91,12 +98,30 @@ class ModelSettings(FinetuneChoice):
         if self.thresholds is not None and (len(self.thresholds) != len(self.label_names)
                                             or not all(0 < t < 1 for t in self.thresholds)):
             out.append(f"thresholds must hold one number in (0, 1) per label, got {self.thresholds}")
+        wanted = len(self.label_names) if is_multi_label(self.problem_type) else 1
+        if self.temperatures is not None and (len(self.temperatures) != wanted or not all(
+                math.isfinite(t) and t > 0 for t in self.temperatures)):
+            out.append(f"temperatures must hold {wanted} finite number(s) above 0 (one"
+                       f"{' per label' if wanted > 1 else ''}), got {self.temperatures}")
         return out
+
+    def without_calibration(self) -> ModelSettings:
+        """These settings with the calibration taken off: no temperatures, and multi-label thresholds moved to where
+        they make the same decisions on the uncalibrated probabilities (a temperature keeps the order of a label's
+        probabilities, so threshold t on calibrated ones is sigmoid(T * logit(t)) on uncalibrated ones)."""
+        if self.temperatures is None:
+            return copy.deepcopy(self)
+        thresholds = self.thresholds
+        if thresholds is not None:
+            thresholds = [1 / (1 + math.exp(-t_label * math.log(t / (1 - t))))
+                          for t, t_label in zip(thresholds, self.temperatures)]
+        return dataclasses.replace(copy.deepcopy(self), temperatures=None, thresholds=thresholds)
 
     def to_dict(self) -> dict:
         raw = dataclasses.asdict(self)
-        if raw["thresholds"] is None:  # format 1 files from before thresholds existed hold none: they mean 0.5
-            del raw["thresholds"]
+        for key in ("thresholds", "temperatures"):  # format 1 files from before these existed hold none
+            if raw[key] is None:
+                del raw[key]
         return raw
 
     @classmethod

@@ -168,7 +168,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         if tracker is not None:
             accelerator.end_training()
 
-    core, validation_raw = restore_kept_model(recipe, model, best, corpus, cached, accelerator)
+    core, validation_raw, calibration = restore_kept_model(recipe, model, best, corpus, cached, accelerator)
     # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
     validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
     core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation,
@@ -176,6 +176,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     if accelerator.is_main_process:
         core.save_pretrained(run_dir / BEST)
     record = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
+    record.calibration = None if calibration is None else calibration.to_dict()
     test_and_write_results(recipe, run_dir, core, corpus, record, validation_raw, accelerator)
     return TrainResult.from_run(run_dir, record)
 

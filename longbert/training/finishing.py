@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from longbert.config import Recipe, is_multi_label
+from longbert.evaluation.calibration import Calibration, calibrated_raw, fit_calibration
 from longbert.evaluation.command import metrics_markdown, write_predictions
 from longbert.evaluation.metrics import tune_thresholds
 from longbert.evaluation.split_pass import evaluate_split
@@ -27,17 +28,24 @@ log = main_process_logger(__name__)  # on the main process only
 def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator) -> tuple:
     """The kept model: its weights back into the model in memory (token ids, in every mode: the test measures the
     whole model; no autocast wrapper from training is left on), and its validation predictions, made once: multi-label
-    thresholds are tuned on them, and compare chooses its ensembles on them (never on the test split). Returns the
-    unwrapped model and those predictions (None without a validation split)."""
+    thresholds are tuned on them, its calibration is fitted on them, and compare chooses its ensembles on them (never
+    on the test split). Returns the unwrapped model, those predictions as the calibrated model answers them (None
+    without a validation split) and the calibration (None without one)."""
     accelerator.wait_for_everyone()
     core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     if best is not None:
         load_trainable_weights(core, best, "the kept weights")
+    core.settings.temperatures = None  # fitted below for these weights (a model given to train may hold one)
     validation_raw = None
     if "validation" in corpus.splits:
         _, validation_raw = evaluate_split(core, corpus.splits["validation"], recipe.eval.batch_size,
                                            description="validation", cached=cached["validation"] if cached else None,
                                            process=accelerator.state, memory=False)
+    calibration = None
+    if validation_raw is not None:
+        # The kept model's calibration, fitted on its validation predictions (thresholds are then tuned on the
+        # calibrated ones: those it answers); saved with it.
+        validation_raw, calibration = calibrate_kept_model(core, validation_raw, recipe.model.calibration)
     threshold = recipe.model.multi_label_threshold
     if is_multi_label(recipe.model.problem_type) and isinstance(threshold, str):
         # The kept model's decision thresholds, tuned on its validation predictions; saved with it.
@@ -45,7 +53,20 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
                                                    threshold == "tune_per_label")
         log.info("multi-label thresholds tuned on validation: " + ", ".join(
             f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
-    return core, validation_raw
+    return core, validation_raw, calibration
+
+
+def calibrate_kept_model(core, validation_raw: dict, choice: str) -> tuple[dict, Calibration]:
+    """Fit the kept model's calibration on its validation predictions (`fit_calibration`, `choice` as the recipe's
+    model.calibration says), set it on the model, and return the validation predictions as the calibrated model
+    answers them, with the calibration."""
+    calibration = fit_calibration(validation_raw["probabilities"], validation_raw["labels"], core.multi_label,
+                                  choice=choice)
+    core.settings.temperatures = None if calibration.method == "none" else list(calibration.temperatures)
+    if calibration.method != "none":
+        log.info("calibration fitted on validation: temperature " + ", ".join(
+            f"{t:.3f}" for t in calibration.temperatures))
+    return calibrated_raw(calibration, validation_raw), calibration
 
 
 def run_metrics(recipe: Recipe, core, corpus, state: LoopState, command: str | None, started_from, precision: str,

@@ -45,6 +45,7 @@ class RunMetrics:
     train_log: list[dict]
     validation_history: list[dict]
     thresholds: list[float] | None = None  # multi-label: the kept model's decision thresholds
+    calibration: dict | None = None  # the kept model's calibration, fitted on validation (Calibration.to_dict)
     test: dict | None = None  # the kept model on the test split, when the data has one
 
     def to_dict(self) -> dict:
@@ -64,7 +65,8 @@ class RunMetrics:
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunMetrics))
 REQUIRED = tuple(f.name for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING)
-ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_stage", "thresholds", "test")
+ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_stage", "thresholds", "calibration",
+                    "test")
 
 
 @dataclass(frozen=True)
