@@ -30,9 +30,10 @@ import numpy as np
 from longbert.comparison.report_numbers import test_summary
 from longbert.ensembles.choice import (
     EXHAUSTIVE_UP_TO,
+    average_calibration,
     averaged,
+    averaged_rows,
     choose_members,
-    ensemble_rows,
     read_validation,
     score,
     score_rows,
@@ -47,9 +48,12 @@ from longbert.utils.folders import HYBRID, RunFolder
 ENSEMBLE = "ensemble"  # the ensemble row's name in reports, and its folder's beside the runs
 
 
-def scored_average(test: dict, members: tuple, label_names: list[str]) -> tuple[list[PredictionRow], dict]:
-    """(the members' averaged test rows, their test metrics), for a row that averages runs' probabilities."""
-    rows = ensemble_rows(test, members)
+def scored_average(test: dict, members: tuple, label_names: list[str],
+                   validation: dict | None = None) -> tuple[list[PredictionRow], dict]:
+    """(the members' averaged test rows, their test metrics), for a row that averages runs' probabilities: calibrated
+    as the ensemble folder of the same members answers, by a calibration fitted on their `validation` rows (none
+    without them)."""
+    rows = averaged_rows(test, members, label_names, average_calibration(validation, members))
     return rows, scored(rows, label_names)
 
 
@@ -68,7 +72,7 @@ def build_ensemble(run_dirs: dict[str, Path], test: dict[str, list[dict]], metri
     if validation is None:
         return None, None, why
     members, validation_score, candidates = choose_members(validation, metric, strategy_of)
-    rows, metrics = scored_average(test, members, label_names)
+    rows, metrics = scored_average(test, members, label_names, validation)
     how = f"validation {metric}" + (", by forward selection," if len(run_dirs) > EXHAUSTIVE_UP_TO else "")
     summary = {"name": ENSEMBLE, "members": list(members), "chosen_by": how,
                "validation": validation_score, "groups_scored": candidates, "metrics": metrics}
@@ -105,11 +109,13 @@ def seeds_name(strategy: str, seeds: int) -> str:
 
 
 def build_seed_ensembles(test: dict[str, dict[int, list[PredictionRow]]], multi_label: bool, label_names: list[str],
-                         long_tokens: int) -> tuple[list[dict], dict[str, list[PredictionRow]], str | None]:
+                         long_tokens: int, validation: dict[str, dict[int, list[PredictionRow] | None]] | None = None
+                         ) -> tuple[list[dict], dict[str, list[PredictionRow]], str | None]:
     """([one summary per strategy], {row name: its test rows}, None), or ([], {}, why there are none), from each
     strategy's test rows by seed (`test[strategy][seed]`, every seed's rows in the same document order). A summary
     holds the seeds, each seed's accuracy, macro-F1 and accuracy on the documents over `long_tokens`, their mean and
-    sample standard deviation, and the metrics of the averaged probabilities."""
+    sample standard deviation, and the metrics of the averaged probabilities (calibrated on the seeds' `validation`
+    rows, by strategy and seed, where every seed kept them)."""
     if multi_label:
         return [], {}, "no seed-ensemble rows: averaged multi-label probabilities would need thresholds of their own"
     summaries, rows_by_name = [], {}
@@ -121,7 +127,7 @@ def build_seed_ensembles(test: dict[str, dict[int, list[PredictionRow]]], multi_
             per_seed[seed] = {"accuracy": summary["accuracy"], "macro_f1": summary["macro_f1"],
                               "long_accuracy": summary["long"]["accuracy"]}
         name = seeds_name(strategy, len(seeds))
-        rows, metrics = scored_average(by_seed, tuple(seeds), label_names)
+        rows, metrics = scored_average(by_seed, tuple(seeds), label_names, (validation or {}).get(strategy))
         spread = {key: spread_of([per_seed[k][key] for k in seeds]) for key in ("accuracy", "macro_f1",
                                                                                 "long_accuracy")}
         summaries.append({"name": name, "strategy": strategy, "members": [f"seed {k}" for k in seeds],

@@ -80,7 +80,7 @@ from longbert.comparison.strategy_training import StrategyRun, run_strategy
 from longbert.config import is_multi_label
 from longbert.data.documents import load_corpus
 from longbert.data.objects import recipe_for_data_object
-from longbert.ensembles.choice import selection_metric
+from longbert.ensembles.choice import read_validation, selection_metric
 from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.inference.attribution import build_examples, decisive_units, select_examples
 from longbert.modeling.backbone import load_tokenizer
@@ -297,7 +297,10 @@ class Comparison:
                 combined.append(summary)
                 combined_test[summary["name"]] = rows
         if self.seeds > 1:  # each strategy's seeds averaged: a row per strategy
-            summaries, rows, note = build_seed_ensembles(seed_test, self.multi_label, label_names, self.long_tokens)
+            seed_validation = {s: {k: read_validation(Path(r.output_dir)) for k, r in self.by_seed[s].items()}
+                               for s in self.names}
+            summaries, rows, note = build_seed_ensembles(seed_test, self.multi_label, label_names, self.long_tokens,
+                                                         seed_validation)
             combined += summaries
             combined_test.update(rows)
             combined_notes.append(note)

@@ -8,12 +8,14 @@ Single-label only: averaged multi-label probabilities would need thresholds of t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import f1_score
 
+from longbert.evaluation.calibration import Calibration, fit_calibration
 from longbert.evaluation.metrics import compute_metrics
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 from longbert.utils.folders import predictions_file
@@ -68,8 +70,37 @@ def score_rows(rows: list[PredictionRow], metric: str) -> float:
 
 
 def averaged(rows_by_member: dict[str, list[PredictionRow]], members: tuple[str, ...]) -> np.ndarray:
-    """(D, C) mean of the members' probabilities, document by document."""
-    return np.mean([[r.probabilities for r in rows_by_member[m]] for m in members], axis=0)
+    """(D, C) mean of the members' probabilities before their own calibration, document by document (the ensemble's
+    calibration is fitted over this mean: `average_calibration`)."""
+    return np.mean([[r.combined_probabilities for r in rows_by_member[m]] for m in members], axis=0)
+
+
+def average_calibration(validation: dict[str, list[PredictionRow]] | None, members: tuple[str, ...],
+                        choice: str = "auto") -> Calibration | None:
+    """The calibration of the members' mean probabilities, fitted on their validation rows (`fit_calibration`:
+    temperature scaling, kept where it lowers held-out NLL); None without validation rows."""
+    if validation is None or any(validation.get(m) is None for m in members):
+        return None
+    labels = np.array([r.label for r in validation[members[0]]])
+    return fit_calibration(averaged(validation, members), labels, multi_label=False, choice=choice)
+
+
+def averaged_rows(rows_by_member: dict[str, list[PredictionRow]], members: tuple[str, ...],
+                  label_names: list[str] | None = None, calibration: Calibration | None = None) -> list[PredictionRow]:
+    """The rows of the members' averaged probabilities, in a run's predictions-<split>.jsonl form, for the first
+    member's documents (their ids and labels kept); with a `calibration`, the mean calibrated as the ensemble answers,
+    the mean itself kept as `uncalibrated`."""
+    mean = averaged(rows_by_member, members)  # (D, C)
+    calibrated = calibration is not None and calibration.method != "none"
+    answered = calibration.apply(mean) if calibrated else mean
+    out = []
+    for row, p, before in zip(rows_by_member[members[0]], answered, mean):
+        predicted = int(np.argmax(p))
+        out.append(dataclasses.replace(
+            row, probabilities=[float(q) for q in p], predicted=predicted, unit_weights=None,
+            predicted_label=label_names[predicted] if label_names else None,
+            uncalibrated=[float(q) for q in before] if calibrated else None))
+    return out
 
 
 EXHAUSTIVE_UP_TO = 10  # runs: every group of two or more is scored (1,013 groups at 10); past it, forward selection
@@ -126,15 +157,9 @@ def _best_group(validation: dict[str, list[PredictionRow]], groups: list[tuple[s
 
 
 def scored(rows: list[PredictionRow], label_names: list[str]) -> dict:
-    """The test metrics (`compute_metrics`) of single-label prediction rows."""
+    """The test metrics (`compute_metrics`) of single-label prediction rows (with their calibration before and after,
+    where the rows keep their uncalibrated probabilities)."""
+    before = [r.uncalibrated for r in rows]
     return compute_metrics(np.array([r.label for r in rows]), np.array([r.probabilities for r in rows]),
-                           [r.n_tokens for r in rows], label_names, False)
-
-
-def ensemble_rows(test: dict[str, list[PredictionRow]], members: tuple[str, ...]) -> list[PredictionRow]:
-    """The ensemble's test prediction rows: the members' averaged probabilities, for the first member's documents."""
-    probabilities = averaged(test, members)
-    first = test[members[0]]
-    return [PredictionRow(index=r.index, n_tokens=r.n_tokens, label=r.label,
-                          probabilities=[float(p) for p in probs], predicted=int(probs.argmax()))
-            for r, probs in zip(first, probabilities)]
+                           [r.n_tokens for r in rows], label_names, False,
+                           uncalibrated=None if any(b is None for b in before) else np.array(before))

@@ -18,12 +18,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
-
 from longbert.config import load_recipe
 from longbert.ensembles.choice import (
     VALIDATION_FILE,
-    averaged,
+    average_calibration,
+    averaged_rows,
     choose_members,
     read_kept,
     read_validation,
@@ -32,6 +31,7 @@ from longbert.ensembles.choice import (
     selection_metric,
 )
 from longbert.errors import LongbertError
+from longbert.evaluation.calibration import Calibration
 from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
@@ -64,16 +64,23 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         validation, missing = _validation_rows(runs, names, use_all)
         chosen, chosen_by = _members(names, validation, metric, use_all, chosen_by)
         members = [LongDocumentClassifier.from_pretrained(RunFolder(runs[names.index(m)]).best) for m in chosen]
-        rows = {"validation": None if missing else averaged_rows(validation, chosen, members[0].label_names)}
+        # The mean of the members' probabilities, calibrated as a whole on validation (never test); the first
+        # member's own calibration, which the folder's settings held, gives way to the ensemble's.
+        calibration = None if missing else average_calibration(validation, chosen, recipe.model.calibration)
+        members[0].settings.temperatures = (None if calibration is None or calibration.method == "none"
+                                            else list(calibration.temperatures))
+        label_names = members[0].label_names
+        rows = {"validation": None if missing else averaged_rows(validation, chosen, label_names, calibration)}
         scores = None if missing else {**{m: score_rows(validation[m], metric) for m in chosen},
                                        "ensemble": score_rows(rows["validation"], metric)}
         facts = EnsembleFacts(members=list(chosen), chosen_by=chosen_by, metric=metric, validation=scores)
         model = assemble_ensemble(members, facts)
-        test_rows = _test_rows(runs, names, chosen, model.label_names)
+        test_rows = _test_rows(runs, names, chosen, model.label_names, calibration)
         if test_rows is not None:
             rows["test"] = test_rows
         summary = {"members": {m: str(runs[names.index(m)]) for m in chosen}, "chosen_by": chosen_by,
-                   "metric": metric, "validation": scores, "test": None}
+                   "metric": metric, "validation": scores,
+                   "calibration": None if calibration is None else calibration.to_dict(), "test": None}
         if rows.get("test") is not None:
             summary["test"] = scored(rows["test"], model.label_names)
         if model.training_facts is not None:  # the card's results are the ensemble's, not its first member's
@@ -120,12 +127,14 @@ def _members(names: list[str], validation: dict, metric: str, use_all: bool,
                                  f"validation {metric} among {groups} groups of 2 or more of {len(names)} runs")
 
 
-def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str]) -> list[PredictionRow] | None:
-    """The ensemble's test rows, when every member kept its test predictions (of the same documents); else None."""
+def _test_rows(runs: list[Path], names: list[str], chosen: tuple, label_names: list[str],
+               calibration: Calibration | None) -> list[PredictionRow] | None:
+    """The ensemble's test rows (calibrated as its validation), when every member kept its test predictions (of the
+    same documents); else None."""
     test = {m: read_kept(runs[names.index(m)], predictions_file("test")) for m in chosen}
     if all(r is not None for r in test.values()):
         same_documents(test, "test")
-        return averaged_rows(test, chosen, label_names)
+        return averaged_rows(test, chosen, label_names, calibration)
     return None
 
 
@@ -185,15 +194,3 @@ def same_documents(rows: dict[str, list[PredictionRow]], split: str) -> None:
         if [(r.index, r.label) for r in rows[name]] != first:
             raise LongbertError(f"{name}'s {split} predictions are not of the documents {names[0]}'s are: members "
                                 "of an ensemble are runs on the same data")
-
-
-def averaged_rows(rows: dict[str, list[PredictionRow]], members: tuple[str, ...],
-                  label_names: list[str]) -> list[PredictionRow]:
-    """The ensemble's prediction rows, in a run's predictions-<split>.jsonl form, from its members' rows."""
-    probabilities = averaged(rows, members)  # (D, C)
-    out = []
-    for row, p in zip(rows[members[0]], probabilities):
-        predicted = int(np.argmax(p))
-        out.append(dataclasses.replace(row, probabilities=[float(q) for q in p], predicted=predicted,
-                                       predicted_label=label_names[predicted], unit_weights=None))
-    return out

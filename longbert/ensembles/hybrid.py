@@ -21,6 +21,7 @@ import torch
 from longbert.config import load_recipe
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
+from longbert.evaluation.calibration import calibrated_raw, fit_calibration
 from longbert.evaluation.command import write_predictions
 from longbert.evaluation.metrics import compute_metrics
 from longbert.evaluation.predictions import read_prediction_rows
@@ -62,9 +63,17 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         summary = {"base": str(run_dir), "mix": lexical.mix, **lexical.facts}
         roles = ["validation"] + (["test"] if tested and "test" in splits else [])
         raws = _mixed_predictions(run_dir, lexical, splits, documents, neural, roles)
+        # The mixed probabilities calibrated as a whole on validation (never test); the neural half's own
+        # calibration, which the folder's settings held, gives way to the hybrid's.
+        calibration = fit_calibration(raws["validation"]["probabilities"], raws["validation"]["labels"], False,
+                                      choice=recipe.model.calibration)
+        model.settings.temperatures = None if calibration.method == "none" else list(calibration.temperatures)
+        raws = {role: calibrated_raw(calibration, raw) for role, raw in raws.items()}
+        summary["calibration"] = calibration.to_dict()
         if "test" in raws:
             summary["test"] = compute_metrics(raws["test"]["labels"], raws["test"]["probabilities"],
-                                              list(splits["test"]["n_tokens"]), model.label_names, False)
+                                              list(splits["test"]["n_tokens"]), model.label_names, False,
+                                              uncalibrated=raws["test"].get("uncalibrated"))
         if model.training_facts is not None:  # the card's results are the hybrid's, not the run's neural model's
             model.training_facts.test = summary.get("test")
         _write_hybrid(output, model, splits, raws, summary, recipe_file)
@@ -114,8 +123,8 @@ def _fit_lexical_half(run_dir: Path, model, splits: dict, batch_size: int) -> tu
     documents = {s: [_ids(d) for d in splits[s]["input_ids"]] for s in splits}
     neural = {"validation": _neural(RunFolder(run_dir).predictions("validation"), len(documents["validation"]))}
     if neural["validation"] is None:  # a run trained before validation predictions were kept
-        neural["validation"] = predict_dataset(model, splits["validation"], batch_size,
-                                               description="validation")["probabilities"]
+        raw = predict_dataset(model, splits["validation"], batch_size, description="validation")
+        neural["validation"] = raw.get("uncalibrated", raw["probabilities"])
     n_classes = len(model.label_names)
     lexical = fit_lexical(documents["train"], splits["train"]["labels"], documents["validation"],
                           splits["validation"]["labels"], neural["validation"], n_classes,
@@ -170,11 +179,12 @@ def _ids(row):
 
 
 def _neural(path: Path, documents: int) -> np.ndarray | None:
-    """(D, C) probabilities from a run's predictions-<split>.jsonl, in split order; None when the file is absent."""
+    """(D, C) probabilities before calibration from a run's predictions-<split>.jsonl (what a hybrid mixes), in split
+    order; None when the file is absent."""
     if not path.is_file():
         return None
     rows = sorted(read_prediction_rows(path), key=lambda r: r.index)
     if len(rows) != documents:
         raise LongbertError(f"{path} has {len(rows)} rows but the split has {documents} documents: the run's data "
                             "has changed since it was trained")
-    return np.array([r.probabilities for r in rows], dtype=np.float64)
+    return np.array([r.combined_probabilities for r in rows], dtype=np.float64)

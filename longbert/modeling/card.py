@@ -224,9 +224,14 @@ def describe_finetune(settings: ModelSettings) -> str:
 def describe_task(settings: ModelSettings) -> str:
     if is_multi_label(settings.problem_type):
         thresholds = settings.thresholds or [0.5] * len(settings.label_names)
-        return ("multi-label: each label is given when its probability reaches its threshold ("
+        task = ("multi-label: each label is given when its probability reaches its threshold ("
                 + ", ".join(f"{n} {t:.2f}" for n, t in zip(settings.label_names, thresholds)) + ")")
-    return "single-label: one label per document"
+    else:
+        task = "single-label: one label per document"
+    if settings.temperatures is None:
+        return task
+    return (task + "; probabilities calibrated on validation (the logits divided by temperature "
+            + ", ".join(f"{t:.2f}" for t in settings.temperatures) + ")")
 
 
 def usage() -> list[str]:

@@ -4,11 +4,15 @@ probabilities."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from helpers import ENSEMBLE_LABELS, ensemble_validation, prediction_rows
 from longbert.ensembles import choice
-from longbert.ensembles.choice import choose_members, ensemble_rows
+from longbert.ensembles.choice import average_calibration, averaged_rows, choose_members
+from longbert.evaluation.calibration import Calibration
 
 rows = prediction_rows
 LABELS = ENSEMBLE_LABELS
@@ -49,6 +53,31 @@ def test_past_the_exhaustive_limit_forward_selection_grows_the_best_pair(monkeyp
 
 def test_the_test_rows_average_the_members_probabilities():
     test = {"a": rows([0, 1], [[0.8, 0.2], [0.3, 0.7]]), "b": rows([0, 1], [[0.4, 0.6], [0.6, 0.4]])}
-    out = ensemble_rows(test, ("a", "b"))
+    out = averaged_rows(test, ("a", "b"), ["neg", "pos"])
     np.testing.assert_allclose([r.probabilities for r in out], [[0.6, 0.4], [0.45, 0.55]])
     assert [r.predicted for r in out] == [0, 1] and [r.n_tokens for r in out] == [100, 400]
+    assert [r.predicted_label for r in out] == ["neg", "pos"] and all(r.uncalibrated is None for r in out)
+
+
+def test_members_are_averaged_before_their_own_calibration_and_the_mean_is_calibrated_as_a_whole():
+    """A calibrated member's row keeps what its logits gave (`uncalibrated`): that is what is averaged, as the
+    ensemble folder's forward averages it; the ensemble's own calibration then applies to the mean, and the rows keep
+    the mean as their `uncalibrated`."""
+    a = [dataclasses.replace(r, probabilities=[0.5, 0.5], uncalibrated=u)
+         for r, u in zip(rows([0, 1], [[0.8, 0.2], [0.3, 0.7]]), [[0.8, 0.2], [0.3, 0.7]])]
+    b = rows([0, 1], [[0.4, 0.6], [0.6, 0.4]])
+    calibration = Calibration("temperature", [2.0], False, 10)
+    out = averaged_rows({"a": a, "b": b}, ("a", "b"), ["neg", "pos"], calibration)
+    mean = np.array([[0.6, 0.4], [0.45, 0.55]])
+    np.testing.assert_allclose([r.uncalibrated for r in out], mean)
+    np.testing.assert_allclose([r.probabilities for r in out], calibration.apply(mean))
+    assert [r.predicted for r in out] == [0, 1]  # a temperature never changes the class
+    np.testing.assert_allclose([r.probabilities for r in out][0], [0.6 ** 0.5 / (0.6 ** 0.5 + 0.4 ** 0.5),
+                                                                  0.4 ** 0.5 / (0.6 ** 0.5 + 0.4 ** 0.5)])
+
+
+@pytest.mark.parametrize("choice, method", [("temperature", "temperature"), ("none", "none")])
+def test_the_average_calibration_is_fitted_on_validation_as_the_recipe_says(choice, method):
+    fitted = average_calibration(VALIDATION, ("a", "b"), choice)
+    assert fitted.method == method and fitted.documents == 4
+    assert average_calibration(None, ("a", "b")) is None  # a member kept no validation rows: nothing to fit on

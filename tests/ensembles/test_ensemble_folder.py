@@ -63,23 +63,32 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
 
     validation = {name: read_validation(run) for name, run in three_runs.items()}
     assert list(choose_members(validation, summary["metric"])[0]) == members
-    # evaluate the saved folder: its probabilities are the mean of its members' (each evaluated from its own folder)
+    # evaluate the saved folder: before its calibration, its probabilities are the mean of its members' before
+    # theirs (each evaluated from its own folder); after, that mean calibrated as fitted on validation
+    from longbert.evaluation.calibration import Calibration
+
+    calibration = Calibration.from_dict(summary["calibration"])
+    assert calibration.method == "temperature" and calibration.documents == 15  # the tiny runs are over-confident
     evaluate(out, "test", precision="fp32")
-    got = np.array([r["probabilities"] for r in rows(out / "predictions-test.jsonl")])
+    got = rows(out / "predictions-test.jsonl")
     each = []
     for name in members:
         evaluate(three_runs[name], "test", precision="fp32")
-        each.append([r["probabilities"] for r in rows(three_runs[name] / "predictions-test.jsonl")])
-    np.testing.assert_allclose(got, np.mean(each, axis=0), atol=2e-5)
-    # predict from texts and the transformers model give the same, and the mean of the members' predict
+        each.append([r.get("uncalibrated", r["probabilities"])
+                     for r in rows(three_runs[name] / "predictions-test.jsonl")])
+    np.testing.assert_allclose([r["uncalibrated"] for r in got], np.mean(each, axis=0), atol=2e-5)
+    np.testing.assert_allclose([r["probabilities"] for r in got], calibration.apply(np.mean(each, axis=0)), atol=2e-5)
+    # predict from texts and the transformers model give the same, and the mean of the members' predict (each
+    # without its own calibration) calibrated as the ensemble is
     model = longbert.LongDocumentClassifier.from_pretrained(out)
     assert model.ensemble is not None and model.ensemble.facts.members == members
+    assert model.settings.temperatures == calibration.temperatures
     texts = texts_of(tiny_recipe, 5)
     predicted = np.array([list(r["probabilities"].values()) for r in model.predict(texts, precision="fp32")])
-    alone = [longbert.LongDocumentClassifier.from_pretrained(three_runs[m]).predict(texts, precision="fp32")
-             for m in members]
-    np.testing.assert_allclose(predicted, np.mean([[list(r["probabilities"].values()) for r in a] for a in alone],
-                                                  axis=0), atol=1e-5)
+    alone = [longbert.LongDocumentClassifier.from_pretrained(three_runs[m]).without_calibration().predict(
+        texts, precision="fp32") for m in members]
+    mean = np.mean([[list(r["probabilities"].values()) for r in a] for a in alone], axis=0)
+    np.testing.assert_allclose(predicted, calibration.apply(mean), atol=1e-5)
     hf = longbert.LongbertForSequenceClassification.from_pretrained(out, precision="fp32")
     encoded = model.tokenizer(texts, padding=True, truncation=True, max_length=402, return_tensors="pt")
     with torch.no_grad():

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from longbert.cli import app
 from longbert.ensembles.hybrid import mix_probabilities
+from longbert.evaluation.calibration import Calibration
 
 pytestmark = pytest.mark.heavy  # trains a tiny run
 
@@ -36,15 +37,20 @@ def test_the_hybrid_folder_runs_as_its_recorded_predictions_say(tiny_recipe, tmp
     assert 0 <= summary["mix"] <= 1 and summary["C"] in (0.5, 2.0, 8.0, 32.0)
     recorded = np.array([r["probabilities"] for r in rows(folder / "predictions-test.jsonl")])
     # The saved hybrid, run from its folder through LongDocumentClassifier.forward, gives what mixing the base run's
-    # reloaded neural probabilities with the TF-IDF half gives (mix_probabilities, which the recorded rows came from).
+    # reloaded neural probabilities (before the run's calibration) with the TF-IDF half gives (mix_probabilities,
+    # which the recorded rows came from), calibrated as a whole by the hybrid's own calibration, fitted on validation.
+    calibration = Calibration.from_dict(summary["calibration"])
     evaluate(result.folder, "test", precision="fp32")
-    neural = np.array([r["probabilities"] for r in rows(result.folder / "predictions-test.jsonl")])
+    neural = np.array([r.get("uncalibrated", r["probabilities"])
+                       for r in rows(result.folder / "predictions-test.jsonl")])
     evaluate(folder, "test", precision="fp32")
     got = np.array([r["probabilities"] for r in rows(folder / "predictions-test.jsonl")])
     model = longbert.LongDocumentClassifier.from_pretrained(folder)
+    assert model.settings.temperatures == (None if calibration.method == "none" else calibration.temperatures)
     documents = [torch.as_tensor(d) for d in model.tokenize(
         [json.loads(line)["text"] for line in open(_data_path(tiny_recipe) / "test.jsonl")])[0]]
-    np.testing.assert_allclose(got, mix_probabilities(model.lexical, neural, documents), atol=2e-5)
+    np.testing.assert_allclose(got, calibration.apply(mix_probabilities(model.lexical, neural, documents)),
+                               atol=2e-5)
     # The recorded rows mixed the training run's own test predictions: the same up to that run's rounding.
     np.testing.assert_allclose(got, recorded, atol=5e-3)
     # predict and the transformers model give the same probabilities from texts.

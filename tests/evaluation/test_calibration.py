@@ -8,7 +8,9 @@ import pytest
 
 from longbert.evaluation.calibration import (
     Calibration,
+    calibrated_raw,
     calibration_metrics,
+    calibration_section,
     coverage_curve,
     fit_calibration,
     reliability_bins,
@@ -98,3 +100,32 @@ def test_coverage_curve_answers_the_surest_documents_first():
     assert threshold_for_accuracy(curve, 0.95)["answered"] == 2
     assert threshold_for_accuracy(curve, 0.999)["answered"] == 2
     assert threshold_for_accuracy([{"accuracy": 0.5, "coverage": 1.0}], 0.9) is None
+
+
+def test_the_recipe_choice_forces_or_refuses_a_temperature():
+    calibrated_already, labels = drawn(600, sharpen=1.0, seed=4)
+    assert fit_calibration(calibrated_already, labels, False, choice="temperature").method == "temperature"
+    over_confident, labels = drawn(600, sharpen=3.0, seed=4)
+    none = fit_calibration(over_confident, labels, False, choice="none")
+    assert none.method == "none" and none.apply(over_confident) is not None
+    np.testing.assert_array_equal(none.apply(over_confident), over_confident)
+
+
+def test_a_split_section_measures_each_length_bucket_and_both_sides_of_a_calibration():
+    reported, labels = drawn(300, sharpen=3.0, seed=5)
+    lengths = [100] * 100 + [800] * 100 + [3000] * 100
+    calibration = fit_calibration(reported, labels, False)
+    raw = calibrated_raw(calibration, {"probabilities": reported, "labels": labels})
+    np.testing.assert_array_equal(raw["uncalibrated"], reported)
+    section = calibration_section(raw["probabilities"], labels, lengths, False, raw["uncalibrated"])
+    assert section["ece"] == pytest.approx(calibration_metrics(raw["probabilities"], labels)["ece"])
+    assert section["uncalibrated"]["ece"] == pytest.approx(calibration_metrics(reported, labels)["ece"])
+    assert section["uncalibrated"]["nll"] > section["nll"]
+    counted = {name: b["documents"] for name, b in section["by_length"].items() if b["documents"]}
+    assert sum(counted.values()) == 300 and len(counted) == 3
+    long = [b for b in section["by_length"].values() if b["documents"] and "ece" in b]
+    assert all(0 <= b["ece"] <= 1 for b in long)
+    empty = [b for b in section["by_length"].values() if not b["documents"]]
+    assert all(set(b) == {"documents"} for b in empty)  # a bucket without documents has nothing to measure
+    assert section["coverage"][-1]["coverage"] == 1.0
+    assert calibrated_raw(Calibration("none", [1.0], False, 5), raw) is raw

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -155,6 +156,9 @@ def edit(raw, change):
     (("set", "strategy.name", "chnk"),
      "strategy.name: unknown strategy 'chnk'; valid strategies: bigbird, chunk, recurrence, rmt"),
     (("set", "format", 7), "was written by another longbert format \\(7\\)"),
+    (("set", "temperatures", [0.0]), "temperatures must hold 1 finite number\\(s\\) above 0 \\(one\\), got \\[0.0\\]"),
+    (("set", "temperatures", [1.5, 2.0]), "temperatures must hold 1 finite number\\(s\\) above 0"),
+    (("set", "temperatures", "2"), "temperatures must be a list"),
 ])
 def test_hand_edited_config_is_one_clear_error(change, message, saved, tmp_path):
     folder = copy_of(saved, "frozen", tmp_path)
@@ -245,3 +249,39 @@ def test_a_model_saved_before_a_setting_existed_loads_as_it_was_trained(saved, t
     (old / "longbert_config.json").write_text(json.dumps(config))
     with pytest.raises(LongbertError, match="missing key 'strategy.window'"):
         LongDocumentClassifier.from_pretrained(old)
+
+
+# -- calibration: a temperature carried in the settings -------------------------------------------------------------
+
+def test_a_calibrated_folder_answers_softer_probabilities_with_the_same_labels(saved, tmp_path, tokenizer):
+    """A folder whose settings hold a temperature answers softmax(logits / T); without its key (every folder saved
+    before calibration existed) or after `without_calibration()`, softmax(logits), the same argmax either way."""
+    folder = copy_of(saved, "full", tmp_path)
+    plain = LongDocumentClassifier.from_pretrained(folder)
+    assert not plain.calibrated and "temperatures" not in json.loads((folder / "longbert_config.json").read_text())
+    plain.settings.temperatures = [3.0]
+    plain.save_pretrained(tmp_path / "calibrated")
+    assert json.loads((tmp_path / "calibrated" / "longbert_config.json").read_text())["temperatures"] == [3.0]
+    model = LongDocumentClassifier.from_pretrained(tmp_path / "calibrated")
+    assert model.calibrated and "calibrated on validation" in (tmp_path / "calibrated" / "README.md").read_text()
+    logits = torch.tensor([[2.0, -1.0], [-0.5, 0.25]])
+    torch.testing.assert_close(model.probabilities(logits), (logits / 3).softmax(-1))
+    torch.testing.assert_close(model.probabilities(logits, calibrated=False), logits.softmax(-1))
+    texts = ["a short review of a film", "another one, longer and rather dull " * 20]
+    calibrated = [list(r["probabilities"].values()) for r in model.predict(texts, precision="fp32")]
+    raw = [list(r["probabilities"].values()) for r in model.without_calibration().predict(texts, precision="fp32")]
+    assert not model.calibrated and model.settings.temperatures is None
+    assert np.argmax(calibrated, 1).tolist() == np.argmax(raw, 1).tolist()
+    assert np.max(calibrated) < np.max(raw)  # a temperature above 1 softens
+
+
+def test_without_calibration_moves_multi_label_thresholds_to_the_same_decisions():
+    settings = ModelSettings(problem_type="multi_label", label_names=["a", "b", "c"], thresholds=[0.3, 0.5, 0.8],
+                             temperatures=[2.0, 0.5, 3.0])
+    plain = settings.without_calibration()
+    assert plain.temperatures is None and settings.temperatures == [2.0, 0.5, 3.0]  # a copy: the original kept
+    logits = torch.randn(400, 3, generator=torch.Generator().manual_seed(0)) * 4
+    calibrated = torch.sigmoid(logits / torch.tensor(settings.temperatures)) >= torch.tensor(settings.thresholds)
+    uncalibrated = torch.sigmoid(logits) >= torch.tensor(plain.thresholds)
+    assert torch.equal(calibrated, uncalibrated)
+    assert plain.thresholds[1] == pytest.approx(0.5)  # 0.5 is logit 0, which every temperature keeps

@@ -10,6 +10,7 @@ import platform
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,6 +60,36 @@ def test_end_to_end_run_folder(tiny_recipe, tmp_path, monkeypatch):
     again = longbert.evaluate(run, "test")
     assert again["accuracy"] == pytest.approx(test["accuracy"])
     assert (run / "metrics-test.md").is_file()
+
+
+def test_the_kept_model_is_calibrated_on_validation_and_answers_as_its_rows_say(tiny_recipe):
+    """model.calibration=temperature: a temperature fitted on the validation predictions is saved with the kept
+    model; its prediction rows hold the calibrated probabilities (the same labels) and those before; its test metrics
+    measure both; the reloaded model answers the calibrated ones."""
+    recipe = longbert.load_recipe(None, tiny_recipe + ["train.epochs=1", "model.calibration=temperature"])
+    result = longbert.train(recipe)
+    calibration = result.metrics["calibration"]
+    assert calibration["method"] == "temperature" and calibration["documents"] == 15
+    saved = json.loads((result.folder / "best" / "longbert_config.json").read_text())
+    assert saved["temperatures"] == calibration["temperatures"] and calibration["temperatures"][0] != 1
+    for split in ("validation", "test"):
+        rows = [json.loads(line) for line in (result.folder / f"predictions-{split}.jsonl").read_text().splitlines()]
+        assert all(np.argmax(r["probabilities"]) == np.argmax(r["uncalibrated"]) == r["predicted"] for r in rows)
+        assert not np.allclose([r["probabilities"] for r in rows], [r["uncalibrated"] for r in rows], atol=1e-3)
+    test = result.metrics["test"]["calibration"]
+    assert {"ece", "nll", "brier", "bins", "by_length", "coverage"} <= set(test)
+    assert test["nll"] != test["uncalibrated"]["nll"]
+    model = longbert.LongDocumentClassifier.from_pretrained(result.folder)
+    data = next(o.split("=", 1)[1] for o in tiny_recipe if o.startswith("data.path="))
+    texts = [json.loads(line)["text"] for line in open(f"{data}/test.jsonl")][:4]
+    answered = [list(r["probabilities"].values()) for r in model.predict(texts, precision="fp32")]
+    # (the test pass batched the documents otherwise, and its rows keep 6 digits)
+    np.testing.assert_allclose(answered, [r["probabilities"] for r in rows[:4]], atol=1e-4)
+    # model.calibration=none: nothing fitted, nothing saved
+    off = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.epochs=1", "model.calibration=none",
+                                                                   f"output_dir={result.folder}-off"]))
+    assert off.metrics["calibration"]["method"] == "none"
+    assert "temperatures" not in json.loads((off.folder / "best" / "longbert_config.json").read_text())
 
 
 def test_an_existing_run_folder_is_not_overwritten(tiny_recipe):
@@ -363,9 +394,12 @@ def test_multi_label_run_tunes_and_saves_its_thresholds(tiny_recipe, multi_label
     recipe = longbert.load_recipe(None, overrides + [
         f"data.path={multi_label_slice}", "data.label_names=[neg, pos, long]", "model.problem_type=multi_label",
         "model.multi_label_threshold=tune_per_label", "model.class_weights=balanced", "train.best_metric=micro_f1",
-        "train.max_steps=4"])
+        "train.max_steps=4", "model.calibration=temperature"])
     result = longbert.train(recipe)
     test, thresholds = result.metrics["test"], result.metrics["thresholds"]
+    # one temperature per label, fitted first: the thresholds are tuned on the calibrated probabilities, which
+    # predict() and the prediction file decide on below
+    assert len(result.metrics["calibration"]["temperatures"]) == 3
     assert {"exact_match", "micro_f1", "macro_f1", "hamming_loss"} <= set(test) and "accuracy" not in test
     assert all("accuracy" not in h and "exact_match" in h for h in result.metrics["validation_history"])
     assert len(thresholds) == 3 and test["thresholds"] == thresholds and all(0 < t < 1 for t in thresholds)
