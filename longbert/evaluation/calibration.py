@@ -164,10 +164,11 @@ def calibration_metrics(probabilities: np.ndarray, labels: np.ndarray, multi_lab
 
 
 def calibration_section(probabilities: np.ndarray, labels: np.ndarray, n_tokens: list[int], multi_label: bool,
-                        uncalibrated: np.ndarray | None = None) -> dict:
+                        uncalibrated: np.ndarray | None = None, label_names: list[str] | None = None) -> dict:
     """What a split's metrics say of its probabilities: ECE, NLL, Brier score, mean confidence and the reliability
-    bins of what the model answered, the same by length bucket (without bins), the coverage curve, and, for a
-    calibrated model, `uncalibrated`: the same numbers before its calibration."""
+    bins of what the model answered, the same by length bucket (without bins) and, for multi-label, by label
+    (`per_label`, keyed by `label_names`), the coverage curve, and, for a calibrated model, `uncalibrated`: the same
+    numbers before its calibration."""
     probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
     buckets = np.array([length_bucket(n) for n in n_tokens])
     headline = lambda m: {k: m[k] for k in ("ece", "nll", "brier", "mean_confidence")}
@@ -177,7 +178,12 @@ def calibration_section(probabilities: np.ndarray, labels: np.ndarray, n_tokens:
                             **(headline(calibration_metrics(p[buckets == name], labels[buckets == name], multi_label))
                                if (buckets == name).any() else {})}
                      for _, _, name in LENGTH_BUCKETS}
-        return {**calibration_metrics(p, labels, multi_label), "by_length": by_length}
+        out = {**calibration_metrics(p, labels, multi_label), "by_length": by_length}
+        if multi_label:
+            names = label_names or [str(j) for j in range(p.shape[1])]
+            out["per_label"] = {name: headline(calibration_metrics(p[:, [j]], labels[:, [j]], True))
+                                for j, name in enumerate(names)}
+        return out
 
     section = {**measured(probabilities), "coverage": coverage_curve(probabilities, labels, multi_label)}
     if uncalibrated is not None:
@@ -194,17 +200,23 @@ def calibrated_raw(calibration: Calibration, raw: dict) -> dict:
     return {**raw, "probabilities": calibration.apply(before).astype(np.float32), "uncalibrated": before}
 
 
+def document_confidence(probabilities: np.ndarray, labels: np.ndarray,
+                        multi_label: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(D,) how sure the model was of each document's answer, and (D,) whether it was right: its top class's
+    probability; multi-label: its least sure label's, and right when every label is (at 0.5)."""
+    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
+    if multi_label:
+        confidence = np.maximum(probabilities, 1 - probabilities).min(axis=1)
+        return confidence, ((probabilities >= 0.5) == labels.astype(bool)).all(axis=1)
+    return probabilities.max(axis=1), probabilities.argmax(axis=1) == labels
+
+
 def coverage_curve(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool = False,
                    steps: int = 20) -> list[dict]:
     """Accuracy when only the surest documents are answered: for coverage 5%, 10%, ... 100% (`steps` points), the
     confidence threshold that answers that share and the accuracy on it. Multi-label: per document, its least sure
     label decides, and a document is right when every label is."""
-    probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
-    if multi_label:
-        confidence = np.maximum(probabilities, 1 - probabilities).min(axis=1)
-        correct = ((probabilities >= 0.5) == labels.astype(bool)).all(axis=1)
-    else:
-        confidence, correct = probabilities.max(axis=1), probabilities.argmax(axis=1) == labels
+    confidence, correct = document_confidence(probabilities, labels, multi_label)
     order = np.argsort(-confidence, kind="stable")
     out = []
     for k in range(1, steps + 1):

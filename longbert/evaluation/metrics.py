@@ -70,7 +70,7 @@ def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: lis
         },
         "confusion_matrix": matrix,
         "by_length": by_length,
-        "calibration": calibration_section(probabilities, truth, n_tokens, multi_label, uncalibrated),
+        "calibration": calibration_section(probabilities, truth, n_tokens, multi_label, uncalibrated, label_names),
     })
     return metrics
 

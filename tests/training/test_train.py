@@ -400,6 +400,9 @@ def test_multi_label_run_tunes_and_saves_its_thresholds(tiny_recipe, multi_label
     # one temperature per label, fitted first: the thresholds are tuned on the calibrated probabilities, which
     # predict() and the prediction file decide on below
     assert len(result.metrics["calibration"]["temperatures"]) == 3
+    per_label = test["calibration"]["per_label"]
+    assert list(per_label) == ["neg", "pos", "long"] and all(0 <= m["ece"] <= 1 for m in per_label.values())
+    assert set(test["calibration"]["uncalibrated"]["per_label"]) == set(per_label)
     assert {"exact_match", "micro_f1", "macro_f1", "hamming_loss"} <= set(test) and "accuracy" not in test
     assert all("accuracy" not in h and "exact_match" in h for h in result.metrics["validation_history"])
     assert len(thresholds) == 3 and test["thresholds"] == thresholds and all(0 < t < 1 for t in thresholds)
