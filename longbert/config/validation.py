@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import types
 import typing
 from contextlib import contextmanager
@@ -88,16 +89,21 @@ def type_problem(value: Any, annotation: Any, path: str) -> tuple[Any, str | Non
         value = list(value) if isinstance(value, tuple) else value  # Python's tuple is YAML's list
         if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
             return value, f"{path} must be a list of {item.__name__}, got {short_repr(value)}"
+        if item is float and not all(math.isfinite(v) for v in value):
+            return value, f"{path} must be a list of finite numbers, got {short_repr(value)}"
         return value, None
     if annotation is float:
+        number = value
         if isinstance(value, str):  # YAML reads 2e-5 (no dot) as a string
             try:
-                return float(value), None
+                number = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
             return value, f"{path} must be a number, got {short_repr(value)}"
-        return float(value), None
+        if not math.isfinite(number):  # nan or inf trains a model of NaNs, or never stops
+            return value, f"{path} must be a finite number, got {short_repr(value)}"
+        return float(number), None
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
             return value, f"{path} must be an integer, got {short_repr(value)}"

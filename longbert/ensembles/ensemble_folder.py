@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from pathlib import Path
 
 from longbert.config import load_recipe
@@ -37,7 +36,7 @@ from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
 from longbert.modeling.folder import save_model_folder
 from longbert.result import Result
-from longbert.utils.atomic import atomic_folder, named_folder, replaceable_folder
+from longbert.utils.atomic import atomic_folder, json_text, named_folder, replaceable_folder
 from longbert.utils.destinations import locked
 from longbert.utils.folders import BEST, ENSEMBLE_SUMMARY, RECIPE_FILE, RunFolder, predictions_file
 
@@ -147,7 +146,7 @@ def write_folder(output: Path, model, rows: dict[str, list[PredictionRow] | None
         for role, role_rows in rows.items():
             if role_rows is not None:
                 write_prediction_rows(staging / predictions_file(role), role_rows)
-        (staging / ENSEMBLE_SUMMARY).write_text(json.dumps(summary, indent=2))
+        (staging / ENSEMBLE_SUMMARY).write_text(json_text(summary, ENSEMBLE_SUMMARY, indent=2))
         (staging / RECIPE_FILE).write_bytes(recipe_file.read_bytes())
 
 

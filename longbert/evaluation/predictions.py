@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from longbert.errors import LongbertError
-from longbert.utils.atomic import write_text_atomically
+from longbert.utils.atomic import json_text, write_text_atomically
 
 PROBABILITY_DIGITS = 6  # what a predictions file keeps of each probability
 
@@ -70,7 +70,8 @@ REQUIRED = tuple(name for name in FIELDS if name not in OPTIONAL)
 
 def write_prediction_rows(path: Path, rows: Iterable[PredictionRow]) -> None:
     """Write `rows` as a predictions-<split>.jsonl file, one JSON line each, atomically."""
-    write_text_atomically(Path(path), "".join(json.dumps(row.to_dict()) + "\n" for row in rows))
+    write_text_atomically(Path(path), "".join(json_text(row.to_dict(), f"{path}, row {row.index}") + "\n"
+                                              for row in rows))
 
 
 def read_prediction_rows(path: Path) -> list[PredictionRow]:

@@ -24,7 +24,7 @@ from longbert.errors import LongbertError
 from longbert.modeling.backbone import MINILM, MINILM_HUB_ID, SAVED_IN_FOLDER, model_folder, resolve_backbone
 from longbert.modeling.hub import is_hub_id
 from longbert.modeling.settings import ModelSettings
-from longbert.utils.atomic import write_text_atomically
+from longbert.utils.atomic import json_text, write_text_atomically
 from longbert.utils.folders import CARD_FILE, CONFIG_FILE, FACTS_FILE
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def write_card(folder: Path, settings: ModelSettings, backbone_config, facts: Tr
     `ensemble`: an ensemble's `Ensemble` (longbert.modeling.ensemble): its facts (members, how they were chosen) and,
     for a hybrid ensemble, the TF-IDF half mixed into their mean."""
     if facts is not None:
-        write_text_atomically(folder / FACTS_FILE, json.dumps(facts.to_dict(), indent=2))
+        write_text_atomically(folder / FACTS_FILE, json_text(facts.to_dict(), folder / FACTS_FILE, indent=2))
     write_text_atomically(folder / CARD_FILE, model_card(settings, backbone_config, facts, lexical, ensemble))
 
 

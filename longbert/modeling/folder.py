@@ -46,7 +46,7 @@ from longbert.modeling.hf_config import LongbertConfig
 from longbert.modeling.hub import download, is_hub_id
 from longbert.modeling.lexical import LexicalModel
 from longbert.modeling.settings import ModelSettings
-from longbert.utils.atomic import atomic_folder
+from longbert.utils.atomic import atomic_folder, json_text
 from longbert.utils.folders import (
     ADAPTER_DIR,
     BACKBONE_DIR,
@@ -83,7 +83,7 @@ def save_model_folder(model: LongDocumentClassifier, directory: str | Path) -> N
             make_adapter_portable(staging / ADAPTER_DIR, reference)
         model.tokenizer.save_pretrained(staging)
         save_file(model.head_state(), staging / HEAD_FILE)
-        (staging / CONFIG_FILE).write_text(json.dumps(settings.to_dict(), indent=2))
+        (staging / CONFIG_FILE).write_text(json_text(settings.to_dict(), CONFIG_FILE, indent=2))
         LongbertConfig.from_settings(settings).save_pretrained(staging)
         if model.lexical is not None:
             model.lexical.save(staging)
@@ -100,7 +100,7 @@ def save_ensemble(model: LongDocumentClassifier, staging: Path) -> None:
     if model.ensemble.lexical is not None:
         (staging / LEXICAL_DIR).mkdir()
         model.ensemble.lexical.save(staging / LEXICAL_DIR)
-    (staging / ENSEMBLE_FILE).write_text(json.dumps(dataclasses.asdict(model.ensemble.facts), indent=2))
+    (staging / ENSEMBLE_FILE).write_text(json_text(dataclasses.asdict(model.ensemble.facts), ENSEMBLE_FILE, indent=2))
 
 
 def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, ModelSettings]:

@@ -31,6 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from torch import nn
 
 from longbert.errors import LongbertError
+from longbert.utils.atomic import json_text
 
 LEXICAL_WEIGHTS = "lexical.safetensors"
 LEXICAL_CONFIG = "lexical.json"
@@ -92,7 +93,7 @@ class LexicalModel(nn.Module):
         tensors = {"keys": self.keys, "idf": self.idf, "weight": self.weight, "bias": self.bias}
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, folder / LEXICAL_WEIGHTS)
         config = {"vocab_size": self.vocab_size, "mix": self.mix, **self.facts}
-        (folder / LEXICAL_CONFIG).write_text(json.dumps(config, indent=2))
+        (folder / LEXICAL_CONFIG).write_text(json_text(config, LEXICAL_CONFIG, indent=2))
 
     @classmethod
     def load(cls, folder: Path, vocab_size: int) -> LexicalModel | None:

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import HasCheckpointState
-from longbert.utils.atomic import atomic_folder
+from longbert.utils.atomic import atomic_folder, json_text
 from longbert.utils.folders import STATE_FILE
 
 FORMAT_VERSION = 1
@@ -98,10 +98,10 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
         save_file(tensors, staging / "optimizer.safetensors")
         extra = {"optimizer": layout, "scheduler": scheduler.state_dict(),
                  "python_random": _jsonable(random.getstate())}
-        (staging / "optimizer.json").write_text(json.dumps(extra))
+        (staging / "optimizer.json").write_text(json_text(extra, "optimizer.json"))
         written = {"format": FORMAT_VERSION, "recipe_fingerprint": fingerprint, "processes": processes,
                    "loop": dataclasses.asdict(state)}
-        (staging / STATE_FILE).write_text(json.dumps(written, indent=2))
+        (staging / STATE_FILE).write_text(json_text(written, STATE_FILE, indent=2))
 
 
 def read_fingerprint(directory: Path) -> str | None:

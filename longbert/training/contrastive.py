@@ -35,8 +35,8 @@ from longbert.strategies.pooling import pool_tokens
 from longbert.training.accelerator import start_accelerator
 from longbert.training.init_from import build_model, open_init_from
 from longbert.training.optim import optimizer_step, warmup_then_decay
-from longbert.training.stopping import TrainingInterrupted
-from longbert.utils.atomic import write_text_atomically
+from longbert.training.stopping import TrainingInterrupted, finite_loss
+from longbert.utils.atomic import json_text, write_text_atomically
 from longbert.utils.folders import CONTRASTIVE_STAGE, CONTRASTIVE_SUMMARY
 from longbert.utils.hardware import adamw
 from longbert.utils.logs import get_logger
@@ -154,7 +154,7 @@ def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
             loss = pair_loss(backbone, sides[0], sides[1], targets, pooling)  # forward
         loss.backward()  # backward
         optimizer_step(accelerator, backbone, optimizer, scheduler, cfg.max_grad_norm)  # clip, step, schedule
-        losses.append(loss.item())
+        losses.append(finite_loss(loss.item(), "the contrastive stage", step + 1))
         if (step + 1) % cfg.log_every_steps == 0:
             get_logger(__name__).info(f"contrastive step {step + 1}/{steps}: loss "
                                       f"{np.mean(losses[-cfg.log_every_steps:]):.4f}")
@@ -166,7 +166,8 @@ def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
     window = min(len(losses), cfg.log_every_steps)
     summary = {"pairs": len(pairs), "steps": steps, "train_seconds": seconds,
                "first_loss": float(np.mean(losses[:window])), "last_loss": float(np.mean(losses[-window:]))}
-    write_text_atomically(Path(stage.output_dir) / CONTRASTIVE_SUMMARY, json.dumps(summary, indent=2))
+    path = Path(stage.output_dir) / CONTRASTIVE_SUMMARY
+    write_text_atomically(path, json_text(summary, path, indent=2))
     return summary
 
 

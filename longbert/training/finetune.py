@@ -58,7 +58,7 @@ from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
 from longbert.training.start_or_resume import open_run, write_recipe
-from longbert.training.stopping import StopRequest, interrupted
+from longbert.training.stopping import StopRequest, finite_loss, interrupted
 from longbert.training.train_inputs import as_recipe, recipe_and_documents, recipe_for_model, save_start
 from longbert.training.train_log import close_log_window, speed
 from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, TRACKER_LOGS
@@ -348,7 +348,7 @@ class _Loop:
         """A batch trained on: counted in the epoch (where a resumed run goes on from), its loss and tokens into the
         training log's window."""
         self.state.batches_in_epoch += 1
-        self.state.loss_sum += loss.item()
+        self.state.loss_sum += finite_loss(loss.item(), "training", self.state.global_step + 1)
         self.state.loss_batches += 1
         self.state.tokens += sum(len(d) for d in batch.get("documents", ()))  # real tokens, not padding
 

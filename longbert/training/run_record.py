@@ -14,7 +14,7 @@ from typing import Any
 
 from longbert.errors import LongbertError
 from longbert.result import Result
-from longbert.utils.atomic import write_text_atomically
+from longbert.utils.atomic import json_text, write_text_atomically
 from longbert.utils.folders import METRICS_FILE, RunFolder
 
 
@@ -84,7 +84,7 @@ class TrainResult(Result):
 
 def write_run_metrics(run_dir: Path, record: RunMetrics) -> None:
     """Write `record` as run_dir/metrics.json, atomically."""
-    write_text_atomically(RunFolder(run_dir).metrics, json.dumps(record.to_dict(), indent=2))
+    write_text_atomically(RunFolder(run_dir).metrics, json_text(record.to_dict(), RunFolder(run_dir).metrics, indent=2))
 
 
 def read_run_metrics(run_dir: Path) -> RunMetrics:

@@ -31,7 +31,7 @@ from longbert.errors import LongbertError
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.checkpoint import is_finished
 from longbert.training.start_or_resume import open_run
-from longbert.utils.atomic import atomic_stream, write_text_atomically
+from longbert.utils.atomic import atomic_stream, json_text, write_text_atomically
 from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, SELF_TRAINING_SUMMARY
 from longbert.utils.logs import get_logger
 
@@ -103,7 +103,7 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None)
     summary = {"train_seconds": record.train_seconds + time.perf_counter() - started, "unlabelled": len(texts),
                "kept": len(kept), "per_class": per_class, "threshold": recipe.train.self_training_threshold,
                "teacher_validation": record.best_validation, "best_metric": record.best_metric}
-    write_text_atomically(folder / SELF_TRAINING_SUMMARY, json.dumps(summary, indent=2))
+    write_text_atomically(folder / SELF_TRAINING_SUMMARY, json_text(summary, SELF_TRAINING_SUMMARY, indent=2))
     log.info(f"self-training: {len(kept)} of {len(texts)} unlabelled documents kept as pseudo-labelled "
              f"({', '.join(f'{n} {k}' for k, n in per_class.items())}) at probability >= "
              f"{recipe.train.self_training_threshold}")

@@ -1,8 +1,10 @@
 """Stopping a training cleanly: a stop request (an Event, set by Ctrl-C or SIGTERM) that a loop checks once after
-every optimiser step, and the error it raises once its checkpoint is on disk. Both loops use them."""
+every optimiser step, and the error it raises once its checkpoint is on disk. Both loops use them. And the stop of a
+training whose loss is no longer a number (`finite_loss`), which every loop checks at every batch."""
 
 from __future__ import annotations
 
+import math
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,3 +67,14 @@ def interrupted(what: str, step: int, checkpoint_dir: Path) -> TrainingInterrupt
                                 "continue with --resume")
     error.signum = _asked_by.get("signal")
     return error
+
+
+def finite_loss(loss: float, what: str, step: int) -> float:
+    """`loss`, or one LongbertError line naming the step where it stopped being a number: a loss of nan or inf has
+    already made the weights nan, and every later step, checkpoint and prediction would be NaN (exit 0, a model of
+    nothing). `step` counts from 1."""
+    if not math.isfinite(loss):
+        raise LongbertError(f"{what} stopped at step {step}: the training loss is {loss}, not a finite number, so the "
+                            "weights are no longer numbers either; nothing of this step was saved. Lower the learning "
+                            "rate, or set train.max_grad_norm")
+    return loss

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -353,5 +354,31 @@ def recover(parent: str | Path) -> list[str]:
 
 
 def write_json(path: Path, data) -> None:
-    """`data` as indented JSON at `path`, atomically."""
-    write_text_atomically(path, json.dumps(data, indent=2))
+    """`data` as indented JSON at `path`, atomically; nan or inf anywhere in it is refused (`json_text`) and nothing
+    is written."""
+    write_text_atomically(path, json_text(data, path, indent=2))
+
+
+def json_text(data, where: str | Path, **options) -> str:
+    """`data` as JSON text (json.dumps with `options`), never holding NaN or Infinity, which are not JSON (a strict
+    reader refuses the file) and mean a number was lost: one LongbertError naming `where` and the key that holds one."""
+    try:
+        return json.dumps(data, allow_nan=False, **options)
+    except ValueError as error:
+        found = _non_finite(data)
+        if found is None:
+            raise
+        raise LongbertError(f"{where}: {found[0] or 'the value'} is {found[1]}, not a finite number; it was not "
+                            "written") from error
+
+
+def _non_finite(data, path: str = "") -> tuple[str, float] | None:
+    """(the dotted path of the first nan or inf in `data`, that value), or None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return path, data
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None

@@ -65,6 +65,20 @@ def test_a_field_of_the_wrong_type_is_a_problem(build, expected):
     assert message(build) == expected
 
 
+@pytest.mark.parametrize("override, expected", [
+    ("train.learning_rate=nan", "train.learning_rate must be a finite number, got 'nan'"),
+    ("train.head_learning_rate=inf", "train.head_learning_rate must be a finite number, got 'inf'"),
+    ("train.warmup_ratio=.nan", "train.warmup_ratio must be a finite number, got nan"),
+    ("model.class_weights=[1, .inf]", "model.class_weights must be a list of numbers > 0, got [1, inf]"),
+    ("model.multi_label_threshold=.nan", "model.multi_label_threshold must be a number in (0, 1)"),
+])
+def test_a_setting_that_is_not_a_finite_number_is_refused_when_the_recipe_is_read(override, expected):
+    """nan or inf would train a model of NaNs that reports an accuracy and exits 0 (a learning rate of nan, once)."""
+    text = message(lambda: load_recipe("imdb_quick", [override]))
+    assert expected in text and "\n" not in text
+    assert "must be a finite number" in message(lambda: TrainConfig(learning_rate=float("nan")))
+
+
 def test_values_are_converted_as_yaml_converts_them():
     train = TrainConfig(learning_rate=1, mixed_precision=False)  # YAML: `learning_rate: 1`, `mixed_precision: no`
     assert (train.learning_rate, type(train.learning_rate), train.mixed_precision) == (1.0, float, "no")

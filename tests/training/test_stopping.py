@@ -120,3 +120,26 @@ def test_a_process_of_several_leaves_with_the_status_its_command_has(monkeypatch
     monkeypatch.setattr(longbert.commands, "end_process_group", lambda: False)  # one process: a normal exit
     longbert.commands.run_command(lambda: None)
     assert left == [0, 2]
+
+
+@pytest.mark.heavy
+def test_a_loss_that_is_not_a_number_stops_the_run_at_its_step_and_writes_no_model(tiny_recipe, monkeypatch):
+    """A loss of nan makes every weight nan: the run stops there, in one line naming the step, instead of reporting
+    the accuracy of a model of NaNs and writing NaN into its predictions with exit 0."""
+    import longbert
+    from longbert.training import finetune
+
+    real, calls = finetune._batch_loss, []
+
+    def poisoned(*args, **kwargs):
+        calls.append(1)
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(finetune, "_batch_loss", poisoned)
+    recipe = longbert.load_recipe(None, tiny_recipe)
+    with pytest.raises(LongbertError, match=r"^training stopped at step 2: the training loss is nan, not a finite") as e:
+        longbert.train(recipe)
+    assert "\n" not in str(e.value)
+    run = Path(recipe.output_dir)
+    assert not (run / "best").exists() and not list(run.glob("predictions-*")) and not (run / "metrics.json").exists()

@@ -251,3 +251,16 @@ def test_stdout_on_a_full_disk_is_one_line_and_another_error_leaves_stdout_as_it
             print("before the error")
             raise LongbertError("a user error")
     assert (tmp_path / "out.txt").read_text() == "before the error\n", "nothing dropped: stdout did not fail"
+
+
+def test_json_refuses_a_number_that_is_not_finite_and_names_where_it_is(tmp_path):
+    from longbert.errors import LongbertError
+    from longbert.utils.atomic import json_text, write_json
+
+    target = tmp_path / "metrics.json"
+    with pytest.raises(LongbertError, match=r"metrics.json: test.by_length\[1\] is nan, not a finite number"):
+        write_json(target, {"test": {"by_length": [0.5, float("nan")]}})
+    assert not target.exists() and list(tmp_path.iterdir()) == []  # nothing written, no temporary file left
+    with pytest.raises(LongbertError, match="row 3: probabilities.pos is inf"):
+        json_text({"probabilities": {"neg": 0.0, "pos": float("inf")}}, "row 3")
+    assert json_text({"a": [1.5, None]}, "x") == '{"a": [1.5, null]}'

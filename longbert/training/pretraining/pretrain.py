@@ -63,9 +63,9 @@ from longbert.training.pretraining.masking import TRAINING_MASKS, Masker, seeded
 from longbert.training.pretraining.mlm import MaskedLanguageModel, build_model
 from longbert.training.pretraining.unlabelled import batch_rows, load_documents
 from longbert.training.start_or_resume import open_run
-from longbert.training.stopping import StopRequest, interrupted
+from longbert.training.stopping import StopRequest, finite_loss, interrupted
 from longbert.training.train_log import close_log_window, speed
-from longbert.utils.atomic import atomic_folder, write_text_atomically
+from longbert.utils.atomic import atomic_folder, json_text, write_text_atomically
 from longbert.utils.folders import (
     CHECKPOINT,
     METRICS_FILE,
@@ -153,7 +153,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, resume: bool, command: str 
         "heldout_history": state.history,
         "train_log": state.train_log,
     }
-    write_text_atomically(run_dir / METRICS_FILE, json.dumps(metrics, indent=2))
+    write_text_atomically(run_dir / METRICS_FILE, json_text(metrics, run_dir / METRICS_FILE, indent=2))
     write_text_atomically(run_dir / METRICS_PAGE, metrics_markdown(metrics))
     return PretrainResult(folder=run_dir, metrics=metrics, model=backbone_dir)
 
@@ -206,7 +206,7 @@ def _fit(loop: _Loop, data, masker: Masker, stop: StopRequest) -> None:
                 if losses.numel():
                     loss = losses.mean()
                     accelerator.backward(loss)
-                    state.loss_sum += loss.item()
+                    state.loss_sum += finite_loss(loss.item(), "pretraining", state.global_step + 1)
                     state.loss_batches += 1
                 state.tokens += sum(len(ids) for ids in inputs)
                 if head_only and accelerator.sync_gradients:
