@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 from pathlib import Path
 
 from longbert.config import load_recipe
@@ -38,7 +39,15 @@ from longbert.modeling.folder import save_model_folder
 from longbert.result import Result
 from longbert.utils.atomic import atomic_folder, json_text, named_folder, replaceable_folder
 from longbert.utils.destinations import locked
-from longbert.utils.folders import BEST, ENSEMBLE_SUMMARY, RECIPE_FILE, RunFolder, predictions_file
+from longbert.utils.folders import (
+    BEST,
+    CONFIG_FILE,
+    ENSEMBLE_SUMMARY,
+    HEAD_FILE,
+    RECIPE_FILE,
+    RunFolder,
+    predictions_file,
+)
 
 MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
 
@@ -55,6 +64,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     output = Path(output)
     check_runs(runs, output, None if chosen_by else MAX_MEMBERS)  # the ceiling bounds a choice, not a chosen group
     names = member_names(runs)
+    prints = refuse_copies(runs, names)
     with contextlib.ExitStack() as stack:
         for run in runs:
             stack.enter_context(locked(run))
@@ -78,7 +88,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         if test_rows is not None:
             rows["test"] = test_rows
         summary = {"members": {m: str(runs[names.index(m)]) for m in chosen}, "chosen_by": chosen_by,
-                   "metric": metric, "validation": scores,
+                   "fingerprints": {m: prints[names.index(m)] for m in chosen}, "metric": metric, "validation": scores,
                    "calibration": None if calibration is None else calibration.to_dict(), "test": None}
         if rows.get("test") is not None:
             summary["test"] = scored(rows["test"], model.label_names)
@@ -177,12 +187,37 @@ def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -
 
 
 def member_names(runs: list[Path]) -> list[str]:
-    """Each run's name in the ensemble: its folder's name, or (where two runs share it, as seeds of one strategy
-    do) its last two path parts."""
-    names = [r.resolve().name for r in runs]
-    if len(set(names)) == len(names):
-        return names
-    return ["/".join(r.resolve().parts[-2:]) for r in runs]
+    """Each run's name in the ensemble, for people: the shortest ending of its resolved path that no other run's
+    path shares (its folder's name; 'chunk/seed43' where two runs share a folder name; more where those are shared
+    too). Names never identify a member: the code keys members by their place in `runs`."""
+    parts = [r.resolve().parts for r in runs]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(r.resolve()) for r in runs]  # unreachable: check_runs refused a run named twice
+
+
+def fingerprint(run: Path) -> str:
+    """What a run's kept model holds, as a hash of its settings and its weights outside the backbone (the head and
+    the strategy's; the backbone's fine-tuned weights change them too): two folders with the same fingerprint are
+    copies of one model."""
+    digest = hashlib.sha256()
+    for name in (CONFIG_FILE, HEAD_FILE):
+        digest.update((RunFolder(run).best / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def refuse_copies(runs: list[Path], names: list[str]) -> list[str]:
+    """Each run's fingerprint; a run whose model is a copy of another's (a hard link or copy of one run folder in
+    two places) is refused in one line: an ensemble of a model with itself is that model."""
+    prints = [fingerprint(run) for run in runs]
+    for i, value in enumerate(prints):
+        if value in prints[:i]:
+            first = prints.index(value)
+            raise LongbertError(f"{runs[i]} holds the same model as {runs[first]} ({names[first]}): an ensemble's "
+                                "members are different models")
+    return prints
 
 
 def same_documents(rows: dict[str, list[PredictionRow]], split: str) -> None:

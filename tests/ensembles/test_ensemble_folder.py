@@ -146,13 +146,18 @@ def test_a_hybrid_of_an_ensemble_mixes_tfidf_into_the_members_mean(three_runs, t
     assert model.ensemble.lexical.mix == summary["mix"] and (folder / "best" / "ensemble_lexical").is_dir()
     assert all(m.lexical is None for m in model.ensemble.members(model))
     # Run from its folder, the hybrid gives the ensemble's own probabilities (run from its folder) mixed with TF-IDF's.
+    # Both before calibration, and the hybrid's own calibration (fitted on validation) over the mix.
+    from longbert.evaluation.calibration import Calibration
+
     evaluate(ensemble, "test", precision="fp32")
-    neural = np.array([r["probabilities"] for r in rows(ensemble / "predictions-test.jsonl")])
+    neural = np.array([r.get("uncalibrated", r["probabilities"]) for r in rows(ensemble / "predictions-test.jsonl")])
     evaluate(folder, "test", precision="fp32")
     got = np.array([r["probabilities"] for r in rows(folder / "predictions-test.jsonl")])
     texts = [json.loads(line)["text"] for line in open(texts_path(tiny_recipe))]
     documents = [torch.as_tensor(d) for d in model.tokenize(texts)[0]]
-    np.testing.assert_allclose(got, mix_probabilities(model.ensemble.lexical, neural, documents), atol=2e-5)
+    calibration = Calibration.from_dict(summary["calibration"])
+    np.testing.assert_allclose(got, calibration.apply(mix_probabilities(model.ensemble.lexical, neural, documents)),
+                               atol=2e-5)
     np.testing.assert_allclose(got, recorded, atol=5e-3)  # the rows `hybrid` wrote mixed the members' kept rows
     if summary["mix"] < 1:
         assert not np.allclose(got, neural, atol=1e-3)
@@ -234,6 +239,33 @@ def test_all_takes_every_run_and_an_earlier_ensemble_is_replaced(three_runs, tmp
     assert set(summary["validation"]) == {*three_runs, "ensemble"}
 
 
+@pytest.mark.heavy
+def test_members_that_share_their_last_path_parts_stay_apart_and_a_copy_of_one_model_is_refused(three_runs, tmp_path):
+    """Two compares that share --name under two --runs-dir give runs A/x/run and B/x/run: each must stay itself (its
+    name is for people, never its identity), and an ensemble of one model with its own copy is refused."""
+    import shutil
+
+    a, b = tmp_path / "A" / "x" / "run", tmp_path / "B" / "x" / "run"
+    shutil.copytree(three_runs["chunk"], a)
+    shutil.copytree(three_runs["chunk7"], b)
+    out = tmp_path / "e"
+    answer = runner.invoke(app, ["ensemble", str(a), str(b), "--output", str(out)])
+    assert answer.exit_code == 0, answer.output
+    summary = json.loads((out / "ensemble-summary.json").read_text())
+    assert list(summary["members"]) == ["A/x/run", "B/x/run"]
+    assert len(set(summary["fingerprints"].values())) == 2
+    member_rows = [rows(run / "predictions-validation.jsonl") for run in (a, b)]
+    mean = np.mean([[r.get("uncalibrated", r["probabilities"]) for r in m] for m in member_rows], axis=0)
+    written = rows(out / "predictions-validation.jsonl")
+    np.testing.assert_allclose([r.get("uncalibrated", r["probabilities"]) for r in written], mean,
+                               atol=2e-6)  # both members, not one of them twice
+    c = tmp_path / "C" / "x" / "run"
+    shutil.copytree(three_runs["chunk"], c)
+    answer = runner.invoke(app, ["ensemble", str(a), str(c), "--output", str(tmp_path / "same")])
+    assert answer.exit_code == 2 and "holds the same model as" in answer.output and "A/x/run" in answer.output
+    assert not (tmp_path / "same").exists()
+
+
 def _contents(folder):
     return sorted((str(p.relative_to(folder)), p.read_text() if p.is_file() else None) for p in folder.rglob("*"))
 
@@ -311,6 +343,7 @@ def _rewrite_validation(run, right_first_half: bool):
         p_label = 0.9 if right else 0.4
         probabilities = [1 - p_label, p_label] if row["label"] == 1 else [p_label, 1 - p_label]
         row.update(probabilities=probabilities, predicted=int(probabilities[1] > 0.5))
+        row.pop("uncalibrated", None)  # what an ensemble averages, where a row has it: these rows stand as they are
     path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
 
