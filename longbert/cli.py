@@ -19,6 +19,12 @@ PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, b
                   "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
                   "quantize`)")
 
+# Options of the commands that answer with a model (predict, serve; evaluate and export take the first).
+CALIBRATION = typer.Option(True, "--calibration/--no-calibration", help="the model's calibration (temperatures fitted "
+                           "on validation) on, or off: the probabilities its logits give")
+MIN_CONFIDENCE = typer.Option(None, "--min-confidence", metavar="P", help="abstain below confidence P in (0, 1) (the "
+                              "top probability; multi-label: the least sure label's max(p, 1-p)): no label given")
+
 # What predict and embed read (longbert.inference.predict.read_documents).
 INPUT_HELP = ("a .txt file (one text per line) or - for stdin lines; a csv, jsonl, jsonl.gz, json or parquet file; a "
               "save_to_disk folder; or a hub dataset id")
@@ -106,6 +112,7 @@ def evaluate(
     set_: List[str] = typer.Option([], "--set", help="override the run's data or eval settings: key.path=value, e.g. "
                                                      "data.max_eval_documents=100 (repeatable)"),
     precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
+    calibrated: bool = CALIBRATION,
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md and predictions-<split>.jsonl into the
     run folder (with --set data.*: <split>-with-overrides, beside the run's own)."""
@@ -115,7 +122,7 @@ def evaluate(
 
     def action():
         check_counts({"--batch-size": batch_size})
-        metrics = run_evaluation(run_dir, split, batch_size, set_, precision=precision)
+        metrics = run_evaluation(run_dir, split, batch_size, set_, precision=precision, calibrated=calibrated)
         name = evaluation_name(split, set_)
         kept = "" if name == split else f" (other documents than the run's: its own {split} files are kept)"
         typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{name}.md{kept}")
@@ -135,13 +142,13 @@ def predict(
                                                                       "(default: the row number, from 0)"),
     keep: List[str] = typer.Option([], "--keep", help="copy this input column into every output row (repeatable)"),
     precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
-    split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several "
-                                                              "(a hub dataset, a saved DatasetDict, a folder of "
-                                                              "split files)"),
-    explain: Optional[Path] = typer.Option(None, "--explain", metavar="HTML_OR_DIR",
-                                           help="also say how much each chunk/window weighed: 'units' and 'decisive' "
-                                                "fields in every line, and an HTML page highlighting the decisive "
-                                                "passage (a .html file, or a folder that gets explain.html)"),
+    split: Optional[str] = typer.Option(None, "--split", help="the split to read, when the input holds several (a "
+                                        "hub dataset, a saved DatasetDict, a folder of split files)"),
+    explain: Optional[Path] = typer.Option(None, "--explain", metavar="HTML_OR_DIR", help=(
+        "also say how much each chunk/window weighed: 'units' and 'decisive' fields in every line, and an HTML page "
+        "highlighting the decisive passage (a .html file, or a folder that gets explain.html)")),
+    calibrated: bool = CALIBRATION,
+    min_confidence: Optional[float] = MIN_CONFIDENCE,
 ):
     """Predict labels for new texts; JSON lines out, in input order, with the id, the label, the class probabilities
     and the length in tokens. Several processes: accelerate launch -m longbert.cli predict ..."""
@@ -150,7 +157,7 @@ def predict(
     def action():
         check_counts({"--batch-size": batch_size})
         message = predict_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision,
-                               split, explain).cut_message()
+                               split, explain, calibrated, min_confidence).report()
         if message:
             typer.echo(message, err=True)
 
@@ -193,11 +200,10 @@ def export(
                                                                      "quantization), used by default when present"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="the folder to write (must not exist; "
                                                                        "default: MODEL_DIR/onnx)"),
-    parity_texts: Optional[str] = typer.Option(None, "--parity-texts", help="texts to check the export on: what "
-                                                                              "predict reads (a 'text' column); "
-                                                                              "default: test texts of the run's data"),
-    parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to "
-                                                                        "check on"),
+    parity_texts: Optional[str] = typer.Option(None, "--parity-texts", help=(
+        "texts to check the export on: what predict reads (a 'text' column); default: test texts of the run's data")),
+    parity_documents: int = typer.Option(32, "--parity-documents", help="how many of the run's test texts to check on"),
+    calibrated: bool = CALIBRATION,
 ):
     """Export a model to ONNX for onnxruntime (documents of any length); writes parity.json against PyTorch fp32."""
     from longbert.inference.export import export_model, parity_line
@@ -205,12 +211,9 @@ def export(
 
     def action():
         check_counts({"--parity-documents": parity_documents})
-        texts = None
-        if parity_texts is not None:
-            texts = list(read_documents(parity_texts)["text"])
-        result = export_model(model_dir, output, format, quantize, texts, parity_documents)
-        typer.echo(f"exported to {result.folder}")
-        typer.echo(f"parity: {parity_line(result.parity)}")
+        texts = None if parity_texts is None else list(read_documents(parity_texts)["text"])
+        result = export_model(model_dir, output, format, quantize, texts, parity_documents, calibrated)
+        typer.echo(f"exported to {result.folder}\nparity: {parity_line(result.parity)}")
 
     run_command(action)
 
@@ -220,24 +223,21 @@ _LIMITS = Limits()
 
 @app.command()
 def serve(
-    model_dir: Path = typer.Argument(..., help="a run folder, a saved model folder, or an exported folder "
-                                               "(onnxruntime)"),
+    model_dir: Path = typer.Argument(..., help="a run folder, a saved model or an exported folder (onnxruntime)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0: every interface)"),
     port: int = typer.Option(8000, "--port", help="port to listen on"),
-    max_batch: int = typer.Option(16, "--max-batch", help="at most this many texts of concurrent requests run "
-                                                          "together"),
+    max_batch: int = typer.Option(16, "--max-batch", help="the most texts of concurrent requests run together"),
     max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="how long a batch waits for more requests"),
-    max_request_bytes: int = typer.Option(_LIMITS.body_bytes, "--max-request-bytes", show_default=False,
-                                          help=f"the largest request body, in bytes (default {_LIMITS.body_bytes:,}: "
-                                               "8 MiB); a larger one is answered 413"),
-    max_request_texts: int = typer.Option(_LIMITS.texts, "--max-request-texts", show_default=False,
-                                          help=f"the most texts one request may hold (default {_LIMITS.texts:,}); "
-                                               "more are answered 413"),
-    max_request_tokens: int = typer.Option(_LIMITS.tokens, "--max-request-tokens", show_default=False,
-                                           help=f"the most tokens one request's texts may come to, each counted up to "
-                                                f"the model's max_document_tokens (default {_LIMITS.tokens:,}); more "
-                                                "are answered 413"),
+    max_request_bytes: int = typer.Option(_LIMITS.body_bytes, "--max-request-bytes", show_default=False, help=(
+        f"the largest request body, in bytes (default {_LIMITS.body_bytes:,}: 8 MiB); a larger one is answered 413")),
+    max_request_texts: int = typer.Option(_LIMITS.texts, "--max-request-texts", show_default=False, help=(
+        f"the most texts one request may hold (default {_LIMITS.texts:,}); more are answered 413")),
+    max_request_tokens: int = typer.Option(_LIMITS.tokens, "--max-request-tokens", show_default=False, help=(
+        f"the most tokens one request's texts may come to, each counted up to the model's max_document_tokens "
+        f"(default {_LIMITS.tokens:,}); more are answered 413")),
     precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP + "; PyTorch models only"),
+    calibrated: bool = CALIBRATION,
+    min_confidence: Optional[float] = MIN_CONFIDENCE,
 ):
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
     from longbert.inference.serve import serve as run_server
@@ -245,9 +245,9 @@ def serve(
     def action():
         check_counts({"--max-batch": max_batch, "--max-request-bytes": max_request_bytes,
                       "--max-request-texts": max_request_texts, "--max-request-tokens": max_request_tokens})
-        run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo,
+        run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo, precision=precision,
                    max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
-                   max_request_tokens=max_request_tokens, precision=precision)
+                   max_request_tokens=max_request_tokens, calibrated=calibrated, min_confidence=min_confidence)
 
     run_command(action)
 

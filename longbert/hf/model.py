@@ -22,6 +22,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from longbert.errors import LongbertError
 from longbert.modeling.hf_config import LongbertConfig
+from longbert.modeling.reading import calibrated_logits
 from longbert.utils.hardware import autocast_for, check_precision
 
 # What transformers' Auto classes and pipelines pass to from_pretrained on their own; longbert needs none of it.
@@ -62,16 +63,18 @@ class LongbertForSequenceClassification(PreTrainedModel):
         """Load a folder written by longbert's save_pretrained (or a run folder), or a hub id, as
         LongDocumentClassifier.from_pretrained does. Understood options: the hub's (revision, cache_dir, token,
         local_files_only, force_download), dtype (a torch dtype, or "auto": as saved), device_map (one device),
-        and precision: how eval-mode forwards run, as `predict --precision` (auto, fp32, bf16, or int8: the
+        precision: how eval-mode forwards run, as `predict --precision` (auto, fp32, bf16, or int8: the
         backbone's Linear layers dynamically quantized, on the CPU); through a pipeline,
-        `model_kwargs={"precision": "int8"}`. Anything else is refused in one LongbertError line rather than
-        ignored."""
+        `model_kwargs={"precision": "int8"}`; and calibrated (default True): False takes the model's calibration off
+        (`LongDocumentClassifier.without_calibration`), as `predict --no-calibration`. Anything else is refused in one
+        LongbertError line rather than ignored."""
         # Here, not at the top: the import hook imports this module when transformers loads its Auto models (their
         # registry), which the classifier's own modules do at their top, so this import would find it half-imported.
         from longbert.modeling.classifier import LongDocumentClassifier  # noqa: PLC0415 (import hook: see above)
 
         precision = kwargs.pop("precision", "auto")
         check_precision(precision)
+        calibrated = kwargs.pop("calibrated", True)
         hub = {k: kwargs.pop(k) for k in HUB_OPTIONS if k in kwargs}
         dtype, torch_dtype = kwargs.pop("dtype", None), kwargs.pop("torch_dtype", None)
         dtype = dtype if dtype is not None else torch_dtype
@@ -81,6 +84,8 @@ class LongbertForSequenceClassification(PreTrainedModel):
             raise LongbertError(f"{cls.__name__}.from_pretrained does not take "
                                 f"{', '.join(unknown) or 'positional model arguments'}")
         classifier = LongDocumentClassifier.from_pretrained(pretrained_model_name_or_path, **hub)
+        if not calibrated:
+            classifier.without_calibration()
         if config is not None and config.label_names() != classifier.label_names:
             raise LongbertError(f"{pretrained_model_name_or_path}: config.json names the labels "
                                 f"{config.label_names()} but longbert_config.json {classifier.label_names}; "
@@ -122,15 +127,19 @@ class LongbertForSequenceClassification(PreTrainedModel):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 return_dict: bool | None = None) -> SequenceClassifierOutput:
         """input_ids, attention_mask (B, T); labels (B,) class indices, or (B, C) multi-hot for multi-label ->
-        logits (B, C) and, with labels, the loss. token_type_ids are ignored (one segment per document). In eval
-        mode the forward runs at `self.precision` as `predict` does (auto: bf16 where the hardware runs it fast;
-        int8: the classifier's int8 wrapper, longbert.modeling.int8)."""
+        logits (B, C) and, with labels, the loss of those logits. token_type_ids are ignored (one segment per
+        document). In eval mode the forward runs at `self.precision` as `predict` does (auto: bf16 where the hardware
+        runs it fast; int8: the classifier's int8 wrapper, longbert.modeling.int8), and a calibrated model's logits
+        come divided by its temperatures, so that the softmax or sigmoid a pipeline applies gives `predict`'s
+        calibrated probabilities. In training mode they are the logits as trained (the calibration is fitted after).
+        """
         documents = self.documents(input_ids, attention_mask)
         if self.training:
             logits = self.classifier(documents).logits.float()  # (B, C)
         else:
             with autocast_for(self.classifier, self.precision):
-                logits = self.classifier.for_precision(self.precision)(documents).logits.float()  # (B, C)
+                logits = self.classifier.for_precision(self.precision)(documents).logits  # (B, C)
+            logits = calibrated_logits(self.classifier.settings, logits)  # float32, over the temperatures
         loss = None if labels is None else self.classifier.loss(logits, labels)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 

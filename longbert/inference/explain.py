@@ -34,6 +34,7 @@ from longbert.inference.attribution import (
 )
 from longbert.modeling.ensemble import alone, member_probabilities
 from longbert.modeling.int8 import Int8Model
+from longbert.modeling.reading import decision
 from longbert.strategies.base import unit_spans
 from longbert.utils.atomic import disk_error, write_text_atomically
 from longbert.utils.destinations import writable_destination
@@ -55,10 +56,11 @@ def unit_details(model, ids: list[int], row: dict, precision: str = "auto") -> d
         units = model.encode([torch.tensor(ids, dtype=torch.long, device=device)])  # (1, N, H)
         pooled = model.strategy.pool(units)
     weights = None if pooled.weights is None else pooled.weights[0][units.mask[0]].float().cpu().tolist()
-    if "labels" in row:  # multi-label: which labels were predicted, as decisive_units expects them
-        predicted = [int(name in row["labels"]) for name in model.label_names]
+    answer = answered(model, row)
+    if "labels" in answer:  # multi-label: which labels were predicted, as decisive_units expects them
+        predicted = [int(name in answer["labels"]) for name in model.label_names]
     else:
-        predicted = model.label_names.index(row["label"])
+        predicted = model.label_names.index(answer["label"])
     decisive = decisive_units(model, [{"input_ids": ids}], [Reading(predicted, weights)], [0])[0]
     spans = unit_spans(model.strategy, len(ids))
     if weights is not None and (spans is None or len(weights) != len(spans)):
@@ -73,7 +75,7 @@ def surest_member_details(model, ids: list[int], row: dict, precision: str, auto
     """An ensemble's `units` and `decisive` fields: those of the member that gave the predicted label the highest
     probability (named in `member`), since each member reads the document in units of its own. `model` runs at
     `precision` already (an int8 copy's members are quantized: they are read as they are, not quantized again)."""
-    label = model.label_names.index(row["label"])
+    label = model.label_names.index(answered(model, row)["label"])
     with torch.no_grad(), autocast:
         probabilities = member_probabilities(model, [torch.tensor(ids, dtype=torch.long, device=device)])
     surest = max(range(len(probabilities)), key=lambda m: float(probabilities[m][0, label]))
@@ -83,6 +85,12 @@ def surest_member_details(model, ids: list[int], row: dict, precision: str, auto
         with alone(model):
             return {**unit_details(model, ids, row, member_precision), "member": names[0]}
     return {**unit_details(model.ensemble.others[surest - 1], ids, row, member_precision), "member": names[surest]}
+
+
+def answered(model, row: dict) -> dict:
+    """The row's label (labels); for a row abstained on (`predict --min-confidence`), those the model would have
+    answered, so that its page still shows where the model looked."""
+    return decision(model.settings, list(row["probabilities"].values())) if row.get("abstained") else row
 
 
 def document_ids(model, text: str) -> list[int]:
@@ -177,8 +185,10 @@ def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str)
         "how much every unit weighed in the pooling. Where the pooling weighs all units the same, the decisive unit "
         "is the one whose removal lowers the predicted class's probability most."))]
     for i, (text, row, ids) in enumerate(shown):
-        label = row.get("label") or ", ".join(row.get("labels", [])) or "(none)"
-        p = row["probabilities"][row["label"]] if "label" in row else None
+        label = row.get("label") or ", ".join(row.get("labels") or []) or "(none)"
+        p = row["probabilities"][row["label"]] if row.get("label") is not None else None
+        if row.get("abstained"):  # what follows is where it looked for the answer it did not give
+            label = "abstained below --min-confidence (what follows is for its likeliest answer)"
         name = f"Text {i + 1}" + (f" (id {row['id']})" if "id" in row and row["id"] != i else "")
         heading = f"{name}: {label}" + (f" (p = {p:.2f})" if p is not None else "") + f", {row['n_tokens']:,} tokens"
         blocks.append(("h", 2, heading))

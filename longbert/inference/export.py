@@ -107,11 +107,13 @@ def default_output(model_dir: Path) -> Path:
 
 def export_model(model_dir: str | Path, output: str | Path | None = None, format: str = "onnx",
                  quantize: str | None = None, parity_texts: list[str] | None = None,
-                 parity_documents: int = PARITY_DOCUMENTS) -> ExportResult:
+                 parity_documents: int = PARITY_DOCUMENTS, calibrated: bool = True) -> ExportResult:
     """Export the model in `model_dir` (a run folder or a saved model folder) to `output` (default:
     <model_dir>/onnx), which must not exist yet; the folder appears whole or not at all. Parity is checked on
     `parity_texts`, or else on `parity_documents` test texts of the run's own data when the run folder names data
-    that can be read (none: parity.json says why). Returns the folder and what parity.json holds."""
+    that can be read (none: parity.json says why). Returns the folder and what parity.json holds. The settings in
+    export.json carry the model's calibration (its temperatures), so the folder answers calibrated probabilities;
+    `calibrated=False` exports the model without it (`ModelSettings.without_calibration`)."""
     check_choices(format, quantize)
     model_dir = Path(model_dir)
     output = named_folder(output, "--output") if output is not None else default_output(model_dir)
@@ -126,6 +128,8 @@ def export_model(model_dir: str | Path, output: str | Path | None = None, format
         raise LongbertError(f"--parity-documents must be >= 0, got {parity_documents}")
     require("export", "longbert export")
     model = LongDocumentClassifier.from_pretrained(model_dir)
+    if not calibrated:
+        model.without_calibration()
     refuse_ensemble(model, str(model_dir), "ONNX export carries one model: export a member's run, or serve the "
                     "ensemble with `longbert serve`")
     check_exportable(model.strategy, model.settings.strategy.name)
@@ -239,7 +243,9 @@ def run_test_texts(model_dir: Path, model, count: int) -> tuple[list[str], str]:
 
 def parity_check(model, folder: Path, texts: list[str], batch_size: int = 8) -> dict:
     """The exported graphs in `folder` against the PyTorch model in fp32 (no autocast) on `texts`: per encoder
-    precision, the share of texts given the same label(s) and the largest absolute difference of a probability."""
+    precision, the share of texts given the same label(s) and the largest absolute difference of a probability. Both
+    sides answer as their settings say, the same ones (export.json's are the model's): calibrated against calibrated,
+    or uncalibrated against uncalibrated."""
     documents, lengths = model.tokenize(texts)
     reference = []
     model.eval()

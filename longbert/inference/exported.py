@@ -18,7 +18,8 @@ documents of any length with it through onnxruntime, without the PyTorch model.
 `ExportedClassifier.predict` tokenizes with the saved tokenizer (cut at the settings' max_document_tokens, as the
 PyTorch model does), cuts each document with its strategy's own `windows` hook, lays the windows out in the same
 bounded passes (`run_passes`), runs the encoder graph pass by pass and the head graph once per batch, and returns
-the rows `LongDocumentClassifier.predict` returns.
+the rows `LongDocumentClassifier.predict` returns, its probabilities calibrated by the temperatures export.json's
+settings carry, as the PyTorch model's are.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from longbert.config import is_multi_label
 from longbert.data.documents import tokenize_documents
 from longbert.errors import LongbertError, first_line
 from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
-from longbert.modeling.reading import check_texts, longest_first, prediction_row
+from longbert.modeling.reading import (
+    answered_probabilities,
+    check_min_confidence,
+    check_texts,
+    longest_first,
+    prediction_row,
+)
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import ReadsWindows, SpecialTokens
 from longbert.strategies.registry import build_strategy
@@ -118,28 +125,39 @@ class ExportedClassifier:
         sizes = units.mask.float() if units.sizes is None else units.sizes  # (B, N); 1 = every unit counts the same
         return self.head.run({"vectors": units.vectors.numpy(), "mask": units.mask.numpy(), "sizes": sizes.numpy()})
 
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(logits) if self.multi_label else logits.softmax(-1)
+    def probabilities(self, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
+        """(B, C) logits -> what the model answers: calibrated by the temperatures its settings carry, as the PyTorch
+        model's (`longbert.modeling.reading.answered_probabilities`)."""
+        return answered_probabilities(self.settings, logits, calibrated)
 
-    def predict(self, texts: list[str], batch_size: int = 16) -> list[dict]:
-        """Texts -> the rows `LongDocumentClassifier.predict` gives: label (or labels), probabilities, n_tokens."""
+    def without_calibration(self) -> ExportedClassifier:
+        """This runtime, answering the probabilities its logits give (in place; returned), as
+        `LongDocumentClassifier.without_calibration`."""
+        self.settings = self.settings.without_calibration()
+        return self
+
+    def predict(self, texts: list[str], batch_size: int = 16, min_confidence: float | None = None) -> list[dict]:
+        """Texts -> the rows `LongDocumentClassifier.predict` gives: label (or labels), probabilities, n_tokens (and
+        'abstained' with `min_confidence`)."""
+        check_min_confidence(min_confidence)
         rows: list = [None] * len(texts)
-        for index, row in self.predictions_as_done(texts, batch_size):
+        for index, row in self.predictions_as_done(texts, batch_size, min_confidence=min_confidence):
             rows[index] = row
         return rows
 
-    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
-                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
+    def predictions_as_done(self, texts: list[str], batch_size: int = 16, precision: str = "auto",
+                            min_confidence: float | None = None) -> Iterator[tuple[int, dict]]:
         """(index into `texts`, its row) batch by batch, longest texts first, as
         `LongDocumentClassifier.predictions_as_done` gives them (what `longbert predict` reads). `precision` must be
         auto: the folder runs at the precision it was exported with."""
         check_auto_precision(self.folder, precision)
         check_texts(texts, batch_size)
+        check_min_confidence(min_confidence)
         documents, lengths = self.tokenize(texts)
         for batch in longest_first(documents, batch_size):
             probabilities = self.probabilities(self.logits([documents[i] for i in batch]))  # (B, C)
             for index, p in zip(batch, probabilities.tolist()):
-                yield index, prediction_row(self.settings, p, lengths[index])
+                yield index, prediction_row(self.settings, p, lengths[index], min_confidence)
 
 
 class Graph:

@@ -22,6 +22,7 @@ import json
 import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
@@ -35,30 +36,43 @@ from longbert.errors import LongbertError
 from longbert.inference.explain import explained, page_path, write_page
 from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
 from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.reading import check_min_confidence
 from longbert.utils.atomic import atomic_stream
 from longbert.utils.destinations import writable_destination
 from longbert.utils.hardware import check_precision, process_state
 from longbert.utils.progress import progress
 
 BATCHES_PER_BLOCK = 64  # documents sorted by length together: this many batches per process
-PREDICTION_FIELDS = ("label", "labels", "probabilities", "n_tokens")  # what the model writes into each row
+PREDICTION_FIELDS = ("label", "labels", "abstained", "probabilities", "n_tokens")  # what the model writes into each row
 LINES_COLUMN = "text"  # the one column of a text-per-line input
 
 
 @dataclass
 class Prediction:
-    """What `predict_file` did: how many documents it predicted, and how many of them the token cap cut."""
+    """What `predict_file` did: how many documents it predicted, how many of them the token cap cut, and with a
+    minimum confidence how many it abstained on."""
 
     documents: int
     cut: int
     cap: int
     main_process: bool = True  # False on the other processes of a multi-process run: the main one reports
+    abstained: int | None = None  # None: no minimum confidence was asked for
+    min_confidence: float | None = None
 
     def cut_message(self) -> str | None:
         """The line that says how many texts were cut; None when none was, or on a process other than the main one."""
         if not self.cut or not self.main_process:
             return None
         return f"{self.cut} of {self.documents} documents were cut at max_document_tokens={self.cap}"
+
+    def report(self) -> str | None:
+        """What predict says on stderr when it is done: the cut line, and with a minimum confidence how many documents
+        it abstained on (every time, 0 too); None when there is nothing to say or on another process than the main."""
+        lines = [self.cut_message()]
+        if self.abstained is not None and self.main_process:
+            lines.append(f"{self.abstained} of {self.documents} documents abstained (confidence below "
+                         f"--min-confidence {self.min_confidence:g}): 'abstained': true, no label")
+        return "\n".join(line for line in lines if line) or None
 
 
 def read_texts(source: str) -> list[str]:
@@ -147,7 +161,8 @@ def check_output(output: Path | None) -> None:
 
 def predict_file(model_dir: str | Path, source: str, output: Path | None = None, batch_size: int = 16,
                  text_column: str = "text", id_column: str | None = None, keep: tuple[str, ...] = (),
-                 precision: str = "auto", split: str | None = None, explain: str | Path | None = None) -> Prediction:
+                 precision: str = "auto", split: str | None = None, explain: str | Path | None = None,
+                 calibrated: bool = True, min_confidence: float | None = None) -> Prediction:
     """Predict a label for each document of `source` (see `read_documents`) with the model in `model_dir` (a run
     folder or a saved model folder, on the accelerator when there is one; or an exported folder, in onnxruntime), and
     write one JSON line per document to `output` (None: stdout), in input order, each as soon as it and every row
@@ -158,21 +173,29 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     name beside it and renamed when complete, so it appears whole or not at all.
     Under `accelerate launch` / torchrun the documents are split between the processes and the main process writes
     them all, in input order. `explain`: an .html file or a folder; rows also say how much each unit weighed and
-    which decided, and an HTML page shows it (longbert/inference/explain.py; one process only)."""
+    which decided, and an HTML page shows it (longbert/inference/explain.py; one process only).
+    `calibrated=False`: the probabilities the model's logits give, its calibration taken off (`without_calibration`).
+    `min_confidence` (in (0, 1)): a document whose confidence is below it is answered 'abstained': true with no label
+    (`longbert.modeling.reading.with_abstention`); the others 'abstained': false."""
+    check_min_confidence(min_confidence, "--min-confidence")
     page, process, exported = _check_options(model_dir, source, output, batch_size, precision, explain)
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
     # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with; int8, on the CPU.
     model = ExportedClassifier(model_dir) if exported else LongDocumentClassifier.from_pretrained(model_dir).to(
         "cpu" if precision == "int8" else process.device)
-    rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep))
+    if not calibrated:
+        model.without_calibration()
+    rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep),
+                               partial(model.predictions_as_done, min_confidence=min_confidence))
     shown: list = []  # what the --explain page shows, written once the rows are safe
     if page is not None:
         rows = explained(model, documents[text_column], rows, shown, precision)
-    cut = _write_rows(rows, output, process, model, len(documents))
+    cut, abstained = _write_rows(rows, output, process, model, len(documents))
     if page is not None:  # after the rows file is complete: a page that cannot be written loses no row
         write_page(page, shown, model.tokenizer, f"longbert predict --explain: {model_dir}",
                    "the rows were written to stdout" if output is None else f"the rows were kept at {output}")
-    return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process)
+    return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process,
+                      None if min_confidence is None else abstained, min_confidence)
 
 
 def _check_options(model_dir: str | Path, source: str, output: Path | None, batch_size: int, precision: str,
@@ -199,19 +222,21 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
     return page, process, exported
 
 
-def _write_rows(rows: Iterator[dict], output: Path | None, process, model, total: int) -> int:
+def _write_rows(rows: Iterator[dict], output: Path | None, process, model, total: int) -> tuple[int, int]:
     """Run through the rows (on every process); the main process writes each as a JSON line to `output` (None:
-    stdout, else a file written atomically) and flushes it. Returns how many documents the token cap cut."""
-    cut = 0
+    stdout, else a file written atomically) and flushes it. Returns how many documents the token cap cut, and how
+    many were abstained on."""
+    cut = abstained = 0
     with _output_stream(output) if process.is_main_process else nullcontext() as stream:
         if process.is_main_process:
             rows = progress(rows, "predicting", total=total)
         for row in rows:  # every process runs through its rows (each block is gathered by all of them)
             cut += count_cut([row["n_tokens"]], model.settings.max_document_tokens)
+            abstained += bool(row.get("abstained"))
             if stream is not None:
                 stream.write(json.dumps(row, default=str) + "\n")
                 stream.flush()
-    return cut
+    return cut, abstained
 
 
 def rows_in_input_order(model, documents, process, batch_size: int, precision: str, text_column: str = "text",

@@ -7,6 +7,8 @@ an exported folder (onnxruntime, see exported.py). Concurrent requests are group
     POST /predict  {"text": "..."}            -> one prediction: label (labels when multi-label), probabilities,
                                                  n_tokens
                    {"texts": ["...", ...]}    -> {"predictions": [one per text, in order]}
+                   either with "min_confidence": P  -> each prediction says "abstained", its label null where the
+                                                 model is less sure than P (default: the server's --min-confidence)
 Bad requests are answered with 4xx and {"error": "one line"}: 400 when the body is not JSON (or nests deeper than a
 JSON reader goes), 413 when it asks for more work than the server's `Limits` allow (body bytes, texts, tokens), 422
 when it does not hold what /predict needs (no text, a text that is empty, not a string or not encodable text, an
@@ -37,6 +39,7 @@ from longbert.errors import LongbertError
 from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
 from longbert.inference.serve_api import BadRequest, Counters, Limits, openapi_schemas, parse_request
 from longbert.modeling.classifier import LongDocumentClassifier
+from longbert.modeling.reading import check_min_confidence, with_abstention
 from longbert.utils.extras import require
 from longbert.utils.hardware import autocast_for, check_precision, process_state
 
@@ -203,30 +206,37 @@ def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | Non
     piece.future.set_exception(error) if error is not None else piece.future.set_result(rows)
 
 
-def load_predictor(model_dir: str | Path, precision: str = "auto"):
+def load_predictor(model_dir: str | Path, precision: str = "auto", calibrated: bool = True):
     """(the model, its backend name) for a run folder, a saved model folder or an exported folder (which runs as it
-    was exported). A PyTorch model's `precision` is checked, and its int8 wrapper made, before the first request."""
+    was exported). A PyTorch model's `precision` is checked, and its int8 wrapper made, before the first request.
+    `calibrated=False`: the model answers without its calibration (`without_calibration`)."""
     check_precision(precision, "--precision")
     if is_export_folder(model_dir):
         check_auto_precision(model_dir, precision)
         predictor = ExportedClassifier(model_dir)
+        if not calibrated:
+            predictor.without_calibration()
         return predictor, f"onnx-{predictor.precision}"
     # On the machine's accelerator where there is one, as `predict` runs; int8 runs on the CPU only.
     device = "cpu" if precision == "int8" else process_state().device
     model = LongDocumentClassifier.from_pretrained(model_dir).to(device)
+    if not calibrated:
+        model.without_calibration()  # before the int8 wrapper is made: it copies the settings
     autocast_for(model, precision)  # refuses what the device cannot run
     model.for_precision(precision)  # the int8 wrapper (its quantized copy), before the first request
     return model, "pytorch" if precision == "auto" else f"pytorch-{precision}"
 
 
 def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: str = "model", backend: str = "pytorch",
-              limits: Limits = Limits(), precision: str = "auto"):
+              limits: Limits = Limits(), precision: str = "auto", min_confidence: float | None = None):
     """The FastAPI application serving `predictor` (with `predict(texts, batch_size[, precision])`, `tokenize`,
-    `settings`, `label_names`: LongDocumentClassifier, ExportedClassifier). Its batcher is `app.state.batcher`."""
+    `settings`, `label_names`: LongDocumentClassifier, ExportedClassifier). Its batcher is `app.state.batcher`.
+    `min_confidence`: the minimum confidence of a request that names none (None: no abstention)."""
     from fastapi import FastAPI  # noqa: PLC0415 (optional extra: longbert[serve])
 
     check_batching(max_batch, max_wait_ms)
     limits.check()
+    check_min_confidence(min_confidence)
     options = {} if precision == "auto" else {"precision": precision}
     batcher = Batcher(lambda texts: predictor.predict(texts, batch_size=max_batch, **options), max_batch,
                       max_wait_ms / 1000)
@@ -242,7 +252,7 @@ def build_app(predictor, max_batch: int = 16, max_wait_ms: float = 5.0, name: st
     schemas = openapi_schemas()
     _add_error_handlers(app)
     _add_info_routes(app, schemas, predictor, name, backend, max_batch)
-    _add_predict_route(app, schemas["predict"], predictor, batcher, limits)
+    _add_predict_route(app, schemas["predict"], predictor, batcher, limits, min_confidence)
     openapi = app.openapi
     app.openapi = lambda: _with_definitions(openapi(), schemas["definitions"])
     return app
@@ -278,7 +288,8 @@ def _add_info_routes(app, schemas: dict, predictor, name: str, backend: str, max
                 "max_batch": max_batch}
 
 
-def _add_predict_route(app, schema: dict, predictor, batcher: Batcher, limits: Limits) -> None:
+def _add_predict_route(app, schema: dict, predictor, batcher: Batcher, limits: Limits,
+                       min_confidence: float | None) -> None:
     """POST /predict, each request counted with its status and latency."""
     from fastapi import Request  # noqa: PLC0415 (optional extra: longbert[serve])
     from fastapi.responses import JSONResponse  # noqa: PLC0415 (optional extra: longbert[serve])
@@ -288,21 +299,25 @@ def _add_predict_route(app, schema: dict, predictor, batcher: Batcher, limits: L
         # Counted here, not in a middleware: starlette's BaseHTTPMiddleware hides a client's disconnect from
         # request.is_disconnected, which the batcher asks to drop the work of clients that went away.
         started = time.perf_counter()
-        answer = await _answer_predict(request, app, predictor, batcher, limits)
+        answer = await _answer_predict(request, app, predictor, batcher, limits, min_confidence)
         status = answer.status_code if isinstance(answer, JSONResponse) else 200
         app.state.counters.request(status, time.perf_counter() - started)
         return answer
 
 
-async def _answer_predict(request, app, predictor, batcher: Batcher, limits: Limits):
-    """A /predict request's answer: its prediction(s), or a JSONResponse {"error": ...} with the status that says
-    why not (see the module docstring)."""
+async def _answer_predict(request, app, predictor, batcher: Batcher, limits: Limits, min_confidence: float | None):
+    """A /predict request's answer: its prediction(s), abstaining below its own "min_confidence" or else the
+    server's `min_confidence`, or a JSONResponse {"error": ...} with the status that says why not (see the module
+    docstring)."""
     from fastapi.responses import JSONResponse  # noqa: PLC0415 (optional extra: longbert[serve])
 
     try:
-        texts, single = parse_request(await read_body(request, limits.body_bytes), limits.texts)
+        texts, single, asked = parse_request(await read_body(request, limits.body_bytes), limits.texts)
         await asyncio.to_thread(check_tokens, predictor, texts, limits.tokens)
         rows = await batcher.submit(texts, request.is_disconnected)
+        minimum = min_confidence if asked is None else asked
+        if minimum is not None:  # each request's own: rows of one batch may answer requests of other minimums
+            rows = [with_abstention(predictor.settings, row, minimum) for row in rows]
     except BadRequest as error:
         return JSONResponse({"error": str(error)}, status_code=error.status)
     except LongbertError as error:
@@ -351,23 +366,26 @@ def listen(host: str, port: int) -> socket.socket:
 def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 16,
           max_wait_ms: float = 5.0, announce: Callable[[str], None] = print, *,
           max_request_bytes: int = Limits.body_bytes, max_request_texts: int = Limits.texts,
-          max_request_tokens: int = Limits.tokens, precision: str = "auto") -> None:
+          max_request_tokens: int = Limits.tokens, precision: str = "auto", calibrated: bool = True,
+          min_confidence: float | None = None) -> None:
     """Serve the model in `model_dir` until interrupted (see the module docstring); a request may carry at most
     `max_request_bytes` of body, `max_request_texts` texts and `max_request_tokens` tokens (`Limits`). Every user
     error (a missing extra, a folder that is not a model or holds a damaged graph, a port in use, bad batching
     settings or limits, a precision the model or device cannot run: `load_predictor`) is one LongbertError line,
-    raised before the server starts."""
+    raised before the server starts. `calibrated=False`: without the model's calibration; `min_confidence`: the
+    minimum confidence of requests that name none."""
     require("serve", "longbert serve")
     import uvicorn  # noqa: PLC0415 (optional extra: longbert[serve])
 
     check_batching(max_batch, max_wait_ms)
+    check_min_confidence(min_confidence, "--min-confidence")
     limits = Limits(max_request_bytes, max_request_texts, max_request_tokens)
     limits.check()
     sock = listen(host, port)
     try:
-        predictor, backend = load_predictor(model_dir, precision)
+        predictor, backend = load_predictor(model_dir, precision, calibrated)
         app = build_app(predictor, max_batch, max_wait_ms, name=str(model_dir), backend=backend, limits=limits,
-                        precision=precision)
+                        precision=precision, min_confidence=min_confidence)
         bound_host, bound_port = sock.getsockname()[:2]
         announce(f"serving {model_dir} ({backend}) on http://{bound_host}:{bound_port}: POST /predict, GET /health")
         uvicorn.Server(uvicorn.Config(app, log_level="info")).run(sockets=[sock])

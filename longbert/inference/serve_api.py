@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from longbert.errors import LongbertError
 
@@ -37,9 +38,18 @@ class BadRequest(Exception):
         self.status = status
 
 
-def parse_request(body: bytes, max_texts: int | None = None) -> tuple[list[str], bool]:
-    """The body of POST /predict -> (texts, whether it was one 'text'), or BadRequest saying what is wrong (413 when
-    it holds more than `max_texts` texts)."""
+class PredictRequest(NamedTuple):
+    """What a POST /predict body asks: its texts, whether it was one "text", and its "min_confidence" (None: the
+    server's)."""
+
+    texts: list[str]
+    single: bool
+    min_confidence: float | None = None
+
+
+def parse_request(body: bytes, max_texts: int | None = None) -> PredictRequest:
+    """The body of POST /predict -> a `PredictRequest`, or BadRequest saying what is wrong (413 when it holds more
+    than `max_texts` texts)."""
     try:
         payload = json.loads(body.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -52,20 +62,34 @@ def parse_request(body: bytes, max_texts: int | None = None) -> tuple[list[str],
     expected = 'the body must be a JSON object with "text" (a string) or "texts" (a list of strings)'
     if not isinstance(payload, dict):
         raise BadRequest(422, f"{expected}, got {_kind(payload)}")
-    unknown = sorted(set(payload) - {"text", "texts"})
+    unknown = sorted(set(payload) - {"text", "texts", "min_confidence"})
     if unknown:
-        raise BadRequest(422, f"unknown field {unknown[0]!r}; {expected}")
+        raise BadRequest(422, f'unknown field {unknown[0]!r}; {expected}, and optionally "min_confidence"')
     if ("text" in payload) == ("texts" in payload):
-        raise BadRequest(422, f"{expected}, not both" if payload else f"{expected}, got an empty object")
+        got = "not both" if "text" in payload else "got an empty object" if not payload else "got neither"
+        raise BadRequest(422, f"{expected}, {got}")
+    minimum = _min_confidence(payload.get("min_confidence"))
     if "text" in payload:
-        return [_text(payload["text"], '"text"')], True
+        return PredictRequest([_text(payload["text"], '"text"')], True, minimum)
     texts = payload["texts"]
     if not isinstance(texts, list) or not texts:
         raise BadRequest(422, f'"texts" must be a non-empty list of strings, got {_kind(texts)}')
     if max_texts is not None and len(texts) > max_texts:  # before reading each text: the count alone refuses it
         raise BadRequest(413, f"the request holds {len(texts):,} texts, over the limit of {max_texts:,} per request "
                               "(longbert serve --max-request-texts)")
-    return [_text(t, f'"texts"[{i}]') for i, t in enumerate(texts)], False
+    return PredictRequest([_text(t, f'"texts"[{i}]') for i, t in enumerate(texts)], False, minimum)
+
+
+def _min_confidence(value) -> float | None:
+    """A request's "min_confidence": null or absent (the server's), or a number in (0, 1), else 422."""
+    # Here, not at the top: the CLI's start-up reads this module, which loads no torch until a request is read.
+    from longbert.modeling.reading import check_min_confidence  # noqa: PLC0415 (torch-free: see above)
+
+    try:
+        check_min_confidence(value, '"min_confidence"')
+    except LongbertError as error:
+        raise BadRequest(422, str(error)) from None
+    return value
 
 
 def _kind(value) -> str:
@@ -94,15 +118,23 @@ def openapi_schemas() -> dict:
     still reads the body itself (`parse_request`), so that its limits hold before any of it is parsed."""
     from pydantic import BaseModel, Field  # noqa: PLC0415 (optional extra: longbert[serve], with FastAPI)
 
+    minimum = Field(None, gt=0, lt=1, description="abstain on a document whose confidence (its top probability; "
+                    "multi-label: its least sure label's max(p, 1 - p)) is below this (default: the server's "
+                    "--min-confidence, else none)")
+
     class OneText(BaseModel):
         text: str = Field(description="a document of any length", examples=["A long review ..."])
+        min_confidence: float | None = minimum
 
     class ManyTexts(BaseModel):
         texts: list[str] = Field(description="documents of any length, answered in order", min_length=1)
+        min_confidence: float | None = minimum
 
     class Prediction(BaseModel):
-        label: str | None = Field(None, description="the predicted class (single-label models)")
-        labels: list[str] | None = Field(None, description="the predicted classes (multi-label models)")
+        label: str | None = Field(None, description="the predicted class (single-label models); null when abstained")
+        labels: list[str] | None = Field(None, description="the predicted classes (multi-label models); null when "
+                                                           "abstained")
+        abstained: bool | None = Field(None, description="with a minimum confidence: whether the model abstained")
         probabilities: dict[str, float] = Field(description="each class's probability")
         n_tokens: int = Field(description="the text's length in tokens with [CLS]/[SEP]; over the model's "
                                           "max_document_tokens + 2, the text was cut")

@@ -163,6 +163,8 @@ class Int8Model(ReadsTexts, nn.Module):
         a label only where the classes were that close, so re-reading those few in fp32 keeps int8's labels fp32's."""
         if self.recheck_gap <= 0:
             return logits
+        # What the model answers (calibrated when it is) against its thresholds (set on those same probabilities), as
+        # `longbert quantize` chose the gap on; a temperature keeps each document's order of classes, so its labels.
         close = close_calls(self.probabilities(logits), self.multi_label, self.thresholds, self.recheck_gap)  # (B,)
         if not close.any():
             return logits

@@ -1,7 +1,8 @@
 """How a model reads texts: `ReadsTexts`, the `predict` and `embed` every model that reads as the classifier does
 shares (the classifier, its int8 wrapper), over one loop each gives (`read_as_done`); that loop's batches, tokenized
 first and read longest first (`read_in_batches`, `longest_first`, shared with an exported folder's runtime); the check
-of the texts; and the rows `predict` gives (`prediction_row`, `prediction_rows`).
+of the texts; and the rows `predict` gives (`prediction_row`, `prediction_rows`), abstaining below a minimum
+confidence when asked (`with_abstention`).
 
 A leaf below the classifier and its int8 wrapper (`int8.py`), which both read texts this way: neither imports the other
 for it.
@@ -25,22 +26,27 @@ class ReadsTexts:
     batch_size, precision, compute)`: (index, compute(the model that runs, its batch)[row] as a list, full length) for
     every text. The subclass also has `settings`, `head` and `ensemble`."""
 
-    def predict(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> list[dict]:
+    def predict(self, texts: list[str], batch_size: int = 16, precision: str = "auto",
+                min_confidence: float | None = None) -> list[dict]:
         """Texts -> one dict each, in the order of `texts`: {'label': name (or 'labels': [names] for multi-label),
         'probabilities': {name: p}, 'n_tokens': the text's full length with [CLS]/[SEP] (over max_document_tokens + 2:
-        the text was cut)}. `precision`: fp32, bf16, or auto (bf16 where the model's device runs it fast)."""
+        the text was cut)}. `precision`: fp32, bf16, or auto (bf16 where the model's device runs it fast).
+        `min_confidence` (in (0, 1)): every row also says 'abstained', true where the text's `confidence` is below it,
+        and then its label (labels) is None."""
+        check_min_confidence(min_confidence)
         rows: list = [None] * len(texts)
-        for index, row in self.predictions_as_done(texts, batch_size, precision):
+        for index, row in self.predictions_as_done(texts, batch_size, precision, min_confidence):
             rows[index] = row
         return rows
 
-    def predictions_as_done(self, texts: list[str], batch_size: int = 16,
-                            precision: str = "auto") -> Iterator[tuple[int, dict]]:
+    def predictions_as_done(self, texts: list[str], batch_size: int = 16, precision: str = "auto",
+                            min_confidence: float | None = None) -> Iterator[tuple[int, dict]]:
         """(index into `texts`, the row `predict` gives it) for every text, batch by batch as each is computed.
         All texts are tokenized first and batched by length, longest first, so that a batch pads little and the
         biggest batch comes first; hence rows arrive out of order."""
+        check_min_confidence(min_confidence)
         for index, p, length in self.read_as_done(texts, batch_size, precision, batch_probabilities):
-            yield index, prediction_row(self.settings, p, length)
+            yield index, prediction_row(self.settings, p, length, min_confidence)
 
     def embed(self, texts: list[str], batch_size: int = 16, precision: str = "auto") -> torch.Tensor:
         """(N, H) float32: each text's document vector (the strategy's pooling of its units; the logits are
@@ -100,10 +106,17 @@ def answered_probabilities(settings: ModelSettings, logits: torch.Tensor, calibr
     """(B, C) logits -> the (B, C) probabilities a model with these settings answers: softmax (single-label) or one
     sigmoid per label, of the logits divided by the settings' calibration temperatures when it has them (and
     `calibrated`). The one place where logits become probabilities, for every way of running a model."""
+    logits = calibrated_logits(settings, logits, calibrated)
+    return torch.sigmoid(logits) if is_multi_label(settings.problem_type) else logits.softmax(-1)
+
+
+def calibrated_logits(settings: ModelSettings, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
+    """(B, C) logits -> (B, C) float32, divided by the settings' calibration temperatures when it has them (and
+    `calibrated`): what softmax or sigmoid makes the answered probabilities of (the transformers wrapper's logits)."""
     logits = logits.float()
     if calibrated and settings.temperatures is not None:
         logits = logits / logits.new_tensor(settings.temperatures)
-    return torch.sigmoid(logits) if is_multi_label(settings.problem_type) else logits.softmax(-1)
+    return logits
 
 
 def batch_vectors(model, documents: list[torch.Tensor]) -> torch.Tensor:
@@ -121,18 +134,48 @@ def check_texts(texts: list, batch_size: int = 1) -> None:
         raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
 
 
-def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int) -> dict:
+def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int,
+                   min_confidence: float | None = None) -> dict:
     """One text's class probabilities and full length -> `predict`'s row: {'label' (or 'labels', decided at the
-    settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}. Shared by every way of running a model."""
-    names = settings.label_names
-    row = {"probabilities": dict(zip(names, probabilities))}
-    if is_multi_label(settings.problem_type):
-        thresholds = settings.thresholds or [0.5] * len(names)
-        row["labels"] = [n for n, q, t in zip(names, probabilities, thresholds) if q >= t]
-    else:
-        row["label"] = names[max(range(len(probabilities)), key=probabilities.__getitem__)]
+    settings' thresholds), 'probabilities': {name: p}, 'n_tokens'}, and with `min_confidence` 'abstained'
+    (`with_abstention`). Shared by every way of running a model."""
+    row = {"probabilities": dict(zip(settings.label_names, probabilities)), **decision(settings, probabilities)}
+    if min_confidence is not None:
+        row = with_abstention(settings, row, min_confidence)
     row["n_tokens"] = n_tokens
     return row
+
+
+def decision(settings: ModelSettings, probabilities: list[float]) -> dict:
+    """One text's class probabilities -> {'label': the likeliest class}, or for multi-label {'labels': those at or
+    above the settings' thresholds}: what the model answers, abstention aside."""
+    names = settings.label_names
+    if is_multi_label(settings.problem_type):
+        thresholds = settings.thresholds or [0.5] * len(names)
+        return {"labels": [n for n, q, t in zip(names, probabilities, thresholds) if q >= t]}
+    return {"label": names[max(range(len(probabilities)), key=probabilities.__getitem__)]}
+
+
+def confidence(settings: ModelSettings, probabilities: list[float]) -> float:
+    """How sure the model is of one text's answer: single-label, its top probability; multi-label, its least sure
+    label's max(p, 1 - p) (as `longbert.evaluation.calibration.coverage_curve` reads it)."""
+    if is_multi_label(settings.problem_type):
+        return min(max(p, 1 - p) for p in probabilities)
+    return max(probabilities)
+
+
+def with_abstention(settings: ModelSettings, row: dict, min_confidence: float) -> dict:
+    """A `prediction_row` with 'abstained': true, and its label (labels) None, where its `confidence` is below
+    `min_confidence`, else false; its probabilities stay. A new dict (serve decides each request's rows apart)."""
+    abstained = confidence(settings, list(row["probabilities"].values())) < min_confidence
+    key = "labels" if is_multi_label(settings.problem_type) else "label"
+    return {**row, **({key: None} if abstained else {}), "abstained": abstained}
+
+
+def check_min_confidence(value, name: str = "min_confidence") -> None:
+    """None, or a number in (0, 1): anything else is one LongbertError line naming `name`."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1):
+        raise LongbertError(f"{name} must be a number in (0, 1), got {value!r}")
 
 
 def prediction_rows(settings: ModelSettings, probabilities: torch.Tensor, lengths: list[int]) -> list[dict]:

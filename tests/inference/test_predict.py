@@ -171,8 +171,8 @@ def test_rows_are_written_as_they_are_done_under_a_temporary_name(model_dir, tmp
     on_disk = []
     original = LongDocumentClassifier.predictions_as_done
 
-    def watched(self, texts, batch_size=16, precision="auto"):
-        for n, item in enumerate(original(self, texts, batch_size, precision)):
+    def watched(self, texts, batch_size=16, precision="auto", min_confidence=None):
+        for n, item in enumerate(original(self, texts, batch_size, precision, min_confidence)):
             (tmp,) = temporary()
             on_disk.append(len(tmp.read_text().splitlines()))
             assert not out.exists()
@@ -200,8 +200,8 @@ def test_stdout_streams_too(model_dir, tmp_path, monkeypatch):
     printed = []
     original = LongDocumentClassifier.predictions_as_done
 
-    def watched(self, texts, batch_size=16, precision="auto"):
-        for item in original(self, texts, batch_size, precision):
+    def watched(self, texts, batch_size=16, precision="auto", min_confidence=None):
+        for item in original(self, texts, batch_size, precision, min_confidence):
             printed.append(len(stdout.getvalue().splitlines()))
             yield item
 

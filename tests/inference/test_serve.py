@@ -78,8 +78,12 @@ def test_health_and_predict_equal_model_predict(model):
     (b'{"texts": ["fine", ""]}', 422, '"texts"[1] is empty or whitespace-only'),
     (b'{"texts": ["fine", "x \\udc80"]}', 422, '"texts"[1] holds \'\\udc80\' at character 2, half of a surrogate pair'),
     (b"[" * 100_000 + b"]" * 100_000, 400, "the body's JSON nests too deeply to read"),
+    (b'{"min_confidence": 0.5}', 422, "got neither"),
+    (b'{"text": "a", "min_confidence": 1}', 422, '"min_confidence" must be a number in (0, 1), got 1'),
+    (b'{"texts": ["a"], "min_confidence": "high"}', 422, '"min_confidence" must be a number in (0, 1), got \'high\''),
 ], ids=["bad-json", "not-utf8", "no-body", "list", "empty-object", "both", "unknown-field", "number", "blank-text",
-        "empty-list", "texts-string", "null-text", "empty-text", "lone-surrogate", "nested-100000-deep"])
+        "empty-list", "texts-string", "null-text", "empty-text", "lone-surrogate", "nested-100000-deep",
+        "min-confidence-alone", "min-confidence-1", "min-confidence-string"])
 def test_bad_requests_get_4xx_and_one_line(model, body, status, message):
     with pytest.raises(BadRequest) as raised:
         parse_request(body)
@@ -175,10 +179,10 @@ def test_the_openapi_page_declares_both_request_forms_and_every_answer(model):
     document = TestClient(build_app(model)).get("/openapi.json").json()
     predict = document["paths"]["/predict"]["post"]
     body = predict["requestBody"]["content"]["application/json"]["schema"]["oneOf"]
-    assert [sorted(form["properties"]) for form in body] == [["text"], ["texts"]]
+    assert [sorted(form["properties"]) for form in body] == [["min_confidence", "text"], ["min_confidence", "texts"]]
     assert {"200", "400", "413", "422", "499", "500"} <= set(predict["responses"])
     answers = predict["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"]
-    assert sorted(answers[0]["properties"]) == ["label", "labels", "n_tokens", "probabilities"]
+    assert sorted(answers[0]["properties"]) == ["abstained", "label", "labels", "n_tokens", "probabilities"]
     assert answers[1]["properties"]["predictions"]["items"]["$ref"] == "#/components/schemas/Prediction"
     assert "Prediction" in document["components"]["schemas"]  # every $ref resolves
     problem = predict["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]
