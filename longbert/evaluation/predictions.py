@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -91,5 +92,24 @@ def read_prediction_rows(path: Path) -> list[PredictionRow]:
             missing = [k for k in REQUIRED if not isinstance(row, dict) or k not in row]
             if missing:
                 raise LongbertError(f"{path}, line {number}: not a prediction row (no {', '.join(missing)})")
+            problem = _row_problem(row, len(rows[0].probabilities) if rows else None)
+            if problem:
+                raise LongbertError(f"{path}, line {number}: {problem}")
             rows.append(PredictionRow.from_dict(row))
     return rows
+
+
+def _row_problem(row: dict, classes: int | None) -> str | None:
+    """What makes a row's probabilities unusable, or None: not a list of two or more finite numbers (one per class),
+    another number of them than the file's first row (`classes`), or a single-label label outside them."""
+    probabilities = row["probabilities"]
+    if (not isinstance(probabilities, list) or len(probabilities) < 2
+            or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
+                       for p in probabilities)):
+        return f"probabilities must be a list of two or more finite numbers, one per class, got {probabilities!r:.80}"
+    if classes is not None and len(probabilities) != classes:
+        return f"{len(probabilities)} probabilities, where the file's first row has {classes}"
+    label = row["label"]
+    if isinstance(label, int) and not 0 <= label < len(probabilities):
+        return f"label {label} is not one of the {len(probabilities)} classes"
+    return None

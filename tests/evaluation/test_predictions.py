@@ -21,13 +21,14 @@ ROWS = [
 
 
 def test_what_the_writer_writes_the_reader_reads_back_with_probabilities_rounded_once(tmp_path):
-    write_prediction_rows(tmp_path / "predictions-test.jsonl", ROWS)
-    back = read_prediction_rows(tmp_path / "predictions-test.jsonl")
+    write_prediction_rows(tmp_path / "single.jsonl", ROWS[:1])  # a file holds one problem type's rows
+    write_prediction_rows(tmp_path / "predictions-test.jsonl", ROWS[1:])
+    back = read_prediction_rows(tmp_path / "single.jsonl") + read_prediction_rows(tmp_path / "predictions-test.jsonl")
     assert back[0].probabilities == [0.123457, 0.876543]  # PROBABILITY_DIGITS, in the writer only
     assert back[0] == PredictionRow(**{**ROWS[0].__dict__, "probabilities": [0.123457, 0.876543]})
     assert back[1] == ROWS[1]
     assert [r.right for r in back] == [True, False]  # multi-label: every label must be right
-    line = json.loads((tmp_path / "predictions-test.jsonl").read_text().splitlines()[1])
+    line = json.loads((tmp_path / "predictions-test.jsonl").read_text().splitlines()[0])
     assert sorted(line) == ["index", "label", "n_tokens", "predicted", "probabilities"]  # nothing it lacks
 
 
@@ -51,10 +52,19 @@ def test_files_of_earlier_versions_keep_loading(tmp_path):
     ("{not json", "line 2: not JSON (Expecting property name enclosed in double quotes)"),
     ('{"index": 3, "label": 1}', "line 2: not a prediction row (no n_tokens, probabilities, predicted)"),
     ("[1, 2]", "line 2: not a prediction row (no index, n_tokens, label, probabilities, predicted)"),
+    # a row an ensemble or a hybrid could not average (once a numpy traceback): one line naming it
+    ('{"index": 3, "n_tokens": 9, "label": 0, "probabilities": [1.0], "predicted": 0}',
+     "line 2: probabilities must be a list of two or more finite numbers, one per class, got [1.0]"),
+    ('{"index": 3, "n_tokens": 9, "label": 0, "probabilities": [0.1, 0.2, 0.7], "predicted": 2}',
+     "line 2: 3 probabilities, where the file's first row has 2"),
+    ('{"index": 3, "n_tokens": 9, "label": 0, "probabilities": [NaN, 0.5], "predicted": 1}',
+     "line 2: probabilities must be a list of two or more finite numbers, one per class, got [nan, 0.5]"),
+    ('{"index": 3, "n_tokens": 9, "label": 4, "probabilities": [0.5, 0.5], "predicted": 1}',
+     "line 2: label 4 is not one of the 2 classes"),
 ])
 def test_a_line_that_is_not_a_row_is_named_with_its_file_and_number(tmp_path, line, message):
     path = tmp_path / "predictions-test.jsonl"
-    path.write_text(json.dumps(ROWS[1].to_dict()) + "\n" + line + "\n")
+    path.write_text(json.dumps(ROWS[0].to_dict()) + "\n" + line + "\n")
     with pytest.raises(LongbertError) as error:
         read_prediction_rows(path)
     assert str(error.value) == f"{path}, {message}"
