@@ -1,19 +1,28 @@
 """The comparison report's figures: which ones the results allow, and the numbers each shows, read from the results
 dict (accuracy by length bucket per row beside the baseline, throughput and memory against document length, a
-confusion matrix per strategy); evaluation/plots.py draws them as PNG bytes."""
+confusion matrix per strategy, the reliability diagrams of the model to deploy and of each strategy, every row's
+accuracy against the share of documents it answers); evaluation/plots.py draws them as PNG bytes."""
 
 from __future__ import annotations
 
-from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, combined_label, combined_rows
+from longbert.comparison.formatting import BUCKET_TITLES, BUCKETS, combined_label, combined_rows, labelled_rows
 from longbert.comparison.statistics import wilson_interval
 from longbert.config import is_multi_label
-from longbert.evaluation.plots import accuracy_by_length_png, confusion_matrices_png, speed_by_length_png
+from longbert.evaluation.plots import (
+    accuracy_by_length_png,
+    confusion_matrices_png,
+    coverage_curve_png,
+    reliability_diagram_png,
+    speed_by_length_png,
+)
 
 # The file each plot is written to beside report.md (report.html embeds the same bytes).
 PLOTS = {
     "accuracy_by_length": "accuracy-by-length.png",
     "speed_by_length": "speed-by-length.png",
     "confusion_matrices": "confusion-matrices.png",
+    "reliability": "reliability-diagram.png",
+    "coverage": "coverage-curve.png",
 }
 
 
@@ -26,7 +35,41 @@ def make_plots(results: dict) -> dict[str, bytes]:
     if not is_multi_label(results["problem_type"]):
         plots["confusion_matrices"] = confusion_matrices_png({n: s[n]["confusion_matrix"] for n in names},
                                                              results["label_names"])
+    sections = reliability_sections(results)
+    if sections:
+        plots["reliability"] = reliability_diagram_png(sections, columns=2 if len(sections) == 4 else 3)
+    curves = {label: row["calibration"]["coverage"] for label, row in labelled_rows(results).items()
+              if row.get("calibration")}
+    if curves:
+        plots["coverage"] = _coverage(results, curves)
     return plots
+
+
+def deployed_label(results: dict) -> str | None:
+    """The label of the row compare deploys (`results["deployable"]`), None when there is none."""
+    row = (results.get("deployable") or {}).get("row")
+    return next((label for label, entry in labelled_rows(results).items() if entry.get("name", label) == row), None)
+
+
+def reliability_sections(results: dict) -> dict[str, dict]:
+    """The reliability diagrams a report shows, {title: calibration section}: the deployed model's first, then each
+    strategy's (the combined rows and the baseline have theirs in results.json)."""
+    rows = labelled_rows(results)
+    deployed = deployed_label(results)
+    shown = ([deployed] if deployed else []) + [n for n in results["strategy_order"] if n != deployed]
+    return {(f"{label} (the model to deploy)" if label == deployed else label): rows[label]["calibration"]
+            for label in shown if rows[label].get("calibration")}
+
+
+def _coverage(results: dict, curves: dict[str, list[dict]]) -> bytes:
+    """Every row's accuracy against the share of test documents it answers, each row's point at the threshold chosen
+    on validation starred, the target accuracy dashed; the baseline's line dashed."""
+    rows = labelled_rows(results)
+    chosen = {label: (row["abstention"]["test"]["coverage"], row["abstention"]["test"]["accuracy"])
+              for label, row in rows.items() if ((row.get("abstention") or {}).get("test") or {}).get("answered")}
+    base = results.get("baseline")
+    return coverage_curve_png(curves, results.get("target_accuracy"), chosen,
+                              {f"{base['name']} (baseline)": "--"} if base else None)
 
 
 def _accuracy_by_length(results: dict) -> bytes:

@@ -40,6 +40,22 @@ def combined_label(row: dict) -> str:
     return f"{row['name']} ({' + '.join(row['members'])})"
 
 
+def report_rows(results: dict) -> dict[str, dict]:
+    """Every row of a report by name, in its order: the strategies, the combined rows, the baseline."""
+    rows = dict(results["strategies"])
+    rows |= {r["name"]: r for r in combined_rows(results)}
+    return rows | ({results["baseline"]["name"]: results["baseline"]} if results.get("baseline") else {})
+
+
+def labelled_rows(results: dict) -> dict[str, dict]:
+    """Every row of a report by its label in tables: the strategies, 'ensemble (chunk + sliding)', ..., 'tfidf
+    (baseline)'."""
+    rows = {n: results["strategies"][n] for n in results["strategy_order"]}
+    rows |= {combined_label(c): c for c in combined_rows(results)}
+    base = results.get("baseline")
+    return rows | ({f"{base['name']} (baseline)": base} if base else {})
+
+
 def mean_sd(spread: dict | None, share: bool = True) -> str:
     """A spread over seeds as '85.2 ± 1.3%' (a share) or '0.852 ± 0.013'; 'n/a' when there is none."""
     if not spread:
@@ -51,6 +67,11 @@ def mean_sd(spread: dict | None, share: bool = True) -> str:
 def percent(value) -> str:
     """0.912 -> '91.2%'; None -> 'n/a'."""
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def confidence(value: float) -> str:
+    """A confidence threshold: 0.795 -> '0.795'; one that rounds to 1 keeps its digits (0.99987 -> '0.99987')."""
+    return f"{value:.3f}" if value < 0.9995 else f"{value:.6f}".rstrip("0")
 
 
 def number(value, digits: int = 1) -> str:

@@ -80,7 +80,7 @@ from longbert.comparison.strategy_training import StrategyRun, run_strategy
 from longbert.config import is_multi_label
 from longbert.data.documents import load_corpus
 from longbert.data.objects import recipe_for_data_object
-from longbert.ensembles.choice import read_validation, selection_metric
+from longbert.ensembles.choice import average_calibration, averaged_rows, read_validation, selection_metric
 from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.inference.attribution import build_examples, decisive_units, select_examples
 from longbert.modeling.backbone import load_tokenizer
@@ -88,7 +88,7 @@ from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.result import Result
 from longbert.utils.atomic import replaceable_folder
 from longbert.utils.destinations import folder_to_write
-from longbert.utils.folders import RESULTS_FILE
+from longbert.utils.folders import HYBRID, RESULTS_FILE
 from longbert.utils.hardware import describe_machine, release_memory
 
 
@@ -270,9 +270,27 @@ class Comparison:
             speed=speed, examples=error_examples, command=self.command, base_source=self.base_source,
             overrides=self.overrides, machine=describe_machine(), long_tokens=self.long_tokens,
             label_names=label_names, baseline=baseline, combined=combined, combined_notes=combined_notes,
-            seeds=self.seed_list,
+            seeds=self.seed_list, validation=self._validation_rows(combined, label_names),
         )
         return results, combined
+
+    def _validation_rows(self, combined: list[dict], label_names: list[str]) -> dict[str, list | None]:
+        """Each row's validation predictions, on which its abstention threshold is chosen (None where a run kept
+        none): a strategy's run's, the hybrid folder's, and the ensemble's and each seed row's members averaged and
+        calibrated as their test rows are (`averaged_rows`). The baseline keeps none."""
+        read = functools.cache(read_validation)
+        runs = {self.run_label(s, k): Path(r.output_dir) for s in self.names for k, r in self.by_seed[s].items()}
+        rows = {s: read(runs[s]) for s in self.names}
+        for row in combined:
+            if row["name"] == HYBRID:  # a model folder of its own, with its validation predictions
+                rows[HYBRID] = read(Path(row["folder"]))
+                continue
+            members = (tuple(self.run_label(row["strategy"], k) for k in row["seeds"]) if "seeds" in row
+                       else tuple(row["members"]))
+            validation = {m: read(runs[m]) for m in members}
+            rows[row["name"]] = None if any(v is None for v in validation.values()) else averaged_rows(
+                validation, members, label_names, average_calibration(validation, members))
+        return rows
 
     def _combined_rows(self, predictions, label_names) -> tuple[list[dict], list[str], dict]:
         """(the combined rows' summaries, why any is missing, their test rows by name)."""

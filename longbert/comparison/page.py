@@ -12,15 +12,17 @@ from longbert.comparison.formatting import (
     BUCKETS,
     combined_label,
     combined_rows,
+    confidence,
     duration,
     interval,
+    labelled_rows,
     mean_sd,
     memory,
     number,
     percent,
     shown_buckets,
 )
-from longbert.comparison.verdict import verdict
+from longbert.comparison.verdict import deployed_abstention, verdict
 from longbert.config import is_multi_label
 from longbert.evaluation.metrics import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
 from longbert.inference.attribution import decisive_text
@@ -83,9 +85,107 @@ def build_blocks(results: dict) -> list[tuple]:
         "brackets, what the pass added to the memory in use before it. "
         "Timings on a shared machine vary by tens of percent between runs."
     )))
-    blocks += _speed_blocks(results) + _confusion_blocks(results) + _paired_test_blocks(results)
-    blocks += _error_blocks(results) + _settings_blocks(results)
+    blocks += [block for part in (_calibration_blocks, _abstention_blocks, _speed_blocks, _confusion_blocks,
+                                  _paired_test_blocks, _error_blocks, _settings_blocks) for block in part(results)]
     return blocks
+
+
+def _before_after(section: dict, key: str, shown=lambda value: f"{value:.3f}") -> str:
+    """'0.058 → 0.011': a calibration measure before and after the row's calibration, or its one value."""
+    before = section.get("uncalibrated")
+    return shown(section[key]) if not before else f"{shown(before[key])} → {shown(section[key])}"
+
+
+def _ece_of(section: dict, key: str, name: str) -> str:
+    """The ECE of one entry of a calibration section's `key` (a length bucket, a label), before → after."""
+    before = section.get("uncalibrated")
+    return _before_after({**section[key][name], "uncalibrated": before and before[key][name]}, "ece")
+
+
+def _calibration_blocks(results: dict) -> list[tuple]:
+    """ECE, NLL, Brier score and mean confidence of every row that has them (before → after its calibration), ECE by
+    length bucket, and the reliability diagrams. Nothing for a report from before they were measured."""
+    rows = {label: row for label, row in labelled_rows(results).items() if row.get("calibration")}
+    if not rows:
+        return []
+    buckets = shown_buckets(results)
+    table = [[label, percent(row["accuracy"]), _before_after(row["calibration"], "mean_confidence", percent),
+              *[_before_after(row["calibration"], key) for key in ("ece", "nll", "brier")]]
+             for label, row in rows.items()]
+    by_length = [[label, *[_ece_of(row["calibration"], "by_length", b) if row["calibration"]["by_length"].get(
+        b, {}).get("documents") else "n/a" for b in buckets]] for label, row in rows.items()]
+    counts = {b: next(iter(rows.values()))["calibration"]["by_length"].get(b, {}).get("documents", 0) for b in buckets}
+    blocks: list[tuple] = [("h", 2, "Can its probabilities be trusted? Calibration on the test split"), ("p", (
+        "A model that says 90% should be right 90% of the time. ECE (expected calibration error) is the mean gap "
+        "between how sure a row was and how often it was right, over 15 confidence bins weighted by documents: 0 is "
+        "perfect. NLL (negative log-likelihood) and the Brier score weigh every probability; lower is better. "
+        "Before → after: the probabilities before the row's calibration (temperature scaling fitted on validation, "
+        "kept where it lowered held-out NLL) and those it answers; one value: a row answers its probabilities as "
+        "they are.")),
+        ("table", ["row", "accuracy", "mean confidence", "ECE", "NLL", "Brier score"], table),
+        ("h", 3, "ECE by document length"),
+        ("table", ["row", *[f"{BUCKET_TITLES[b]} (n={counts[b]})" for b in buckets]], by_length)]
+    blocks += _per_label_blocks(rows)
+    if "reliability" in results.get("plots", {}):
+        blocks.append(("img", "reliability", "reliability diagrams: accuracy against confidence, before and after "
+                                             "calibration, with each bin's documents"))
+    return blocks
+
+
+def _per_label_blocks(rows: dict[str, dict]) -> list[tuple]:
+    """Multi-label rows: each label's ECE (its yes/no decisions) per row, before → after its calibration."""
+    rows = {label: row["calibration"] for label, row in rows.items() if "per_label" in row["calibration"]}
+    if not rows:
+        return []
+    return [("h", 3, "ECE by label (each label's yes/no decisions)"),
+            ("table", ["label", *rows], [[name, *[_ece_of(section, "per_label", name) for section in rows.values()]]
+                                         for name in next(iter(rows.values()))["per_label"]])]
+
+
+def _abstention_blocks(results: dict) -> list[tuple]:
+    """The confidence threshold each row needs to reach the target accuracy, chosen on validation, and what it
+    answers on test; the coverage curves. Nothing for a report from before abstention was measured."""
+    rows = {label: row for label, row in labelled_rows(results).items() if "abstention" in row}
+    if not rows:
+        return []
+    target = percent(results["target_accuracy"])
+    table = [[label, *_abstention_cells(row["abstention"], target)] for label, row in rows.items()]
+    blocks: list[tuple] = [("h", 2, "Abstention: answer the sure documents, send the rest to a person"), ("p", (
+        f"For each row, the lowest confidence at which it still reaches {target} accuracy on the validation split "
+        "(answering as many validation documents as it can at that accuracy), then applied to the test split: the "
+        "test columns are what to expect, as the threshold was not chosen on them. Confidence: the probability of "
+        "the label the row gives.")),
+        ("table", ["row", "answer when confidence ≥ (chosen on validation)", "validation: answered, accuracy",
+                   "test: answered", "test: accuracy"], table)]
+    short = [label for label, row in rows.items() if ((row["abstention"] or {}).get("test") or {}).get("accuracy")
+             is not None and row["abstention"]["test"]["accuracy"] < results["target_accuracy"]]
+    if short:
+        blocks.append(("p", [(
+            f"On test, {', '.join(short)} fall{'s' if len(short) == 1 else ''} short of {target} at the threshold: it "
+            "is only as good as the validation split it was chosen on (a few hundred documents, say, or documents "
+            "unlike the test's; where the test holds only long documents, ", None),
+            ("--set data.validation_longer_than=512", "code"), (" draws validation alike).", None)]))
+    said = deployed_abstention(results)
+    if said:
+        blocks.append(("p", [(f"The model to deploy, {results['deployable']['row']}.", "strong"), (f" {said}", None)]))
+    if "coverage" in results.get("plots", {}):
+        blocks += [("p", ("Accuracy on the test documents a row answers when it answers only its surest ones; the "
+                          "star: at the threshold chosen on validation.")),
+                   ("img", "coverage", "accuracy against the share of documents answered")]
+    return blocks
+
+
+def _abstention_cells(chosen: dict | None, target: str) -> list[str]:
+    """A row's threshold, validation share and accuracy, test share and accuracy, as the abstention table says them."""
+    if chosen is None:
+        return ["n/a (no validation predictions kept)", "–", "–", "–"]
+    if chosen["threshold"] is None:
+        return [f"none: no share of validation documents reaches {target}", "–", "–", "–"]
+    validation, test = chosen["validation"], chosen["test"]
+    return [confidence(chosen["threshold"]),
+            f"{percent(validation['coverage'])} ({validation['answered']:,} of {validation['documents']:,}), "
+            f"{percent(validation['accuracy'])}",
+            f"{percent(test['coverage'])} ({test['answered']:,} of {test['documents']:,})", percent(test["accuracy"])]
 
 
 def _speed_blocks(results: dict) -> list[tuple]:

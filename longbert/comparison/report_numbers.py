@@ -10,16 +10,28 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from longbert import __version__
 from longbert.comparison.baseline import BASELINE
-from longbert.comparison.formatting import COMBINED
+from longbert.comparison.formatting import COMBINED, report_rows
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
 from longbert.config import head_epochs, is_multi_label
 from longbert.errors import LongbertError
+from longbert.evaluation.calibration import (
+    calibration_section,
+    coverage_curve,
+    document_confidence,
+    threshold_for_accuracy,
+)
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 from longbert.utils.folders import RunFolder, predictions_file
 
 PREDICTIONS_FILE = predictions_file("test")
+# Abstention: the accuracy a row must reach on the documents it answers; the confidence threshold that reaches it is
+# chosen on validation, and what it does is reported on test.
+TARGET_ACCURACY = 0.95
+THRESHOLD_STEPS = 100  # the validation coverage curve the threshold is chosen on: a point per 1% of documents
 
 
 def read_predictions(run_dir: Path) -> list[PredictionRow]:
@@ -90,7 +102,7 @@ def baseline_fields(result: dict) -> dict:
             "train_seconds": result["train_seconds"]}
 
 
-def test_summary(rows: list[PredictionRow], test: dict, long_tokens: int) -> dict:
+def test_summary(rows: list[PredictionRow], test: dict, long_tokens: int, label_names: list[str] | None = None) -> dict:
     """Accuracy with its interval, macro-F1, accuracy by length bucket and on the long documents, from a classifier's
     prediction rows and its test metrics. For multi-label rows a row is right when every label is (exact match): the
     same number as the test metrics' accuracy or exact_match, recomputed from the rows the paired tests use."""
@@ -106,12 +118,50 @@ def test_summary(rows: list[PredictionRow], test: dict, long_tokens: int) -> dic
                       for bucket, row in test["by_length"].items()},
         "long": {"documents": len(long_rows), "accuracy": long_right / len(long_rows) if long_rows else None,
                  "ci95": wilson_interval(long_right, len(long_rows))},
+        "calibration": test.get("calibration") or measured_calibration(rows, label_names),
     }
+
+
+def arrays(rows: list[PredictionRow]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(D, C) probabilities, the labels ((D,) or (D, C) multi-hot) and whether they are multi-label, of `rows`."""
+    return (np.array([r.probabilities for r in rows], dtype=np.float64), np.array([r.label for r in rows]),
+            isinstance(rows[0].label, list))
+
+
+def measured_calibration(rows: list[PredictionRow], label_names: list[str] | None = None) -> dict | None:
+    """A row's calibration section (`calibration_section`; a multi-label one's labels named by `label_names`)
+    measured from its prediction rows: for a run whose metrics come from before they held one. None without rows."""
+    if not rows:
+        return None
+    probabilities, labels, multi_label = arrays(rows)
+    before = [r.uncalibrated for r in rows]
+    return calibration_section(probabilities, labels, [r.n_tokens for r in rows], multi_label,
+                               None if any(b is None for b in before) else np.array(before), label_names)
+
+
+def abstention(validation: list[PredictionRow] | None, test: list[PredictionRow], target: float) -> dict | None:
+    """A row's abstention: the confidence threshold chosen on `validation` (the one that answers the most validation
+    documents at `target` accuracy or better, `threshold_for_accuracy`), then applied to `test`: the share of test
+    documents answered (confidence at or above it) and their accuracy. None without validation or test rows;
+    threshold None where no share of validation documents reaches the target."""
+    if not validation or not test:
+        return None
+    curve = coverage_curve(*arrays(validation), steps=min(THRESHOLD_STEPS, len(validation)))
+    chosen = threshold_for_accuracy(curve, target)
+    if chosen is None:
+        return {"target": target, "threshold": None, "validation": {"documents": len(validation)}, "test": None}
+    confidence, correct = document_confidence(*arrays(test))
+    answered = confidence >= chosen["threshold"]
+    return {"target": target, "threshold": chosen["threshold"],
+            "validation": {"documents": len(validation), "answered": chosen["answered"],
+                           "coverage": chosen["coverage"], "accuracy": chosen["accuracy"]},
+            "test": {"documents": len(test), "answered": int(answered.sum()), "coverage": float(answered.mean()),
+                     "accuracy": float(correct[answered].mean()) if answered.any() else None}}
 
 
 def assemble_results(*, name, names, recipes, runs, predictions, speed, examples, command, base_source, overrides,
                      machine, long_tokens, label_names, baseline=None, combined=(), combined_notes=(),
-                     seeds=None) -> dict:
+                     seeds=None, validation=None, target_accuracy=TARGET_ACCURACY) -> dict:
     """The results dict: per strategy its settings, test metrics with intervals, cost and speed by length; the
     shared budget and data; paired comparisons; the error-analysis examples; notes on anything not comparable.
 
@@ -122,7 +172,8 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     (`combined.build_ensemble`'s, `combined.build_hybrid`'s and `combined.build_seed_ensembles`'s summaries, each
     with 'name' and 'metrics'), whose test rows predictions hold under their names; the seed rows go to the list
     'seed_ensembles'; combined_notes: why one is missing, when it is. seeds: every seed each strategy was trained at
-    (None: the recipe's seed alone)."""
+    (None: the recipe's seed alone). validation: each row's validation prediction rows by name (None or missing:
+    it kept none), on which its abstention threshold for `target_accuracy` is chosen (`abstention`)."""
     strategies = {s: _strategy_result(s, recipes, runs, predictions, speed, long_tokens) for s in names}
     _add_relative_costs(strategies, names)
     first = recipes[names[0]]
@@ -130,7 +181,7 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
     notes = _notes(first, strategies, steps, combined_notes)
     test_rows = predictions[names[0]]
     classes, long_classes = _class_counts(test_rows, label_names, long_tokens)
-    return {
+    results = {
         "name": name,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "longbert_version": __version__,
@@ -154,14 +205,18 @@ def assemble_results(*, name, names, recipes, runs, predictions, speed, examples
         "strategies": strategies,
         "baseline": None if baseline is None else {
             "name": BASELINE, **baseline_fields(baseline), **test_summary(predictions[BASELINE], baseline["metrics"],
-                                                                         long_tokens)},
+                                                                         long_tokens, label_names)},
         **_combined_results(combined, predictions, long_tokens),
         "comparisons": paired_comparisons(predictions, long_tokens),
         "by_group": accuracy_by_group(predictions),
         "error_analysis": {"long_tokens": long_tokens, "examples": examples,
                            "spans": "[start, end) indices of content tokens (0-based, [CLS]/[SEP] not counted)"},
         "notes": notes,
+        "target_accuracy": target_accuracy,
     }
+    for row_name, entry in report_rows(results).items():
+        entry["abstention"] = abstention((validation or {}).get(row_name), predictions[row_name], target_accuracy)
+    return results
 
 
 def _strategy_result(s: str, recipes, runs, predictions, speed, long_tokens: int) -> dict:
@@ -173,7 +228,7 @@ def _strategy_result(s: str, recipes, runs, predictions, speed, long_tokens: int
         "run_dir": recipes[s].output_dir,
         # As the model was built (token_pooling's auto resolved); runs from before that was recorded: the recipe's.
         "settings": metrics.strategy_settings or dataclasses.asdict(recipes[s].strategy),
-        **test_summary(predictions[s], test, long_tokens),
+        **test_summary(predictions[s], test, long_tokens, metrics.label_names),
         "confusion_matrix": test["confusion_matrix"],
         "per_class": test.get("per_class"),
         "train_seconds": metrics.train_seconds,

@@ -1,11 +1,13 @@
 """`longbert evaluate` and `longbert.evaluate`: a model's metrics on documents, two ways. A finished run's kept model
 on one split of its own data (`evaluate_run`), written into the run folder (training writes the same files for its
-test split): metrics as JSON and as a Markdown page (a PNG heatmap of the confusion matrix beside it when there are
-many classes) and one prediction row per document. Or a model (a LongDocumentClassifier, or a saved model folder) on
-documents in memory or in a data file (`evaluate_model`), which writes nothing unless asked to."""
+test split): metrics as JSON and as a Markdown page (its reliability diagram beside it, and a PNG heatmap of the
+confusion matrix when there are many classes) and one prediction row per document. Or a model (a
+LongDocumentClassifier, or a saved model folder) on documents in memory or in a data file (`evaluate_model`), which
+writes nothing unless asked to."""
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from longbert.data.objects import data_object_splits
 from longbert.data.sources import row_places
 from longbert.errors import LongbertError
 from longbert.evaluation.metrics import MANY_CLASSES, multi_label_predictions, top_confusions
-from longbert.evaluation.plots import confusion_matrix_png
+from longbert.evaluation.plots import confusion_matrix_png, reliability_diagram_png
 from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.evaluation.split_pass import evaluate_split
 from longbert.modeling.classifier import LongDocumentClassifier
@@ -46,7 +48,7 @@ def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = ()) -> 
 
 def evaluate(model: str | Path | LongDocumentClassifier, split: Any = None, batch_size: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), data: Any = None, precision: str = "auto",
-             output: str | Path | None = None) -> dict:
+             output: str | Path | None = None, calibrated: bool = True) -> dict:
     """A model's metrics on documents (a dict: accuracy, macro_f1, per_class, by_length, confusion_matrix, speed...),
     one of two ways:
 
@@ -60,14 +62,15 @@ def evaluate(model: str | Path | LongDocumentClassifier, split: Any = None, batc
             `data`; columns text and label. Writes nothing unless `output` names a folder (see `evaluate_model`).
 
     `batch_size`: documents per inference step (default: the run's eval.batch_size; 32). `precision`: auto, fp32,
-    bf16 or int8 (`longbert.utils.hardware.INFERENCE_PRECISIONS`); the metrics record it."""
+    bf16 or int8 (`longbert.utils.hardware.INFERENCE_PRECISIONS`); the metrics record it. `calibrated=False`: the
+    model's probabilities without its calibration (`without_calibration`)."""
     if isinstance(model, LongDocumentClassifier) or is_model_folder(model):
         if overrides:
             raise LongbertError("overrides change a run's recipe; evaluate(model, documents) reads no recipe: give "
                                 "the documents as they should be read")
         if split is not None and data is not None:
             raise LongbertError("evaluate: the documents are given twice (second, and as data=); give them once")
-        return evaluate_model(model, data if data is not None else split, batch_size, precision, output)
+        return evaluate_model(model, data if data is not None else split, batch_size, precision, output, calibrated)
     if output is not None:
         raise LongbertError(f"output: {model} is evaluated as a run folder, which holds its evaluations; output is "
                             "for evaluate(model, documents)")
@@ -76,7 +79,7 @@ def evaluate(model: str | Path | LongDocumentClassifier, split: Any = None, batc
         raise LongbertError(f"split: a run folder is evaluated on one of its splits (train, validation, test), got a "
                             f"{type(split).__name__}; to evaluate its model on other documents, pass its best/ folder: "
                             f"evaluate('{RunFolder(model).best}', documents)")
-    return evaluate_run(model, split, batch_size, overrides, data, precision)
+    return evaluate_run(model, split, batch_size, overrides, data, precision, calibrated)
 
 
 def is_model_folder(path: Any) -> bool:
@@ -86,12 +89,14 @@ def is_model_folder(path: Any) -> bool:
 
 
 def evaluate_run(run_dir: str | Path, split: str = "test", batch_size: int | None = None,
-                 overrides: list[str] | tuple[str, ...] = (), data: Any = None, precision: str = "auto") -> dict:
+                 overrides: list[str] | tuple[str, ...] = (), data: Any = None, precision: str = "auto",
+                 calibrated: bool = True) -> dict:
     """Evaluate a finished run's kept model on one split of the run's own data (as its recipe describes, with
     `key.path=value` overrides of its data and eval sections, e.g. "data.max_eval_documents=100"); only that split
-    is tokenized. Writes metrics-<name>.json/.md and predictions-<name>.jsonl into the run folder (and, with many
-    classes, confusion-matrix-<name>.png), where <name> is the split's, or <split>-with-overrides when `overrides`
-    change the data (`evaluation_name`: the run's own files are left as they were); returns the metrics.
+    is tokenized. Writes metrics-<name>.json/.md, reliability-diagram-<name>.png and predictions-<name>.jsonl into
+    the run folder (and, with many classes, confusion-matrix-<name>.png), where <name> is the split's, or
+    <split>-with-overrides when `overrides` change the data (`evaluation_name`: the run's own files are left as they
+    were); returns the metrics.
     `data`: the object in memory the run was trained on (`train(recipe, data=...)`), needed again for such a run."""
     run = RunFolder(Path(run_dir))
     if not run.is_run():
@@ -110,6 +115,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test", batch_size: int | Non
         if split not in available:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(available)}")
         model = LongDocumentClassifier.from_pretrained(run.path).to(process.device)
+        if not calibrated:
+            model.without_calibration()
         corpus = load_corpus(recipe.data, model.tokenizer, recipe.seed, model.multi_label, source=data, roles=[split])
         if split not in corpus.splits:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(corpus.splits)}")
@@ -125,11 +132,12 @@ def evaluate_run(run_dir: str | Path, split: str = "test", batch_size: int | Non
 
 
 def evaluate_model(model: str | Path | LongDocumentClassifier, documents: Any, batch_size: int | None = None,
-                   precision: str = "auto", output: str | Path | None = None) -> dict:
+                   precision: str = "auto", output: str | Path | None = None, calibrated: bool = True) -> dict:
     """A model (a LongDocumentClassifier, run where it is; or a saved model folder, loaded onto this process's
     device) on `documents` (see `documents_to_evaluate`) -> the metrics. Writes nothing, unless `output` names a
-    folder (made if need be, checked before any work): then metrics-documents.json/.md and
-    predictions-documents.jsonl there (and, with many classes, confusion-matrix-documents.png)."""
+    folder (made if need be, checked before any work): then metrics-documents.json/.md,
+    reliability-diagram-documents.png and predictions-documents.jsonl there (and, with many classes,
+    confusion-matrix-documents.png)."""
     check_precision(precision, "precision")
     if documents is None:
         raise LongbertError("evaluate: no documents to evaluate the model on; give them: evaluate(model, documents)")
@@ -137,6 +145,8 @@ def evaluate_model(model: str | Path | LongDocumentClassifier, documents: Any, b
     process = process_state()
     if not isinstance(model, LongDocumentClassifier):
         model = LongDocumentClassifier.from_pretrained(model).to(process.device)
+    if not calibrated:  # a shallow copy: the caller's model keeps its calibration, the weights are shared
+        model = copy.copy(model).without_calibration()
     dataset = documents_to_evaluate(model, documents)
     metrics, raw = evaluate_split(model, dataset, batch_size or EvalConfig().batch_size, description="evaluating",
                                   process=process, precision=precision)
@@ -184,8 +194,8 @@ def documents_to_evaluate(model: LongDocumentClassifier, documents: Any) -> Data
 
 def write_evaluation(folder: Path, name: str, title: str, metrics: dict, raw: dict, dataset,
                      model: LongDocumentClassifier) -> None:
-    """An evaluation's files in `folder`, named after `name`: metrics-<name>.json and .md (and, with many classes,
-    confusion-matrix-<name>.png beside the page) and predictions-<name>.jsonl."""
+    """An evaluation's files in `folder`, named after `name`: metrics-<name>.json and .md (beside the page,
+    reliability-diagram-<name>.png and, with many classes, confusion-matrix-<name>.png) and predictions-<name>.jsonl."""
     write_json(folder / metrics_file(name), metrics)
     write_text_atomically(folder / metrics_file(name, "md"),
                           metrics_markdown(metrics, model.label_names, title, folder / confusion_file(name)))
@@ -222,7 +232,8 @@ def write_predictions(path: Path, dataset, raw: dict, label_names: list[str], mu
 def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_path: str | Path | None = None) -> str:
     """A short human-readable page for one split's metrics. With more than MANY_CLASSES classes (single-label) the
     page shows the top confusions instead of the whole matrix; given `plot_path`, the whole matrix is written
-    there (atomically) as a PNG heatmap and linked from the page by its file name (keep it beside the page)."""
+    there (atomically) as a PNG heatmap and linked from the page by its file name (keep it beside the page), and the
+    reliability diagram beside it (`reliability_path`)."""
     lines = [f"# {title}", "", f"- documents: {metrics['documents']}"]
     multi_label = "exact_match" in metrics
     if multi_label:
@@ -240,6 +251,7 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
         lines.append(f"- inference: {speed['documents_per_second']:.2f} documents/s, "
                      f"{speed['tokens_per_second']:.0f} tokens/s, peak memory {speed['peak_memory_mb']} MB "
                      f"({speed['memory_kind']})")
+    lines += calibration_markdown(metrics, title, None if plot_path is None else reliability_path(plot_path))
     section = "Exact match" if multi_label else "Accuracy"
     lines += ["", f"## {section} by document length (WordPiece tokens with [CLS]/[SEP])", "",
               f"| length | documents | {headline.replace('_', ' ')} |", "|---|---|---|"]
@@ -272,3 +284,69 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
         write_bytes_atomically(plot_path, png)
         lines += ["", f"![confusion matrix, rows: true, columns: predicted]({plot_path.name})"]
     return "\n".join(lines) + "\n"
+
+
+COVERAGE_SHOWN = (0.5, 0.8, 0.9, 1.0)  # the shares of documents answered that a metrics page lists
+
+
+def reliability_path(plot_path: str | Path) -> Path:
+    """Where a page's reliability diagram goes: beside its confusion matrix, named as it is with reliability-diagram
+    for confusion-matrix (confusion-matrix-test.png -> reliability-diagram-test.png)."""
+    plot_path = Path(plot_path)
+    return plot_path.with_name(plot_path.name.replace("confusion-matrix", "reliability-diagram", 1))
+
+
+def ece_table(heading: str, first: str, after: dict, before: dict | None, key: str) -> list[str]:
+    """A page's table of ECE per entry of a calibration section's `key` (by_length, per_label), before and after the
+    calibration where `before` is given, with each entry's documents where it counts them (none: left out)."""
+    entries = after[key]
+    counted = all("documents" in entry for entry in entries.values())
+    columns = [first] + (["documents"] if counted else []) + (["ECE"] if before is None else ["ECE before",
+                                                                                             "ECE after"])
+    lines = ["", heading, "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for name, entry in entries.items():
+        if entry.get("documents", 1):
+            values = ([before[key][name]["ece"]] if before else []) + [entry["ece"]]
+            lines.append(f"| {name} | " + (f"{entry['documents']} | " if counted else "")
+                         + " | ".join(f"{v:.4f}" for v in values) + " |")
+    return lines
+
+
+def calibration_markdown(metrics: dict, title: str, plot_path: Path | None = None) -> list[str]:
+    """The page's Calibration section: ECE, NLL, Brier score and mean confidence (before and after the model's
+    calibration, where it has one), ECE by length bucket, accuracy when only the surest documents are answered, and,
+    given `plot_path`, the reliability diagram written there and linked. Nothing for metrics from before they held
+    a calibration section."""
+    after = metrics.get("calibration")
+    if not after:
+        return []
+    before = after.get("uncalibrated")
+    parts = [("before", before), ("after", after)] if before else [("value", after)]
+    headline = "exact_match" if "exact_match" in metrics else "accuracy"
+    said = headline.replace("_", " ")
+    lines = ["", "## Calibration: how far its probabilities can be trusted", "",
+             ("Before: the probabilities as the network gives them; after: as the model answers them, divided by the "
+              "temperature fitted on validation." if before else "The model has no calibration: its probabilities "
+              "are the network's."),
+             "ECE: the mean gap between how sure the model was and how often it was right (15 confidence bins, "
+             "weighted by documents; 0 is perfect). NLL and Brier score: lower is better.", "",
+             "| measure | " + " | ".join(name for name, _ in parts) + " |", "|---" * (len(parts) + 1) + "|"]
+    for key, name in (("ece", "ECE"), ("nll", "NLL"), ("brier", "Brier score")):
+        lines.append(f"| {name} | " + " | ".join(f"{part[key]:.4f}" for _, part in parts) + " |")
+    lines.append("| mean confidence | " + " | ".join(f"{part['mean_confidence']:.4f}" for _, part in parts) + " |")
+    if headline == "accuracy":  # what the mean confidence should match (a multi-label one is per label, not this)
+        lines.append("| accuracy | " + " | ".join(f"{metrics['accuracy']:.4f}" for _ in parts) + " |")
+    lines += ece_table("ECE by document length:", "length", after, before, "by_length")
+    if "per_label" in after:  # multi-label: each label's yes/no decisions
+        lines += ece_table("ECE by label (its yes/no decisions):", "label", after, before, "per_label")
+    lines += ["", f"Answering only the surest documents (the rest to a person): {said} on the documents answered, "
+                  "and the confidence they reach.", "",
+              f"| documents answered | {said} | confidence at least |", "|---|---|---|"]
+    for share in COVERAGE_SHOWN:
+        point = min(after["coverage"], key=lambda p: abs(p["coverage"] - share))
+        lines.append(f"| {100 * point['coverage']:.0f}% ({point['answered']}) | {point['accuracy']:.4f} "
+                     f"| {point['threshold']:.4f} |")
+    if plot_path is not None:
+        write_bytes_atomically(plot_path, reliability_diagram_png({title: after}, columns=1))
+        lines += ["", f"![reliability diagram: accuracy against confidence]({plot_path.name})"]
+    return lines

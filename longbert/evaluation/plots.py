@@ -206,3 +206,116 @@ def learning_curve_png(title: str, sizes: list[int], rows: dict[str, list[tuple[
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return png(fig, tight=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# How far probabilities can be trusted
+
+
+def reliability_diagram_png(sections: dict[str, dict], columns: int = 3) -> bytes:
+    """A reliability diagram per name, side by side (`columns` a line): each bin's accuracy (y) against its mean
+    confidence (x), the diagonal of perfect calibration, and below, a small panel of how many documents each bin holds
+    (the number on each bar). `sections`: calibration sections as the metrics hold them (`calibration_section`:
+    ece, bins of from/to/count/confidence/accuracy, and `uncalibrated` with its own ece and bins for a calibrated
+    model, drawn as well: before and after)."""
+    columns = max(1, min(columns, len(sections)))
+    lines = -(-len(sections) // columns)
+    fig = figure(figsize=(4.8 * columns, 5.2 * lines + 0.4))
+    grid = fig.add_gridspec(2 * lines, columns, height_ratios=[3, 1] * lines, hspace=0.08, wspace=0.25)
+    start = _reliability_start(sections)
+    for k, (name, section) in enumerate(sections.items()):
+        line, column = divmod(k, columns)
+        top = fig.add_subplot(grid[2 * line, column])
+        bottom = fig.add_subplot(grid[2 * line + 1, column], sharex=top)
+        _draw_reliability(top, bottom, section, start)
+        top.set_title(name, fontsize="medium")
+        if column == 0:
+            top.set_ylabel("accuracy: how often it was right")
+            bottom.set_ylabel("documents\n(log scale)", fontsize="small")
+    fig.suptitle("Reliability: how often the model was right (y) when it was this sure (x); on the diagonal, "
+                 "as often as it said" if columns > 1 else "Reliability: how often the model was right (y)\nwhen "
+                 "it was this sure (x); on the diagonal, as often as it said", fontsize="medium")
+    return png(fig)
+
+
+def _reliability_start(sections: dict[str, dict]) -> tuple[float, float]:
+    """Where the confidence axis and the accuracy axis start: the tenth below the lowest bin's edge (0.5 for two
+    classes, whose confidence is never below it), and below the lowest accuracy where that is lower still."""
+    parts = [part for s in sections.values() for part in (s, s.get("uncalibrated") or {})]
+    edges = [b["from"] for part in parts for b in part.get("bins", [])] or [0.0]
+    accuracies = [b["accuracy"] for part in parts for b in part.get("bins", [])] or [0.0]
+    x = min(0.5, int(10 * min(edges)) / 10)
+    return x, min(x, int(10 * min(accuracies)) / 10)
+
+
+def _draw_reliability(top, bottom, section: dict, start: tuple[float, float]) -> None:
+    """One reliability diagram: accuracy against confidence on `top` (a point at each bin's mean confidence, joined),
+    before calibration too where the section has it; the bins' document counts as bars on `bottom`."""
+    before = section.get("uncalibrated")
+    series = [(label, part, colour, style) for label, part, colour, style in (
+        ("before calibration", before, "tab:orange", "s--"),
+        ("after calibration" if before else "its probabilities", section, "tab:blue", "o-")) if part]
+    top.plot([0, 1], [0, 1], ":", color="0.4", linewidth=1, label="perfectly calibrated")
+    width = (section["bins"][0]["to"] - section["bins"][0]["from"]) if section["bins"] else 1 / 15
+    for k, (label, part, colour, style) in enumerate(series):
+        bins = part["bins"]
+        top.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], style, color=colour, markersize=5,
+                 linewidth=1.2, label=f"{label} (ECE {part['ece']:.3f})")
+        offset = (k - (len(series) - 1) / 2) * width / len(series)
+        bars = bottom.bar([(b["from"] + b["to"]) / 2 + offset for b in bins], [b["count"] for b in bins],
+                          width=width / len(series) * 0.9, color=colour, alpha=0.8)
+        bottom.bar_label(bars, [f"{b['count']:,}" for b in bins], fontsize=6.5, padding=1,
+                         rotation=90 if len(series) > 1 else 0)
+    top.set_xlim(start[0], 1.0)
+    top.set_ylim(start[1], 1.02)
+    for axis in (top.xaxis, top.yaxis):
+        axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    top.tick_params(labelbottom=False)
+    top.grid(alpha=0.3)
+    top.legend(fontsize="small", loc="upper left")
+    counts = [b["count"] for _, part, _, _ in series for b in part["bins"]] or [1]
+    bottom.set_yscale("log")
+    bottom.set_ylim(0.8, max(counts) * 40)  # room above the tallest bar for its number
+    bottom.set_xlabel("confidence: the probability of the label it gave")
+    bottom.yaxis.set_major_formatter(NullFormatter())
+    bottom.yaxis.set_minor_formatter(NullFormatter())
+    bottom.tick_params(axis="y", which="both", length=0)
+
+
+def coverage_curve_png(curves: dict[str, list[dict]], target: float | None = None,
+                       chosen: dict[str, tuple[float, float]] | None = None, styles: dict[str, str] | None = None
+                       ) -> bytes:
+    """Accuracy (y) against coverage, the share of documents answered, the surest first (x): a line per name
+    (`curves`: `coverage_curve`'s points, coverage and accuracy). With `target`, that accuracy as a dashed line; with
+    `chosen`, each name's (coverage, accuracy) at the threshold chosen for it, starred. `styles`: a name's line style
+    ("--" for a baseline), solid by default."""
+    colours = strategy_colours(list(curves))
+    fig = figure(figsize=(7.5, 4.8))
+    ax = fig.subplots()
+    lowest = 1.0
+    for name, points in curves.items():
+        x, y = [p["coverage"] for p in points], [p["accuracy"] for p in points]
+        lowest = min([lowest, *y])
+        ax.plot(x, y, (styles or {}).get(name, "-"), marker=".", color=colours[name], label=name)
+        if chosen and chosen.get(name):
+            ax.plot(*chosen[name], "*", markersize=13, color=colours[name], markeredgecolor="black",
+                    markeredgewidth=0.6, zorder=3)
+    if target is not None:
+        ax.axhline(target, linestyle="--", color="0.4", linewidth=1)
+        ax.annotate(f"target {100 * target:.0f}%", (0.01, target), xycoords=("axes fraction", "data"),
+                    textcoords="offset points", xytext=(0, 3), fontsize="small", color="0.3")
+        lowest = min(lowest, target)
+    if chosen:
+        ax.plot([], [], "*", markersize=10, color="0.5", markeredgecolor="black", markeredgewidth=0.6,
+                label="at the threshold chosen on validation")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(max(0.0, lowest - 0.03), 1.005)
+    ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))  # 92.5%, not a rounded 92%
+    ax.set_title("Accuracy when only the surest documents are answered", fontsize="medium")
+    ax.set_xlabel("documents answered (the surest first; the rest go to a person)")
+    ax.set_ylabel("accuracy on the documents answered")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="lower left")
+    fig.tight_layout()
+    return png(fig, tight=False)

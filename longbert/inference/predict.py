@@ -149,13 +149,22 @@ def _check_texts(documents, column: str, where: str) -> None:
             raise LongbertError(f"{where} row {number}: the text (column {column!r}) is {what}")
 
 
-def check_output(output: Path | None) -> None:
-    """Refuse an output path that cannot be written (down to writing a probe file beside it), before any work is
-    done."""
+def check_output(output: Path | None, reads: tuple[str | Path, ...] = ()) -> None:
+    """Refuse an output path that cannot be written (down to writing a probe file beside it), or that is something
+    the command reads (`reads`: its input file; a file of its model folder), before any work is done: written, the
+    output would replace the texts it was to predict, or the model."""
     if output is None:
         return
     if output.is_dir():
         raise LongbertError(f"--output {output} is a folder; name a file in it")
+    target = output.expanduser().resolve()
+    for source in reads:
+        if source == "-":
+            continue
+        read = Path(source).expanduser().resolve()
+        if target == read or (read in target.parents and target.exists()):
+            raise LongbertError(f"--output {output} is {'the input' if target == read else 'a file of'} {source}, "
+                                "which this command reads; name another file")
     writable_destination(output, "--output")  # a missing folder, named directly or through a symlink, is refused
 
 
@@ -205,7 +214,7 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")
-    check_output(output)
+    check_output(output, (source, model_dir))
     page = None
     if explain is not None:
         page = page_path(explain)

@@ -52,8 +52,8 @@ def confusion_file(name: str) -> str:
 
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE_FILE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl",
-               "confusion-matrix*.png", CURVES_FILE, SPLIT_FILE, TRACKER_LOGS, PRETRAINED_BACKBONE, HEAD_STAGE,
-               CONTRASTIVE_STAGE, SELF_TRAINING, START)
+               "confusion-matrix*.png", "reliability-diagram*.png", CURVES_FILE, SPLIT_FILE, TRACKER_LOGS,
+               PRETRAINED_BACKBONE, HEAD_STAGE, CONTRASTIVE_STAGE, SELF_TRAINING, START)
 
 # A model folder (`best/`, an ensemble, a hybrid): what `from_pretrained` reads.
 CONFIG_FILE = "longbert_config.json"  # the model's settings (modeling/settings.py)

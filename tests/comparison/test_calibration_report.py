@@ -109,6 +109,16 @@ def test_the_report_gives_every_rows_calibration_before_and_after_and_its_absten
             "with each bin's documents") in blocks and "img" in [b[0] for b in blocks if "coverage" in b]
 
 
+def test_a_multi_label_report_gives_each_labels_ece_before_and_after():
+    results = calibrated_results()
+    section = results["strategies"]["truncate"]["calibration"]
+    section["per_label"] = {"sports": {"ece": 0.02}, "politics": {"ece": 0.03}}
+    section["uncalibrated"]["per_label"] = {"sports": {"ece": 0.12}, "politics": {"ece": 0.13}}
+    table = next(b for b in build_blocks(results) if b[0] == "table" and b[1][0] == "label")
+    assert table[1] == ["label", "truncate"]  # the rows that measured their labels
+    assert table[2] == [["sports", "0.120 → 0.020"], ["politics", "0.130 → 0.030"]]
+
+
 def test_the_figures_show_the_deployed_model_first_and_every_rows_coverage(monkeypatch):
     import longbert.evaluation.plots as plots
 

@@ -160,9 +160,34 @@ def test_compare_writes_the_report_with_every_field(compared):
     for png in ("accuracy-by-length.png", "speed-by-length.png", "confusion-matrices.png"):
         assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png in markdown
     page = (report / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 3
+    assert page.count('src="data:image/png;base64,') == 5  # with the reliability diagrams and the coverage curve
     assert "http://" not in page and "https://" not in page
     assert not list((root / "reports").glob(".*"))  # no staging folder left behind
+
+
+def test_compare_measures_every_rows_calibration_and_chooses_its_threshold_on_the_runs_validation(compared):
+    from longbert.comparison.report_numbers import TARGET_ACCURACY, abstention, read_predictions
+    from longbert.ensembles.choice import read_validation
+
+    root = compared["root"]
+    report, saved = root / "reports" / "tiny", json.loads((root / "reports" / "tiny" / "results.json").read_text())
+    rows = {**saved["strategies"], "ensemble": saved["ensemble"], "hybrid": saved["hybrid"], "tfidf": saved["baseline"]}
+    for name, row in rows.items():
+        section = row["calibration"]
+        assert 0 <= section["ece"] <= 1 and section["nll"] > 0 and len(section["coverage"]) == 20, name
+        assert sum(b["count"] for b in section["bins"]) == 30, name
+    assert saved["baseline"]["abstention"] is None  # it keeps no validation predictions
+    for name in STRATEGIES:  # the threshold from the run folder's validation rows, applied to its test rows
+        run = root / "runs" / "tiny" / name
+        assert saved["strategies"][name]["abstention"] == abstention(read_validation(run), read_predictions(run),
+                                                                     TARGET_ACCURACY)
+        assert "## Calibration" in (run / "metrics.md").read_text()  # training's page, and its diagram beside it
+        assert (run / "reliability-diagram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (report / "report.md").read_text()
+    assert "## Can its probabilities be trusted? Calibration on the test split" in markdown
+    assert "## Abstention: answer the sure documents, send the rest to a person" in markdown
+    for png in ("reliability-diagram.png", "coverage-curve.png"):
+        assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png in markdown
 
 
 def test_a_report_with_twenty_classes_lists_top_confusions_and_plots_the_matrices(compared, tmp_path):

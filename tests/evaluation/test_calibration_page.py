@@ -82,6 +82,8 @@ def test_an_uncalibrated_multi_label_model_gets_one_column_and_its_exact_match_a
     assert "| measure | value |" in page and "The model has no calibration" in page
     assert "| documents answered | exact match | confidence at least |" in page
     assert "| accuracy |" not in page  # a mean confidence per label is not an exact match's to match
+    per_label = metrics["calibration"]["per_label"]
+    assert "| label | ECE |" in page and all(f"| {n} | {per_label[n]['ece']:.4f} |" in page for n in "abc")
     assert "![" not in page
 
 

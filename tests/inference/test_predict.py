@@ -296,6 +296,27 @@ def test_the_output_path_is_checked(tmp_path):
         check_output(tmp_path)
 
 
+def test_an_output_that_is_the_input_or_inside_the_model_is_refused_and_the_input_kept(tmp_path, monkeypatch):
+    """`longbert predict r s.txt -o s.txt` once replaced the texts with their predictions."""
+    def no_loading(directory):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(LongDocumentClassifier, "from_pretrained", no_loading)
+    texts = tmp_path / "s.txt"
+    texts.write_text("a text\n")
+    (tmp_path / "run" / "best").mkdir(parents=True)
+    (tmp_path / "run" / "best" / "head.safetensors").write_text("weights")
+    with pytest.raises(LongbertError, match=r"--output .*s.txt is the input .*s.txt, which this command reads"):
+        predict_file(tmp_path / "run", str(texts), tmp_path / "." / "s.txt")
+    with pytest.raises(LongbertError, match=r"--output .*head.safetensors is a file of .*run, which this command"):
+        predict_file(tmp_path / "run", str(texts), tmp_path / "run" / "best" / "head.safetensors")
+    from longbert.inference.embed import embed_file
+
+    with pytest.raises(LongbertError, match="is the input"):
+        embed_file(tmp_path / "run", str(tmp_path / "v.jsonl"), tmp_path / "v.jsonl")
+    assert texts.read_text() == "a text\n" and (tmp_path / "run" / "best" / "head.safetensors").read_text() == "weights"
+
+
 def test_bad_arguments_fail_before_the_model_loads(tmp_path, monkeypatch):
     def no_loading(directory):
         raise AssertionError("the model was loaded before the arguments were checked")

@@ -138,7 +138,8 @@ def test_a_loss_that_is_not_a_number_stops_the_run_at_its_step_and_writes_no_mod
 
     monkeypatch.setattr(finetune, "_batch_loss", poisoned)
     recipe = longbert.load_recipe(None, tiny_recipe)
-    with pytest.raises(LongbertError, match=r"^training stopped at step 2: the training loss is nan, not a finite") as e:
+    stopped = r"^training stopped at step 2: the training loss is nan, not a finite"
+    with pytest.raises(LongbertError, match=stopped) as e:
         longbert.train(recipe)
     assert "\n" not in str(e.value)
     run = Path(recipe.output_dir)
