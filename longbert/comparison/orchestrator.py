@@ -271,6 +271,7 @@ class Comparison:
             overrides=self.overrides, machine=describe_machine(), long_tokens=self.long_tokens,
             label_names=label_names, baseline=baseline, combined=combined, combined_notes=combined_notes,
             seeds=self.seed_list, validation=self._validation_rows(combined, label_names),
+            target_accuracy=self.first.eval.target_accuracy,
         )
         return results, combined
 

@@ -312,9 +312,14 @@ class EvalConfig(Validated):
     SECTION = "eval"
 
     batch_size: int = option(32, "documents per inference step")
+    target_accuracy: float = option(0.95, "the accuracy compare's report reads abstention at: the confidence "
+                                          "threshold that reaches it on validation, and what it answers on test")
 
     def problems(self, path: str) -> list[str]:
-        return [f"{path}.batch_size must be >= 1, got {self.batch_size}"] if self.batch_size < 1 else []
+        out = [f"{path}.batch_size must be >= 1, got {self.batch_size}"] if self.batch_size < 1 else []
+        if not 0 < self.target_accuracy < 1:
+            out.append(f"{path}.target_accuracy must be in (0, 1), got {self.target_accuracy}")
+        return out
 
 
 @dataclass

@@ -38,12 +38,12 @@ class Embedding:
     written: bool
 
 
-def check_output(output: Path, reads: tuple[str | Path, ...] = ()) -> None:
+def check_output(output: Path, source: str | Path | None = None, model_dir: str | Path | None = None) -> None:
     """Refuse an output that is not .npy or .jsonl, that cannot be written, or that is what the command reads
     (predict's check), before any work."""
     if output.suffix.lower() not in FORMATS:
         raise LongbertError(f"--output {output}: name a .npy file (numpy) or a .jsonl file (one vector a line)")
-    check_writable(output, reads)
+    check_writable(output, source, model_dir)
 
 
 def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int = 16, text_column: str = "text",
@@ -55,7 +55,7 @@ def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")
     output = Path(output)
-    check_output(output, (source, model_dir))
+    check_output(output, source, model_dir)
     if is_export_folder(model_dir):
         raise LongbertError(f"{model_dir} is an exported folder (onnxruntime), which gives no document vectors; "
                             "embed with the PyTorch model folder it was exported from")

@@ -39,6 +39,7 @@ from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.reading import check_min_confidence
 from longbert.utils.atomic import atomic_stream
 from longbert.utils.destinations import writable_destination
+from longbert.utils.folders import BEST, CONFIG_FILE, EXPORT_FILE
 from longbert.utils.hardware import check_precision, process_state
 from longbert.utils.progress import progress
 
@@ -149,23 +150,35 @@ def _check_texts(documents, column: str, where: str) -> None:
             raise LongbertError(f"{where} row {number}: the text (column {column!r}) is {what}")
 
 
-def check_output(output: Path | None, reads: tuple[str | Path, ...] = ()) -> None:
-    """Refuse an output path that cannot be written (down to writing a probe file beside it), or that is something
-    the command reads (`reads`: its input file; a file of its model folder), before any work is done: written, the
-    output would replace the texts it was to predict, or the model."""
+def check_output(output: Path | None, source: str | Path | None = None, model_dir: str | Path | None = None) -> None:
+    """Refuse an output path that cannot be written (down to writing a probe file beside it), that is the command's
+    input file `source`, or that lies in the folder of the model it reads (`model_dir`'s best/, a model folder or an
+    exported one), before any work is done: written, the output would replace the texts it was to predict, or the
+    model. A run folder's other files are fair game (predictions beside the run's own)."""
     if output is None:
         return
     if output.is_dir():
         raise LongbertError(f"--output {output} is a folder; name a file in it")
     target = output.expanduser().resolve()
-    for source in reads:
-        if source == "-":
-            continue
-        read = Path(source).expanduser().resolve()
-        if target == read or (read in target.parents and target.exists()):
-            raise LongbertError(f"--output {output} is {'the input' if target == read else 'a file of'} {source}, "
-                                "which this command reads; name another file")
+    if source not in (None, "-") and target == Path(source).expanduser().resolve():
+        raise LongbertError(f"--output {output} is the input {source}, which this command reads; name another file")
+    folder = model_files(model_dir)
+    if folder is not None and folder in target.parents:
+        raise LongbertError(f"--output {output} is inside the model folder {folder}, which this command reads; name "
+                            "a file outside it")
     writable_destination(output, "--output")  # a missing folder, named directly or through a symlink, is refused
+
+
+def model_files(model_dir: str | Path | None) -> Path | None:
+    """The resolved folder that holds a model's files: a run folder's best/, a model folder, an exported folder; None
+    for anything else (a hub id, a folder that is none of these)."""
+    if model_dir is None:
+        return None
+    path = Path(model_dir).expanduser()
+    for folder in (path / BEST, path):
+        if (folder / CONFIG_FILE).is_file() or (folder / EXPORT_FILE).is_file():
+            return folder.resolve()
+    return None
 
 
 def predict_file(model_dir: str | Path, source: str, output: Path | None = None, batch_size: int = 16,
@@ -214,7 +227,7 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")
-    check_output(output, (source, model_dir))
+    check_output(output, source, model_dir)
     page = None
     if explain is not None:
         page = page_path(explain)

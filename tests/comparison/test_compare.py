@@ -36,6 +36,7 @@ def tiny_overrides(backbone_dir, data_dir) -> list[str]:
         "train.learning_rate=0.001",
         'train.mixed_precision="no"',
         "eval.batch_size=16",
+        "eval.target_accuracy=0.9",  # the report's abstention target (0.95 by default)
         "chunk.window=62",  # one strategy only
         "strategy.pooling=attention",  # every strategy with a `pooling` field (chunk, not truncate)
         "train.head_first=false",  # the base recipe's head stage: tested in tests/training/test_head_first.py and
@@ -166,7 +167,7 @@ def test_compare_writes_the_report_with_every_field(compared):
 
 
 def test_compare_measures_every_rows_calibration_and_chooses_its_threshold_on_the_runs_validation(compared):
-    from longbert.comparison.report_numbers import TARGET_ACCURACY, abstention, read_predictions
+    from longbert.comparison.report_numbers import abstention, read_predictions
     from longbert.ensembles.choice import read_validation
 
     root = compared["root"]
@@ -177,10 +178,10 @@ def test_compare_measures_every_rows_calibration_and_chooses_its_threshold_on_th
         assert 0 <= section["ece"] <= 1 and section["nll"] > 0 and len(section["coverage"]) == 20, name
         assert sum(b["count"] for b in section["bins"]) == 30, name
     assert saved["baseline"]["abstention"] is None  # it keeps no validation predictions
+    assert saved["target_accuracy"] == 0.9  # eval.target_accuracy, as the recipe set it
     for name in STRATEGIES:  # the threshold from the run folder's validation rows, applied to its test rows
         run = root / "runs" / "tiny" / name
-        assert saved["strategies"][name]["abstention"] == abstention(read_validation(run), read_predictions(run),
-                                                                     TARGET_ACCURACY)
+        assert saved["strategies"][name]["abstention"] == abstention(read_validation(run), read_predictions(run), 0.9)
         assert "## Calibration" in (run / "metrics.md").read_text()  # training's page, and its diagram beside it
         assert (run / "reliability-diagram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (report / "report.md").read_text()

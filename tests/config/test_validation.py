@@ -54,6 +54,9 @@ def test_a_recipe_built_in_python_is_checked_as_it_is_built():
      "recipe: backbone.gradient_checkpointing must be true or false, got 'yes'"),
     (lambda: LoraConfig(dropout="lots"), "recipe: model.lora.dropout must be a number, got 'lots'"),
     (lambda: EvalConfig(batch_size=0), "recipe: eval.batch_size must be >= 1, got 0"),
+    (lambda: EvalConfig(target_accuracy=1.0), "recipe: eval.target_accuracy must be in (0, 1), got 1.0"),
+    (lambda: ModelConfig(calibration="platt"),
+     "recipe: model.calibration must be one of auto, temperature, none, got 'platt'"),
     (lambda: Recipe(train={"epochs": 2}), "recipe: train must be a TrainConfig, got {'epochs': 2}"),
     (lambda: Recipe(seed=1.5), "recipe: seed must be an integer, got 1.5"),
     # A wrongly typed value is reported, and the other checks read the field's default (as YAML's are).

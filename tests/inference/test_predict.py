@@ -305,11 +305,14 @@ def test_an_output_that_is_the_input_or_inside_the_model_is_refused_and_the_inpu
     texts = tmp_path / "s.txt"
     texts.write_text("a text\n")
     (tmp_path / "run" / "best").mkdir(parents=True)
+    (tmp_path / "run" / "best" / "longbert_config.json").write_text("{}")
     (tmp_path / "run" / "best" / "head.safetensors").write_text("weights")
     with pytest.raises(LongbertError, match=r"--output .*s.txt is the input .*s.txt, which this command reads"):
         predict_file(tmp_path / "run", str(texts), tmp_path / "." / "s.txt")
-    with pytest.raises(LongbertError, match=r"--output .*head.safetensors is a file of .*run, which this command"):
+    with pytest.raises(LongbertError, match=r"--output .*head.safetensors is inside the model folder .*run/best, "):
         predict_file(tmp_path / "run", str(texts), tmp_path / "run" / "best" / "head.safetensors")
+    with pytest.raises(LongbertError, match=r"--output .*new.jsonl is inside the model folder"):
+        predict_file(tmp_path / "run" / "best", str(texts), tmp_path / "run" / "best" / "new.jsonl")
     from longbert.inference.embed import embed_file
 
     with pytest.raises(LongbertError, match="is the input"):
