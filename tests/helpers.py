@@ -124,3 +124,36 @@ def ensemble_validation():
         "b": prediction_rows(ENSEMBLE_LABELS, [[0.4, 0.6], [0.1, 0.9], [0.9, 0.1], [0.3, 0.7]]),
         "c": prediction_rows(ENSEMBLE_LABELS, [[0.2, 0.8], [0.95, 0.05], [0.1, 0.9], [0.9, 0.1]]),
     }
+
+
+def run_script(path, *args):
+    """Run a benchmark script (benchmarks/scripts/NAME.py) as `python NAME.py ARGS` would, but in this process, which
+    has imported torch and longbert already (a subprocess pays seconds for that): its stdout, stderr and exit status
+    as a CompletedProcess. SystemExit("error: ...") exits 1 with the message on stderr, as Python does."""
+    import contextlib
+    import io
+    import runpy
+    import subprocess
+    import sys
+    import traceback
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    argv, search = sys.argv, list(sys.path)
+    sys.argv = [str(path), *map(str, args)]
+    sys.path.insert(0, str(Path(path).parent))  # as python puts a script's folder first: scripts import each other
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+            except SystemExit as stop:
+                if isinstance(stop.code, str):
+                    print(stop.code, file=sys.stderr)
+                    code = 1
+                else:
+                    code = stop.code or 0
+            except Exception:  # what Python prints for an uncaught exception, and its status
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv, sys.path[:] = argv, search
+    return subprocess.CompletedProcess([str(path), *map(str, args)], code, out.getvalue(), err.getvalue())

@@ -2,10 +2,11 @@
 in one line on bad input."""
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import run_script
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "benchmarks" / "scripts"
 
@@ -21,8 +22,7 @@ def write_run(folder: Path, rows: list[tuple[int, int, int]]) -> Path:
 
 
 def paired_runs(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPTS / "paired_runs.py"), *map(str, args)], capture_output=True,
-                          text=True)
+    return run_script(SCRIPTS / "paired_runs.py", *map(str, args))
 
 
 def test_paired_runs_counts_the_documents_only_one_run_got_right(tmp_path):
@@ -87,8 +87,8 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"name: tiny\ndata:\n  path: {tmp_path}\n  validation_fraction: 0.2\n")
     out = tmp_path / "tfidf"
-    result = subprocess.run([sys.executable, str(SCRIPTS / "tfidf_baseline.py"), str(recipe), "--predictions",
-                             str(out)], capture_output=True, text=True)
+    result = run_script(SCRIPTS / "tfidf_baseline.py", str(recipe), "--predictions",
+                             str(out))
     assert result.returncode == 0, result.stderr
     predictions = [json.loads(line) for line in (out / "predictions-test.jsonl").read_text().splitlines()]
     assert [p["label"] for p in predictions] == [r["label"] for r in rows[30:]]
@@ -96,8 +96,7 @@ def test_tfidf_baseline_writes_predictions_that_paired_runs_reads(tmp_path):
     assert accuracy == sum(p["label"] == p["predicted"] for p in predictions) / 10
     assert paired_runs(out, out).returncode == 0
 
-    missing = subprocess.run([sys.executable, str(SCRIPTS / "tfidf_baseline.py"), str(tmp_path / "nope.yaml")],
-                             capture_output=True, text=True)
+    missing = run_script(SCRIPTS / "tfidf_baseline.py", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 1 and "nope.yaml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 
 
@@ -117,8 +116,7 @@ def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_dra
     recipe.write_text(f"name: tiny\nseed: 7\ndata:\n  path: {data}\n  validation_fraction: 0.2\n"
                       "  max_train_documents: 20\n  max_test_documents: 8\n  test_longer_than: 12\n")
     out = tmp_path / "written"
-    result = subprocess.run([sys.executable, str(SCRIPTS / "write_documents.py"), str(recipe), str(out)],
-                            capture_output=True, text=True)
+    result = run_script(SCRIPTS / "write_documents.py", str(recipe), str(out))
     assert result.returncode == 0, result.stderr
     tokenizer = load_tokenizer("minilm")
     drawn = load_corpus(load_recipe(recipe).data, tokenizer, 7)
@@ -135,12 +133,11 @@ def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_dra
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
-    refused = subprocess.run([sys.executable, str(SCRIPTS / "write_documents.py"), str(recipe), str(taken)],
-                             capture_output=True, text=True)
+    refused = run_script(SCRIPTS / "write_documents.py", str(recipe), str(taken))
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1 and str(taken) in refused.stderr
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
-    bad = subprocess.run([sys.executable, str(SCRIPTS / "write_documents.py"), str(tmp_path / "nope.yaml"),
-                          str(tmp_path / "new")], capture_output=True, text=True)
+    bad = run_script(SCRIPTS / "write_documents.py", str(tmp_path / "nope.yaml"),
+                          str(tmp_path / "new"))
     assert bad.returncode == 1 and "nope.yaml" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "new").exists()
 
@@ -149,16 +146,15 @@ def test_write_documents_writes_what_the_recipe_draws_and_the_written_folder_dra
 def test_embed_and_classify_fits_a_classifier_on_real_minilm_vectors(tmp_path):
     """The real backbone on real reviews (slow: MiniLM reads 40 long IMDb reviews): the vectors carry the sentiment
     well above chance, with C chosen on held-out training vectors."""
-    done = subprocess.run([sys.executable, str(SCRIPTS / "embed_and_classify.py"), "--train", "20", "--test", "20",
-                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True)
+    done = run_script(SCRIPTS / "embed_and_classify.py", "--train", "20", "--test", "20",
+                           "--json", str(tmp_path / "out.json"))
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["vector_size"] == 384 and result["test"] == 20 and 0.5 < result["test_accuracy"] <= 1.0
 
 
 def test_check_ensemble_folder_names_a_folder_that_is_no_model_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPTS / "check_ensemble_folder.py"), str(tmp_path)],
-                            capture_output=True, text=True)
+    result = run_script(SCRIPTS / "check_ensemble_folder.py", str(tmp_path))
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
         f"error: {tmp_path} is not a longbert model folder (no longbert_config.json)"]
 
@@ -195,16 +191,15 @@ def test_majority_ceiling_counts_reviews_and_votes_as_its_formula_says(tmp_path)
 
 
 def test_majority_ceiling_and_unit_readouts_refuse_a_missing_or_wrong_file_in_one_line(tmp_path):
-    def run_script(name, *args):
-        return subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)], capture_output=True,
-                              text=True)
+    def named(name, *args):
+        return run_script(SCRIPTS / f"{name}.py", *map(str, args))
 
     depth = tmp_path / "depth.jsonl"
     depth.write_text(json.dumps({"id": "depth-0600-000001", "text": "a b", "label": 0}) + "\n")
     for result, fragment in (
-            (run_script("majority_ceiling", tmp_path / "model", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
-            (run_script("majority_ceiling", tmp_path / "model", "--probe", depth), "not a majority probe"),
-            (run_script("unit_readouts", tmp_path / "model", "--validation", tmp_path / "none.jsonl", "--test",
+            (named("majority_ceiling", tmp_path / "model", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
+            (named("majority_ceiling", tmp_path / "model", "--probe", depth), "not a majority probe"),
+            (named("unit_readouts", tmp_path / "model", "--validation", tmp_path / "none.jsonl", "--test",
                          depth), "none.jsonl is not a file")):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
@@ -258,8 +253,7 @@ def test_where_it_looks_refuses_predictions_without_unit_weights_in_one_line(tmp
                                  "review_words": [1, 1, 1]}) + "\n")
     for args, fragment in (((run / "predictions-test.jsonl", "--probe", tmp_path / "none.jsonl"), "none.jsonl"),
                            ((run / "predictions-test.jsonl", "--probe", probe), "no unit_weights")):
-        result = subprocess.run([sys.executable, str(SCRIPTS / "where_it_looks.py"), *map(str, args)],
-                                capture_output=True, text=True)
+        result = run_script(SCRIPTS / "where_it_looks.py", *map(str, args))
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
@@ -284,8 +278,8 @@ def test_calibration_check_fits_on_validation_and_softens_an_over_confident_run(
         labels = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(int)
         p1 = 1 / (1 + np.exp(-3 * z))  # three times too sure
         write_probabilities(run / f"predictions-{split}.jsonl", np.stack([1 - p1, p1], 1), labels)
-    result = subprocess.run([sys.executable, str(SCRIPTS / "calibration_check.py"), str(run), "--json",
-                             str(tmp_path / "out.json")], capture_output=True, text=True)
+    result = run_script(SCRIPTS / "calibration_check.py", str(run), "--json",
+                             str(tmp_path / "out.json"))
     assert result.returncode == 0, result.stderr
     row = json.loads((tmp_path / "out.json").read_text())[0]
     assert row["method"] == "temperature" and 2.2 < row["temperatures"][0] < 4.0
@@ -293,9 +287,9 @@ def test_calibration_check_fits_on_validation_and_softens_an_over_confident_run(
 
 
 def test_calibration_check_refuses_an_unpaired_file_and_a_missing_one_in_one_line(tmp_path):
-    script = [sys.executable, str(SCRIPTS / "calibration_check.py")]
-    odd = subprocess.run([*script, "--pairs", str(tmp_path / "v.jsonl")], capture_output=True, text=True)
+    script = SCRIPTS / "calibration_check.py"
+    odd = run_script(script, "--pairs", str(tmp_path / "v.jsonl"))
     assert odd.returncode == 1 and "--pairs takes a validation file and a test file" in odd.stderr
-    missing = subprocess.run([*script, str(tmp_path)], capture_output=True, text=True)
+    missing = run_script(script, str(tmp_path))
     assert missing.returncode == 1 and "predictions-validation.jsonl does not exist" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1

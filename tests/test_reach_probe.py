@@ -6,13 +6,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from helpers import missing_shared_data
+from helpers import missing_shared_data, run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "benchmarks" / "scripts"
@@ -25,7 +24,7 @@ TINY = ["--train", "40", "--validation", "20", "--test", "20", "--length", str(L
 
 
 def script(name: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True, text=True)
+    return run_script(SCRIPTS / name, *args)
 
 
 def read_jsonl(file: Path) -> list[dict]:
