@@ -312,6 +312,9 @@ def ece_table(heading: str, first: str, after: dict, before: dict | None, key: s
     return lines
 
 
+DIAGRAM_DOCUMENTS = 100  # fewer documents leave most of a reliability diagram's 15 bins empty or holding one or two
+
+
 def calibration_markdown(metrics: dict, title: str, plot_path: Path | None = None) -> list[str]:
     """The page's Calibration section: ECE, NLL, Brier score and mean confidence (before and after the model's
     calibration, where it has one), ECE by length bucket, accuracy when only the surest documents are answered, and,
@@ -346,7 +349,10 @@ def calibration_markdown(metrics: dict, title: str, plot_path: Path | None = Non
         point = min(after["coverage"], key=lambda p: abs(p["coverage"] - share))
         lines.append(f"| {100 * point['coverage']:.0f}% ({point['answered']}) | {point['accuracy']:.4f} "
                      f"| {point['threshold']:.4f} |")
-    if plot_path is not None:
+    if plot_path is not None and metrics["documents"] >= DIAGRAM_DOCUMENTS:
         write_bytes_atomically(plot_path, reliability_diagram_png({title: after}, columns=1))
         lines += ["", f"![reliability diagram: accuracy against confidence]({plot_path.name})"]
+    elif plot_path is not None:
+        lines += ["", f"No reliability diagram: {metrics['documents']} documents are too few to fill its bins (it "
+                      f"is drawn from {DIAGRAM_DOCUMENTS})."]
     return lines
