@@ -20,8 +20,8 @@ from longbert.comparison.plan import report_name
 from longbert.comparison.verdict import baseline_p_values, decide
 from longbert.errors import LongbertError
 from longbert.evaluation.plots import learning_curve_png
-from longbert.utils.atomic import atomic_folder, replaceable_folder
 from longbert.utils.folders import CURVE_FILE, CURVE_PLOT
+from longbert.utils.outputs import atomic_folder, replaceable_folder
 
 
 def parse_sizes(text: str) -> list[int]:

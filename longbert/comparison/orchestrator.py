@@ -86,10 +86,10 @@ from longbert.inference.attribution import build_examples, decisive_units, selec
 from longbert.modeling.backbone import load_tokenizer
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.result import Result
-from longbert.utils.atomic import replaceable_folder
 from longbert.utils.destinations import folder_to_write
 from longbert.utils.folders import HYBRID, RESULTS_FILE
 from longbert.utils.hardware import describe_machine, release_memory
+from longbert.utils.outputs import replaceable_folder
 
 
 def compare(

@@ -26,8 +26,8 @@ from longbert.comparison.formatting import (
 from longbert.comparison.page import build_blocks
 from longbert.comparison.verdict import verdict
 from longbert.errors import LongbertError, first_line
-from longbert.utils.atomic import atomic_folder
 from longbert.utils.folders import REPORT_FILES, RESULTS_FILE
+from longbert.utils.outputs import atomic_folder
 from longbert.utils.pages import render_html, render_markdown
 
 

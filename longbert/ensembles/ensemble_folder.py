@@ -37,7 +37,7 @@ from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
 from longbert.modeling.folder import save_model_folder
 from longbert.result import Result
-from longbert.utils.atomic import atomic_folder, json_text, named_folder, replaceable_folder
+from longbert.utils.atomic import json_text
 from longbert.utils.destinations import locked
 from longbert.utils.folders import (
     BEST,
@@ -48,6 +48,7 @@ from longbert.utils.folders import (
     RunFolder,
     predictions_file,
 )
+from longbert.utils.outputs import atomic_folder, named_folder, replaceable_folder
 
 MAX_MEMBERS = 8  # groups of 2 or more among 8 runs: 247 scored; more is not a choice validation can make
 

@@ -30,9 +30,10 @@ from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.folder import save_model_folder
 from longbert.modeling.lexical import fit_lexical
 from longbert.result import Result
-from longbert.utils.atomic import atomic_folder, named_folder, replaceable_folder, write_json
+from longbert.utils.atomic import write_json
 from longbert.utils.destinations import locked
 from longbert.utils.folders import BEST, HYBRID, HYBRID_SUMMARY, RECIPE_FILE, RunFolder, predictions_file
+from longbert.utils.outputs import atomic_folder, named_folder, replaceable_folder
 
 
 def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=None, data=None) -> Result:

@@ -37,10 +37,10 @@ from longbert.modeling.ensemble import refuse_ensemble
 from longbert.modeling.reading import prediction_rows
 from longbert.strategies.base import ReadsWindows, Units
 from longbert.strategies.registry import strategies_with
-from longbert.utils.atomic import atomic_folder, named_folder
 from longbert.utils.destinations import writable_folder
 from longbert.utils.extras import require
 from longbert.utils.folders import EXPORT_FILE, ONNX_HEAD_FILE, PARITY_FILE, RECIPE_FILE
+from longbert.utils.outputs import atomic_folder, named_folder
 
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)

@@ -46,7 +46,7 @@ from longbert.modeling.hf_config import LongbertConfig
 from longbert.modeling.hub import download, is_hub_id
 from longbert.modeling.lexical import LexicalModel
 from longbert.modeling.settings import ModelSettings
-from longbert.utils.atomic import atomic_folder, json_text
+from longbert.utils.atomic import json_text
 from longbert.utils.folders import (
     ADAPTER_DIR,
     BACKBONE_DIR,
@@ -58,6 +58,7 @@ from longbert.utils.folders import (
     LEXICAL_DIR,
     MEMBERS_DIR,
 )
+from longbert.utils.outputs import atomic_folder
 
 if TYPE_CHECKING:
     from longbert.modeling.classifier import LongDocumentClassifier

@@ -27,8 +27,9 @@ from safetensors.torch import load_file, save_file
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import HasCheckpointState
-from longbert.utils.atomic import atomic_folder, json_text
+from longbert.utils.atomic import json_text
 from longbert.utils.folders import STATE_FILE
+from longbert.utils.outputs import atomic_folder
 
 FORMAT_VERSION = 1
 

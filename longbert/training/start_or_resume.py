@@ -21,7 +21,7 @@ from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.training.checkpoint import is_finished, read_fingerprint, read_processes, recipe_fingerprint
 from longbert.training.stopping import StopRequest, stop_on_signals
-from longbert.utils.atomic import recover, write_text_atomically
+from longbert.utils.atomic import write_text_atomically
 from longbert.utils.destinations import locked
 from longbert.utils.folders import (
     CHECKPOINT,
@@ -32,6 +32,7 @@ from longbert.utils.folders import (
 )
 from longbert.utils.hardware import process_state
 from longbert.utils.logs import get_logger
+from longbert.utils.outputs import recover
 
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 

@@ -3,11 +3,13 @@ and putting right what a killed write left behind.
 
 Beside a target `name`, a write in progress leaves at most:
     .name.staging-PID-XXXX    the new folder being written (atomic_folder)
-    .name.old-PID             the folder it replaces, between the swap's two renames and its removal
+    .name.old-PID             the folder it replaces, between the swap's two renames and its removal (what in it the
+                              command did not write is moved back into the new folder first: `swap_in`)
     .name.tmp-PID-XXXX        a file being written (write_text_atomically, atomic_stream)
 Each temporary name is unique to its writer (two processes writing the same target never share one) and carries
 the writer's process id, so that the next write of the same target removes what a killed writer left (`sweep`).
-`recover(parent)` restores or removes everything left in a folder; call it while no other process writes there.
+Folders are written by longbert.utils.outputs (`atomic_folder`), which uses these names; its `recover(parent)` restores
+or removes everything left in a folder.
 
 A target that is not a regular file (a FIFO, a device such as /dev/null, a terminal) is written straight through,
 since renaming over it would replace the node its reader is waiting on; a symbolic link is followed, so the file
@@ -34,7 +36,7 @@ from typing import BinaryIO, Iterator, TextIO
 
 from longbert.errors import LongbertError
 
-_LEFTOVER = re.compile(
+LEFTOVER = re.compile(
     r"^\.(?P<target>.+)\.(?:(?P<old>old-\d+)|staging-(?P<spid>\d+-)?\w+|tmp(?:-(?P<tpid>\d+)-\w+)?)$")
 
 
@@ -66,7 +68,7 @@ def sweep(target: Path) -> list[str]:
     if not target.parent.is_dir():
         return done
     for path in target.parent.iterdir():
-        match = _LEFTOVER.match(path.name)
+        match = LEFTOVER.match(path.name)
         if match is None or match["target"] != target.name or match["old"]:
             continue
         pid = match["spid"] or match["tpid"]
@@ -82,7 +84,7 @@ def live_writer(target: Path) -> int | None:
     if not target.parent.is_dir():
         return None
     for path in target.parent.iterdir():
-        match = _LEFTOVER.match(path.name)
+        match = LEFTOVER.match(path.name)
         pid = match and match["target"] == target.name and match["tpid"]
         if pid and int(pid) != os.getpid() and _alive(int(pid)):
             return int(pid)
@@ -123,7 +125,7 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _os_error(error: BaseException) -> OSError | None:
+def os_error_of(error: BaseException) -> OSError | None:
     """The OSError behind `error`: itself, or the one a safetensors SafetensorError wraps (it reports a failed write
     as 'Error while serializing: I/O error: No space left on device (os error 28)'); None for anything else."""
     if isinstance(error, OSError):
@@ -134,74 +136,6 @@ def _os_error(error: BaseException) -> OSError | None:
             code = int(found[1] or found[2])
             return OSError(code, os.strerror(code))
     return None
-
-
-def named_folder(target: str | Path, what: str) -> Path:
-    """`target` as a Path, refused in one line when it names no folder of its own ('' and '.' are the working
-    folder, '..' its parent): such a path cannot be swapped by a rename, and replacing it would take its contents."""
-    path = Path(target).expanduser()
-    if path.name in ("", ".", ".."):
-        raise LongbertError(f"{what} {str(target)!r} names no folder of its own; name a new folder to write")
-    return path
-
-
-def replaceable_folder(target: str | Path, marker: str, what: str = "output folder") -> Path:
-    """`target` checked before any work is done: a folder that a write of this kind may replace whole. It may when it
-    does not exist, is empty, or holds `marker`, the file every folder of this kind is written with (so it is an
-    earlier output of the same command). Anything else is refused in one LongbertError line: replacing a folder
-    deletes all it holds, and a folder named by mistake (the run folder itself, a folder of other files) must not go.
-    A path that names no folder of its own ('' or '.', '..') is refused too."""
-    path = named_folder(target, what)
-    if not path.exists() and not path.is_symlink():
-        return path
-    if not path.is_dir():
-        raise LongbertError(f"{what} {path} is a file, not a folder")
-    if (path / marker).is_file() or not any(path.iterdir()):
-        return path
-    raise LongbertError(f"{what} {path} already holds files this command did not write (it has no {marker}); "
-                        "name a new or empty folder")
-
-
-@contextmanager
-def atomic_folder(target: str | Path, marker: str | None = None, what: str = "output folder") -> Iterator[Path]:
-    """Yield a staging folder beside `target`. When the block finishes, the staging folder replaces `target` whole
-    (an older folder of that name is swapped out, then removed); when it fails, the staging folder is removed and
-    `target` is left as it was. A write that fails (a full disk, a read-only place: an OSError, or a SafetensorError
-    wrapping one, from the block or the swap) is one LongbertError line naming `target` (`disk_error`); any other
-    error, Ctrl-C included, passes through unchanged.
-
-    `marker`: the file the block writes into every folder of its kind; an existing `target` is then replaced only
-    when `replaceable_folder` allows it (one LongbertError line naming it as `what` otherwise). Without a marker, an
-    existing `target` is replaced whatever it holds: pass one wherever the folder's path comes from a user."""
-    target = replaceable_folder(target, marker, what) if marker is not None else named_folder(target, what)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        sweep(target)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-{os.getpid()}-", dir=target.parent))
-    except OSError as error:
-        raise disk_error(error, target) from None
-    old = None
-    try:
-        yield staging
-        for path in (staging, *staging.rglob("*")):  # mkdtemp and safetensors make files private
-            if not path.is_symlink():
-                public_mode(path)
-        # The swap: two renames. A kill between them leaves only the old folder, which `recover` puts back.
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-        os.replace(staging, target)
-    except BaseException as error:
-        shutil.rmtree(staging, ignore_errors=True)
-        if old is not None and not target.exists():  # the second rename failed: the older folder goes back
-            with suppress(OSError):
-                os.replace(old, target)
-        failed = _os_error(error)
-        if failed is None:
-            raise
-        raise disk_error(failed, target) from None
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_bytes_atomically(path: str | Path, data: bytes) -> None:
@@ -329,28 +263,6 @@ def _atomic_handle(path: str | Path, mode: str):
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def recover(parent: str | Path) -> list[str]:
-    """Put right what killed writes left in `parent`: a folder swapped out whose replacement never arrived is put
-    back; staging folders, swapped-out folders and temporary files are removed. Returns one line per thing done."""
-    parent = Path(parent)
-    done = []
-    for path in sorted(parent.iterdir()):
-        match = _LEFTOVER.match(path.name)
-        if match is None:
-            continue
-        target = parent / match["target"]
-        if match["old"] and not target.exists():
-            os.replace(path, target)
-            done.append(f"restored {target.name} (a swap was interrupted)")
-        elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-            done.append(f"removed {path.name} (left by an interrupted write)")
-        else:
-            path.unlink()
-            done.append(f"removed {path.name} (left by an interrupted write)")
-    return done
 
 
 def write_json(path: Path, data) -> None:

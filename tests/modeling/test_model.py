@@ -77,13 +77,18 @@ def test_lora_target_that_does_not_exist(tiny_backbone_dir):
         build_model(tiny_backbone_dir, "chunk", ["model.finetune=lora", "model.lora.target_modules=[q_proj]"])
 
 
-def test_save_replaces_an_earlier_model_folder_whole(tiny_backbone_dir, tmp_path):
+def test_save_replaces_what_an_earlier_save_wrote_and_keeps_a_users_file_beside_it(tiny_backbone_dir, tmp_path):
     model = build_model(tiny_backbone_dir, "chunk")
     target = tmp_path / "m"
     model.save_pretrained(target)
-    (target / "stale.txt").write_text("old")
+    written = json.loads((target / ".longbert-written").read_text())
+    assert "head.safetensors" in written and "longbert_config.json" in written
+    # a file the earlier save wrote (listed) and this one does not write goes; the user's notes stay
+    (target / "lexical.safetensors").write_text("stale")
+    (target / ".longbert-written").write_text(json.dumps([*written, "lexical.safetensors"]))
+    (target / "notes.txt").write_text("mine")
     model.save_pretrained(target)
-    assert not (target / "stale.txt").exists()
+    assert not (target / "lexical.safetensors").exists() and (target / "notes.txt").read_text() == "mine"
     assert json.loads((target / "longbert_config.json").read_text())["label_names"] == ["neg", "pos"]
     assert [p.name for p in tmp_path.iterdir()] == ["m"], "no staging folders left behind"
 

@@ -17,7 +17,7 @@ import longbert
 from helpers import ONE_STAGE, assert_same_run
 from longbert.errors import LongbertError
 from longbert.training.checkpoint import save_checkpoint
-from longbert.utils.atomic import atomic_folder, recover
+from longbert.utils.outputs import atomic_folder, recover
 
 pytestmark = pytest.mark.heavy  # trains, resumes or exports models: left out of the 1-minute subset
 
@@ -42,10 +42,10 @@ def test_recover_puts_back_a_folder_whose_swap_was_cut_and_removes_every_leftove
 
 
 def test_atomic_folder_leaves_nothing_but_the_target(tmp_path):
-    for text in ("first", "second"):
-        with atomic_folder(tmp_path / "out") as staging:
+    for text in ("first", "second"):  # "file" marks the folder as this kind's: the second write may replace it
+        with atomic_folder(tmp_path / "out", "file") as staging:
             (staging / "file").write_text(text)
-    with pytest.raises(RuntimeError), atomic_folder(tmp_path / "out") as staging:
+    with pytest.raises(RuntimeError), atomic_folder(tmp_path / "out", "file") as staging:
         (staging / "file").write_text("third")
         raise RuntimeError("failed while writing")
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and (tmp_path / "out" / "file").read_text() == "second"

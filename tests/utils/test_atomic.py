@@ -18,15 +18,9 @@ import pytest
 from safetensors import SafetensorError
 
 from longbert.errors import LongbertError
-from longbert.utils.atomic import (
-    atomic_folder,
-    atomic_stream,
-    guarded_stdout,
-    recover,
-    replaceable_folder,
-    write_text_atomically,
-)
+from longbert.utils.atomic import atomic_stream, guarded_stdout, write_text_atomically
 from longbert.utils.destinations import writable_destination, writable_folder
+from longbert.utils.outputs import atomic_folder, recover, replaceable_folder
 
 
 def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
@@ -189,7 +183,7 @@ def test_a_failed_swap_is_one_line_and_puts_the_older_folder_back(tmp_path, monk
 
     monkeypatch.setattr(os, "replace", read_only_after_the_first_rename)
     with pytest.raises(LongbertError, match=f"^could not write {target}: Read-only file system$"):
-        with atomic_folder(target) as staging:
+        with atomic_folder(target, "weights.txt") as staging:  # an earlier output of its kind: replaceable
             (staging / "weights.txt").write_text("newer")
     _assert_left_as_it_was(target)
 
@@ -214,7 +208,8 @@ def test_a_folder_of_other_files_is_refused_and_kept_an_earlier_output_replaced(
         with atomic_folder(foreign, "out.json", "--output") as staging:
             (staging / "out.json").write_text("{}")
     assert [p.name for p in tmp_path.iterdir()] == ["mine"] and (foreign / "notes.txt").read_text() == "mine"
-    # empty, absent, or written before by the same kind of write (its marker): replaced whole
+    # empty, absent, or written before by the same kind of write (its marker): what it wrote is replaced; a folder
+    # from before the list of what was written keeps every entry the new write does not hold
     for target in (tmp_path / "empty", tmp_path / "absent", tmp_path / "earlier"):
         if target.name == "empty":
             target.mkdir()
@@ -224,7 +219,55 @@ def test_a_folder_of_other_files_is_refused_and_kept_an_earlier_output_replaced(
             (target / "stale.txt").write_text("older")
         with atomic_folder(target, "out.json") as staging:
             (staging / "out.json").write_text("newer")
-        assert [p.name for p in target.iterdir()] == ["out.json"] and (target / "out.json").read_text() == "newer"
+        kept = ["stale.txt"] if target.name == "earlier" else []
+        assert sorted(p.name for p in target.iterdir()) == [".longbert-written", "out.json", *kept]
+        assert (target / "out.json").read_text() == "newer"
+
+
+def test_a_replacement_removes_only_what_the_earlier_write_wrote_and_keeps_a_users_files(tmp_path):
+    """`longbert ensemble ... --output ens` again over an ensemble beside which the user wrote notes, made a hybrid
+    and evaluated: only the ensemble's own earlier files go."""
+    target = tmp_path / "ens"
+    with atomic_folder(target, "summary.json") as staging:
+        for name in ("summary.json", "predictions-test.jsonl"):
+            (staging / name).write_text("first")
+        (staging / "best").mkdir()
+        (staging / "best" / "weights").write_text("first")
+    (target / "notes.txt").write_text("mine")
+    (target / "hybrid").mkdir()
+    (target / "hybrid" / "hybrid.json").write_text("{}")
+    with atomic_folder(target, "summary.json") as staging:  # the second write has no test predictions
+        (staging / "summary.json").write_text("second")
+        (staging / "best").mkdir()
+        (staging / "best" / "weights").write_text("second")
+    assert sorted(p.name for p in target.iterdir()) == [".longbert-written", "best", "hybrid", "notes.txt",
+                                                        "summary.json"]
+    assert (target / "best" / "weights").read_text() == "second" and (target / "notes.txt").read_text() == "mine"
+    assert (target / "hybrid" / "hybrid.json").is_file() and [p.name for p in tmp_path.iterdir()] == ["ens"]
+
+
+def test_a_folder_that_appears_with_files_during_the_write_is_refused_not_replaced(tmp_path):
+    """`longbert export r --output xr & mkdir xr; echo keep > xr/mine.txt`: checked at the start and again at the
+    swap; the user's folder stays as it is and nothing is left beside it."""
+    target = tmp_path / "xr"
+    with pytest.raises(LongbertError, match=r"^--output .*xr appeared or changed while this command ran and holds "
+                                            "files it did not write; nothing was replaced: name a new folder$"):
+        with atomic_folder(target, None, "--output") as staging:
+            (staging / "model.onnx").write_text("exported")
+            target.mkdir()
+            (target / "mine.txt").write_text("keep")
+    assert [p.name for p in target.iterdir()] == ["mine.txt"] and [p.name for p in tmp_path.iterdir()] == ["xr"]
+
+
+def test_recover_moves_a_users_files_back_from_a_swap_killed_after_its_renames(tmp_path):
+    target, old = tmp_path / "ens", tmp_path / ".ens.old-999999"
+    for folder, names in ((target, ["summary.json"]), (old, ["summary.json", "notes.txt"])):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_text(folder.name)
+    (old / ".longbert-written").write_text('["summary.json"]')
+    assert recover(tmp_path) == [f"removed {old.name} (a swap was interrupted); moved back into ens: notes.txt"]
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt", "summary.json"] and not old.exists()
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "sub/.."])

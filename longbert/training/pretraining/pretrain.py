@@ -65,7 +65,7 @@ from longbert.training.pretraining.unlabelled import batch_rows, load_documents
 from longbert.training.start_or_resume import open_run
 from longbert.training.stopping import StopRequest, finite_loss, interrupted
 from longbert.training.train_log import close_log_window, speed
-from longbert.utils.atomic import atomic_folder, json_text, write_text_atomically
+from longbert.utils.atomic import json_text, write_text_atomically
 from longbert.utils.folders import (
     CHECKPOINT,
     METRICS_FILE,
@@ -76,6 +76,7 @@ from longbert.utils.folders import (
 )
 from longbert.utils.hardware import adamw, describe_machine, process_state
 from longbert.utils.logs import main_process_logger
+from longbert.utils.outputs import atomic_folder
 from longbert.utils.progress import progress
 
 log = main_process_logger(__name__)  # on the main process only

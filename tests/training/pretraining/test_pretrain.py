@@ -266,9 +266,9 @@ def test_the_backbone_folder_replaces_an_earlier_backbone_and_refuses_other_file
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
     (folder / "notes.txt").unlink()
     save_backbone(model, tokenizer, tiny_backbone_dir, folder)
-    (folder / "stale.txt").write_text("older")
-    save_backbone(model, tokenizer, tiny_backbone_dir, folder)  # an earlier backbone (config.json): replaced whole
-    assert (folder / "config.json").is_file() and not (folder / "stale.txt").exists()
+    (folder / "notes.txt").write_text("mine")
+    save_backbone(model, tokenizer, tiny_backbone_dir, folder)  # an earlier backbone (config.json): its files replaced
+    assert (folder / "config.json").is_file() and (folder / "notes.txt").read_text() == "mine"  # the user's kept
 
 
 def test_head_steps_leave_the_backbone_unchanged(tiny_backbone_dir, corpus, tmp_path):
