@@ -33,17 +33,19 @@ from longbert.utils.hardware import check_precision, process_state
 
 EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
 OVERRIDDEN = "with-overrides"  # the file names' tag for an evaluation of other documents than the run's own
+UNCALIBRATED = "uncalibrated"  # the file names' tag for an evaluation with the model's calibration off
 DOCUMENTS = "documents"  # what the files of a model's evaluation (in `output`) are named after, and its rows' split
 
 
-def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = ()) -> str:
+def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = (), calibrated: bool = True) -> str:
     """What an evaluation's files are named after: metrics-<name>.json/.md, predictions-<name>.jsonl and
-    confusion-matrix-<name>.png. The split's own name, unless `overrides` change the data section: then
-    '<split>-with-overrides', beside the run's own files. Why: hybrid and compare read predictions-<split>.jsonl as
-    the run's predictions of its own documents; an evaluation of other documents (data.max_eval_documents=20) must not
-    replace it."""
+    confusion-matrix-<name>.png. The split's own name, unless `overrides` change the data section ('<split>-with-
+    overrides') or the calibration is off ('<split>-uncalibrated', after that), beside the run's own files. Why: hybrid
+    and compare read predictions-<split>.jsonl as the run's kept model's predictions of its own documents; an
+    evaluation of other documents (data.max_eval_documents=20), or of another model, must not replace it."""
     changes_data = any(parse_override(text)[0][0] == "data" for text in overrides)
-    return f"{split}-{OVERRIDDEN}" if changes_data else split
+    name = f"{split}-{OVERRIDDEN}" if changes_data else split
+    return name if calibrated else f"{name}-{UNCALIBRATED}"
 
 
 def evaluate(model: str | Path | LongDocumentClassifier, split: Any = None, batch_size: int | None = None,
@@ -125,8 +127,9 @@ def evaluate_run(run_dir: str | Path, split: str = "test", batch_size: int | Non
                                       description=f"evaluating {split}", process=process, precision=precision)
         metrics["precision"] = precision
         if process.is_main_process:
-            name = evaluation_name(split, overrides)
-            title = f"{recipe.name}: {split}" + (f" (with {', '.join(overrides)})" if name != split else "")
+            name = evaluation_name(split, overrides, calibrated)
+            title = (f"{recipe.name}: {split}" + (f" (with {', '.join(overrides)})" if OVERRIDDEN in name else "")
+                     + (" (calibration off)" if not calibrated else ""))
             write_evaluation(run.path, name, title, metrics, raw, dataset, model)
     return metrics
 

@@ -97,6 +97,9 @@ def test_an_evaluation_of_other_documents_is_named_beside_the_runs_own():
     assert evaluation_name("test", ["eval.batch_size=2"]) == "test", "the same documents: the run's own files"
     assert evaluation_name("validation", ["eval.batch_size=2", "data.max_eval_documents=20"]) == (
         "validation-with-overrides")
+    # with the calibration off it is another model's answer: never in place of the kept model's own files
+    assert evaluation_name("test", calibrated=False) == "test-uncalibrated"
+    assert evaluation_name("test", ["data.max_eval_documents=20"], False) == "test-with-overrides-uncalibrated"
 
 
 # -- evaluate(model, documents) -------------------------------------------------------------------------------------
