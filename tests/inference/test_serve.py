@@ -205,3 +205,29 @@ def test_metrics_count_requests_by_status_documents_tokens_and_time(model):
     assert values["longbert_tokens_total"] == sum(r["n_tokens"] for r in rows) + rows[0]["n_tokens"]
     assert values["longbert_request_seconds_sum"] > 0
     assert "# TYPE longbert_requests_total counter" in text
+
+
+def test_a_client_gone_before_its_body_arrived_is_counted_499_without_a_traceback(model, caplog):
+    """`Content-Length: 100`, then `{`, then the client disconnects: once a ClientDisconnect traceback in the log and
+    a 500 in /metrics; now the same answer as a client gone during inference."""
+    import asyncio
+
+    app = build_app(model, max_batch=4)
+    messages = iter([{"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}])
+    sent = []
+
+    async def receive():
+        return next(messages, {"type": "http.disconnect"})
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/predict", "raw_path": b"/predict",
+             "query_string": b"", "root_path": "", "scheme": "http", "server": ("test", 80), "client": ("c", 1),
+             "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")]}
+    with TestClient(app) as client:  # started: its batcher runs
+        asyncio.run(app(scope, receive, send))
+        text = client.get("/metrics").text
+    assert sent[0]["status"] == 499
+    assert 'longbert_requests_total{status="499"} 1' in text and 'status="500"' not in text
+    assert "Traceback" not in caplog.text and "ClientDisconnect" not in caplog.text
