@@ -528,5 +528,14 @@ def test_report_renders_an_earlier_report_again_and_refuses_what_is_not_one(tmp_
         del row["accuracy"]
     (report / "results.json").write_text(json.dumps(broken))
     pages = {p.name: p.read_bytes() for p in report.iterdir()}
-    assert_user_error(run("report", report), "cannot be rendered by this version", "KeyError")
+    assert_user_error(run("report", report), "cannot be rendered: it is not as this version", "KeyError")
     assert {p.name: p.read_bytes() for p in report.iterdir()} == pages
+    # edited by hand (once an AttributeError or IndexError traceback): one line, the folder as it was
+    for edit in (lambda r: r["strategies"][next(iter(r["strategies"]))].update(by_length=[1, 2]),
+                 lambda r: r.update(strategy_order=[])):
+        edited = json.loads((committed / "results.json").read_text())
+        edit(edited)
+        (report / "results.json").write_text(json.dumps(edited))
+        pages = {p.name: p.read_bytes() for p in report.iterdir()}
+        assert_user_error(run("report", report), "cannot be rendered: it is not as this version")
+        assert {p.name: p.read_bytes() for p in report.iterdir()} == pages

@@ -26,6 +26,7 @@ from longbert.comparison.formatting import (
 from longbert.comparison.page import build_blocks
 from longbert.comparison.verdict import verdict
 from longbert.errors import LongbertError, first_line
+from longbert.utils.atomic import json_text
 from longbert.utils.folders import REPORT_FILES, RESULTS_FILE
 from longbert.utils.outputs import atomic_folder
 from longbert.utils.pages import render_html, render_markdown
@@ -33,7 +34,8 @@ from longbert.utils.pages import render_html, render_markdown
 
 def write_report(results: dict, folder: str | Path) -> None:
     """Write report.md, report.html, results.json and the plot PNGs into `folder`, atomically (the folder is built
-    beside the target and moved into place; an older report of that name is replaced whole)."""
+    beside the target and moved into place; an older report's own files there are replaced, anything else in it is
+    kept: longbert.utils.outputs)."""
     # Only an earlier report (its results.json) or an empty folder is replaced: a folder of other files is refused.
     with atomic_folder(folder, RESULTS_FILE, "report folder") as staging:
         plots = make_plots(results)
@@ -44,7 +46,7 @@ def write_report(results: dict, folder: str | Path) -> None:
         markdown, html = REPORT_FILES
         (staging / markdown).write_text(render_markdown(blocks, PLOTS))
         (staging / html).write_text(render_html(blocks, plots, f"longbert compare: {results['name']}"))
-        (staging / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False))
+        (staging / RESULTS_FILE).write_text(json_text(results, RESULTS_FILE, indent=2, ensure_ascii=False))
 
 
 def report_files(folder: Path) -> dict[str, str]:
@@ -57,8 +59,9 @@ def report_files(folder: Path) -> dict[str, str]:
 def render_again(folder: str | Path) -> None:
     """An earlier report rendered again from its own results.json with this version's pages and plots (`longbert
     report`): nothing is trained or evaluated again, so every number stays and only how they are shown changes. The
-    folder is replaced whole, as compare replaces it; a folder that is not a report, or whose results.json cannot be
-    read or lacks what the pages show, is one LongbertError line, and the folder is left as it was."""
+    report's own files are replaced, as compare replaces them; a folder that is not a report, or whose results.json
+    cannot be read or lacks what the pages show (another version's, or one edited by hand), is one LongbertError line,
+    and the folder is left as it was."""
     folder = Path(folder)
     file = folder / RESULTS_FILE
     if not folder.is_dir():
@@ -74,9 +77,11 @@ def render_again(folder: str | Path) -> None:
     results["report"] = report_files(folder)
     try:
         write_report(results, folder)
-    except (KeyError, TypeError, ValueError) as error:  # written by another version: a field missing or reshaped
-        raise LongbertError(f"{file} cannot be rendered by this version of longbert ({type(error).__name__}: "
-                            f"{first_line(error)}); run the compare again to rewrite it") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:  # a field missing or reshaped:
+        # written by another version, or edited by hand
+        raise LongbertError(f"{file} cannot be rendered: it is not as this version of longbert writes it "
+                            f"({type(error).__name__}: {first_line(error)}); run the compare again to rewrite it"
+                            ) from None
 
 
 # ------------------------------------------------------------------------------------------------------------
