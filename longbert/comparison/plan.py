@@ -50,9 +50,14 @@ DEFAULT_REPORTS_DIR = Path("reports")
 
 
 def parse_strategies(value: Sequence[str] | str) -> list[str]:
-    """'truncate,chunk' or ['truncate', 'chunk'] -> checked, de-duplicated names (order kept)."""
+    """'truncate,chunk' or ['truncate', 'chunk'] -> checked names (order kept); a name given twice is refused."""
     items = value.split(",") if isinstance(value, str) else [part for v in value for part in str(v).split(",")]
-    names = list(dict.fromkeys(s.strip() for s in items if s.strip()))
+    given = [s.strip() for s in items if s.strip()]
+    names = list(dict.fromkeys(given))
+    if len(names) < len(given):
+        twice = next(s for i, s in enumerate(given) if s in given[:i])
+        raise LongbertError(f"--strategies names {twice} twice; each strategy is one row of the report (--seeds N "
+                            "trains one several times)")
     if not names:
         raise LongbertError(f"--strategies needs at least one name; valid strategies: {', '.join(strategy_names())}")
     unknown = [s for s in names if s not in strategy_names()]
@@ -105,6 +110,8 @@ def report_name(name: str | None, recipe, overrides=(), data=None) -> str:
     plain folder name."""
     path = data_path_override(overrides) if recipe is None else None
     own = local_data_name(path) if path is not None else None
+    if name is not None and not name.strip():  # once it became the default's name: a committed report replaced
+        raise LongbertError("--name is empty; give the report a name, or leave --name out for the default")
     name = name or (OWN_DATA_REPORT.format(own) if own else str(base_recipe(recipe, overrides, data)[0].get("name")
                                                                 or "compare"))
     if not PLAIN_NAME.match(name):

@@ -216,8 +216,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, value = text.split("=", 1)
     if not key.strip():
         raise LongbertError(f"override {short_repr(text, 200)} has an empty key")
+    if not value.strip():  # once read as null: `--set output_dir=` silently became runs/<name>
+        raise LongbertError(f"override {short_repr(text, 200)} gives no value; write {key.strip()}=null for null")
     try:
-        parsed = read_yaml(value) if value.strip() else None
+        parsed = read_yaml(value)
     except yaml.YAMLError as error:
         raise LongbertError(f"override {short_repr(text, 200)}: the value is not valid YAML "
                             f"({yaml_problem(error)})") from None

@@ -71,6 +71,8 @@ def find_recipe(path: str | Path, command: str | None = None) -> Path:
         folder = _packaged_folder(path)
     elif len(path.parts) == 1 and (found := _packaged_file(path.name.removesuffix(".yaml"), command)):
         path, folder = found
+    elif path.is_dir():
+        raise LongbertError(f"recipe {path} is a folder; name a recipe file (.yaml) in it")
     else:
         raise LongbertError(f"recipe file not found: {path}; packaged recipes (usable by name): "
                             f"{', '.join(packaged_recipes(command)) or 'none'}")

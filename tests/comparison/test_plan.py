@@ -75,3 +75,17 @@ def test_a_strategy_section_that_cannot_apply_is_one_clear_error_even_when_not_c
                                                                                           message):
     with pytest.raises(LongbertError, match=message):
         resolve_recipes(["chunk"], {"train": {"epochs": 1}, "bigbird": section}, "base", [], "x", tmp_path)
+
+
+def test_a_strategy_named_twice_or_an_empty_report_name_is_refused_not_guessed():
+    """`--strategies truncate,truncate` was silently one row; `--name ''` silently the default's name, whose
+    committed report it then replaced."""
+    from longbert.comparison.plan import parse_strategies, report_name
+    from longbert.errors import LongbertError
+
+    with pytest.raises(LongbertError, match="^--strategies names truncate twice; each strategy is one row"):
+        parse_strategies("truncate,chunk,truncate")
+    assert parse_strategies("truncate, chunk") == ["truncate", "chunk"]
+    for empty in ("", "  "):
+        with pytest.raises(LongbertError, match="^--name is empty; give the report a name"):
+            report_name(empty, None)

@@ -120,6 +120,12 @@ def test_recipe_file_errors(tmp_path):
         load_recipe(listy)
     with pytest.raises(LongbertError, match="must look like key.path=value"):
         load_recipe(None, ["train.epochs"])
+    # an empty value is not null: `output_dir=` once ran into runs/<name>
+    with pytest.raises(LongbertError, match="^overrides \\(--set\\): override 'output_dir=' gives no value; write "
+                                            "output_dir=null for null$|override 'output_dir=' gives no value"):
+        load_recipe(None, ["output_dir="])
+    with pytest.raises(LongbertError, match="recipe .* is a folder; name a recipe file"):
+        load_recipe(tmp_path)
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("data: 3\n")
     with pytest.raises(LongbertError, match="data must be a mapping"):
