@@ -108,7 +108,7 @@ def pretrain(
 def evaluate(
     run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
     split: str = typer.Option("test", help="train, validation or test"),
-    batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
+    batch_size: Optional[int] = typer.Option(None, help="documents per inference step (default: the recipe's)"),
     set_: List[str] = typer.Option([], "--set", help="override the run's data or eval settings: key.path=value, e.g. "
                                                      "data.max_eval_documents=100 (repeatable)"),
     precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
@@ -136,7 +136,7 @@ def predict(
                                                "exported folder (onnxruntime)"),
     input: str = typer.Argument("-", help=INPUT_HELP),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write JSONL here instead of stdout"),
-    batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
+    batch_size: int = typer.Option(16, help="documents per inference step"),
     text_column: str = typer.Option("text", "--text-column", help="the column holding the texts (tables only)"),
     id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
                                                                       "(default: the row number, from 0)"),
@@ -170,7 +170,7 @@ def embed(
     input: str = typer.Argument(..., help=INPUT_HELP),
     output: Path = typer.Option(..., "--output", "-o", help="vectors.npy (numpy: documents x hidden, input order) or "
                                                             "vectors.jsonl (id, kept columns, embedding)"),
-    batch_size: int = typer.Option(16, min=1, help="documents per inference step"),
+    batch_size: int = typer.Option(16, help="documents per inference step"),
     text_column: str = typer.Option("text", "--text-column", help="the column holding the texts (tables only)"),
     id_column: Optional[str] = typer.Option(None, "--id-column", help="the column whose values become each row's id "
                                                                       "in .jsonl (default: the row number, from 0)"),
@@ -255,7 +255,7 @@ def serve(
 @app.command()
 def quantize(
     run_dir: Path = typer.Argument(..., help="a run folder written by `longbert train`"),
-    batch_size: Optional[int] = typer.Option(None, min=1, help="documents per inference step (default: the recipe's)"),
+    batch_size: Optional[int] = typer.Option(None, help="documents per inference step (default: the recipe's)"),
     agreement: float = typer.Option(0.99, min=0.0, max=1.0, help="the label agreement with fp32 the recheck gap is "
                                     "chosen for: the smallest gap that reaches it on the validation split"),
 ):

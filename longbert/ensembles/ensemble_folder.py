@@ -181,9 +181,9 @@ def check_runs(runs: list[Path], output: Path, most: int | None = MAX_MEMBERS) -
         raise LongbertError(f"--output {output} is a file; the ensemble is written as a folder")
     out = output.resolve()
     for run, path in zip(runs, resolved):
-        if out == path or out in path.parents:
-            raise LongbertError(f"--output {output} is the run folder {run} or holds it; the ensemble is written to a "
-                                "folder of its own")
+        if out == path or out in path.parents or path in out.parents:
+            raise LongbertError(f"--output {output} is the run folder {run}, holds it or lies inside it; the ensemble "
+                                "is written to a folder of its own")
     replaceable_folder(output, ENSEMBLE_SUMMARY, "--output")
 
 

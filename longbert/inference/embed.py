@@ -56,6 +56,9 @@ def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int
     check_precision(precision, "--precision")
     output = Path(output)
     check_output(output, source, model_dir)
+    if keep and output.suffix.lower() == ".npy":  # once dropped without a word
+        raise LongbertError(f"--keep {', '.join(keep)}: a .npy file holds the vectors only; write a .jsonl file to "
+                            "keep columns beside them")
     if is_export_folder(model_dir):
         raise LongbertError(f"{model_dir} is an exported folder (onnxruntime), which gives no document vectors; "
                             "embed with the PyTorch model folder it was exported from")
@@ -63,6 +66,9 @@ def embed_file(model_dir: str | Path, source: str, output: Path, batch_size: int
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
     model = LongDocumentClassifier.from_pretrained(model_dir).to(process.device)
     refuse_ensemble(model, str(model_dir), "it has one document vector per member, not one: embed a member's run")
+    if model.lexical is not None:  # once the neural half's vector, silently: not what the hybrid reads
+        raise LongbertError(f"{model_dir} is a hybrid model: its TF-IDF half has no document vector; embed the run "
+                            "its neural half came from")
     size = model.head.in_features
     read = lambda texts, b, p: ((i, {"embedding": v}) for i, v in model.embeddings_as_done(texts, b, p))
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep),

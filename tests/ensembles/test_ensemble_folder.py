@@ -300,6 +300,7 @@ def test_eight_runs_bound_a_choice_not_a_group_compare_chose(tmp_path):
     ("unfinished", "is not a finished longbert run folder"),
     ("into a run", "is the run folder"),
     ("holding a run", "is the run folder"),
+    ("inside a run's model", "holds it or lies inside it"),  # r/best/sub: once written into a member's model folder
     ("other files", "already holds files this command did not write"),
     ("empty name", "--output"),
 ])
@@ -309,9 +310,9 @@ def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case, message):
     other.mkdir()
     (other / "keep.txt").write_text("mine")
     args = {"one": [a], "twice": [a, a], "unfinished": [a, tmp_path], "into a run": [a, b],
-            "holding a run": [a, b], "other files": [a, b], "empty name": [a, b]}[case]
-    output = {"into a run": a, "holding a run": tmp_path / "runs", "other files": other, "empty name": ""}.get(
-        case, tmp_path / "new")
+            "holding a run": [a, b], "inside a run's model": [a, b], "other files": [a, b], "empty name": [a, b]}[case]
+    output = {"into a run": a, "holding a run": tmp_path / "runs", "inside a run's model": a / "best" / "sub",
+              "other files": other, "empty name": ""}.get(case, tmp_path / "new")
     before = _contents(tmp_path)
     answer = runner.invoke(app, ["ensemble", *map(str, args), "--output", str(output)])
     assert answer.exit_code == 2, answer.output

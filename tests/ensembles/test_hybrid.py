@@ -71,6 +71,11 @@ def test_the_hybrid_folder_runs_as_its_recorded_predictions_say(tiny_recipe, tmp
     answer = runner.invoke(app, ["export", str(folder), "--output", str(tmp_path / "onnx")])
     assert answer.exit_code == 2 and "is a hybrid model: its TF-IDF half is not exported to ONNX" in answer.output
     assert not (tmp_path / "onnx").exists()
+    # nor embedded: once the neural half's vector, silently
+    (tmp_path / "in.txt").write_text("a review\n")
+    answer = runner.invoke(app, ["embed", str(folder), str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")])
+    assert answer.exit_code == 2 and "is a hybrid model: its TF-IDF half has no document vector" in answer.output
+    assert not (tmp_path / "v.npy").exists()
     # --output that is a file is one line; the run is left as it was.
     (tmp_path / "file").write_text("x")
     answer = runner.invoke(app, ["hybrid", str(result.folder), "--output", str(tmp_path / "file")])

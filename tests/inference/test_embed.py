@@ -69,3 +69,16 @@ def test_an_output_embed_cannot_write_is_one_line_before_the_model_loads(tmp_pat
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert result.output.startswith("error: --output") and fragment in result.output
     assert not list(tmp_path.glob("v.*"))
+
+
+def test_keep_with_a_npy_output_and_a_zero_batch_size_are_one_line_before_the_model_loads(tmp_path, monkeypatch):
+    def no_loading(directory):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(LongDocumentClassifier, "from_pretrained", no_loading)
+    (tmp_path / "in.jsonl").write_text('{"text": "a text", "title": "t"}\n')
+    for options, fragment in ((["-o", str(tmp_path / "v.npy"), "--keep", "title"], "a .npy file holds the vectors"),
+                              (["-o", str(tmp_path / "v.npy"), "--batch-size", "0"], "--batch-size must be >= 1")):
+        result = runner.invoke(app, ["embed", str(tmp_path), str(tmp_path / "in.jsonl"), *options])
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert fragment in result.output and not (tmp_path / "v.npy").exists()
