@@ -68,7 +68,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
     prints = refuse_copies(runs, names)
     with contextlib.ExitStack() as stack:
         for run in runs:
-            stack.enter_context(locked(run))
+            stack.enter_context(locked(run, reading=True))  # only read: a read-only run is a member too
         recipe = load_recipe(RunFolder(runs[0]).recipe)
         metric = selection_metric(recipe.train.best_metric)
         validation, missing = _validation_rows(runs, names, use_all)

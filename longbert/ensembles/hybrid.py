@@ -47,7 +47,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
     run_dir = Path(run_dir)
     output = Path(output) if output is not None else run_dir / HYBRID
     recipe_file = _refuse_folders(run_dir, output)
-    with locked(run_dir):
+    with locked(run_dir, reading=True):  # read, and its hybrid/ written through utils.outputs
         recipe, model = _load_run(run_dir, recipe_file)
         tested = RunFolder(run_dir).predictions("test").is_file()
         if corpus is None:

@@ -85,14 +85,19 @@ def folder_to_write(path: str | Path, what: str = "output folder") -> Path:
 
 
 @contextmanager
-def locked(run_dir: Path, what: str = "run folder") -> Iterator[None]:
+def locked(run_dir: Path, what: str = "run folder", reading: bool = False) -> Iterator[None]:
     """Hold an exclusive lock on the run folder while the block runs. The lock is an flock on the folder itself, so
     it leaves no file behind and goes with the process however it ends. Another process (or another `train` in this
     one) that asks for it meanwhile gets a LongbertError naming the folder. The folder is made, and once locked
     checked writable (`writable_folder`, whose probe file no other holder can meet): a path that cannot be a folder
     (a file, a place that cannot be written) is one LongbertError line naming it as `what`. A folder made here and
     still empty at the end (a run that failed before writing anything) is removed. Where the platform has no flock
-    (Windows), the folder is not locked."""
+    (Windows), the folder is not locked. `reading`: the block only reads the run (an ensemble's member, a hybrid's
+    base): a shared lock, which a training's excludes and other readers share, on a folder that must exist and may be
+    read-only."""
+    if reading:
+        yield from _read_lock(run_dir)
+        return
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -124,4 +129,21 @@ def locked(run_dir: Path, what: str = "run folder") -> Iterator[None]:
     finally:
         if held and created and not any(run_dir.iterdir()):
             run_dir.rmdir()
+        os.close(handle)  # releases the lock
+
+
+def _read_lock(run_dir: Path) -> Iterator[None]:
+    """`locked(reading=True)`'s body: a shared flock on an existing folder, nothing made, nothing checked writable."""
+    if fcntl is None:
+        yield
+        return
+    handle = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LongbertError(f"run folder {run_dir} is being written by another longbert process (a training or "
+                                "an evaluation); wait for it to end, then run this again") from None
+        yield
+    finally:
         os.close(handle)  # releases the lock

@@ -307,3 +307,27 @@ def test_json_refuses_a_number_that_is_not_finite_and_names_where_it_is(tmp_path
     with pytest.raises(LongbertError, match="row 3: probabilities.pos is inf"):
         json_text({"probabilities": {"neg": 0.0, "pos": float("inf")}}, "row 3")
     assert json_text({"a": [1.5, None]}, "x") == '{"a": [1.5, null]}'
+
+
+def test_a_run_that_is_only_read_may_be_read_only_and_shares_its_lock_with_other_readers(tmp_path):
+    """An ensemble's members and a hybrid's base are only read: a read-only run is one (once refused as unwritable),
+    two readers share it, and a training that holds it keeps readers out in one line without the advice to set
+    another output_dir, which they have no option for."""
+    import stat
+
+    from longbert.utils.destinations import locked
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("x")
+    run.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with locked(run, reading=True), locked(run, reading=True):
+            assert (run / "recipe.yaml").read_text() == "x"
+    finally:
+        run.chmod(stat.S_IRWXU)
+    with locked(run):  # a training writes it
+        with pytest.raises(LongbertError, match=r"^run folder .*run is being written by another longbert process") as e:
+            with locked(run, reading=True):
+                pass
+    assert "output_dir" not in str(e.value) and sorted(p.name for p in run.iterdir()) == ["recipe.yaml"]
