@@ -68,6 +68,8 @@ def atomic_folder(target: str | Path, marker: str | None = None, what: str = "ou
     block and again at the swap. Without a marker, only a `target` that does not exist or is empty is written: a
     folder that appeared with files in it while the block ran is refused, not replaced."""
     target = replaceable_folder(target, marker, what) if marker is not None else named_folder(target, what)
+    if target.is_symlink():  # written where the link points, which stays a link (no swapped-out link left behind)
+        target = target.resolve()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         sweep(target)

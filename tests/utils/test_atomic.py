@@ -331,3 +331,15 @@ def test_a_run_that_is_only_read_may_be_read_only_and_shares_its_lock_with_other
             with locked(run, reading=True):
                 pass
     assert "output_dir" not in str(e.value) and sorted(p.name for p in run.iterdir()) == ["recipe.yaml"]
+
+
+def test_an_output_named_through_a_link_is_written_where_it_points_and_the_link_stays(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    with atomic_folder(real, "out.json") as staging:
+        (staging / "out.json").write_text("first")
+    (real / "mine.txt").write_text("keep")
+    link.symlink_to(real)
+    with atomic_folder(link, "out.json") as staging:
+        (staging / "out.json").write_text("second")
+    assert link.is_symlink() and (real / "out.json").read_text() == "second" and (real / "mine.txt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]  # no .link.old-PID left
