@@ -38,10 +38,10 @@ def named_folder(target: str | Path, what: str) -> Path:
 
 
 def replaceable_folder(target: str | Path, marker: str, what: str = "output folder") -> Path:
-    """`target` checked before any work is done: a folder that a write of this kind may replace whole. It may when it
-    does not exist, is empty, or holds `marker`, the file every folder of this kind is written with (so it is an
-    earlier output of the same command). Anything else is refused in one LongbertError line: replacing a folder
-    deletes all it holds, and a folder named by mistake (the run folder itself, a folder of other files) must not go.
+    """`target` checked before any work is done: a folder that a write of this kind may write. It may when it does
+    not exist, is empty, or holds `marker`, the file every folder of this kind is written with (so it is an earlier
+    output of the same command, whose own files `atomic_folder` replaces). Anything else is refused in one
+    LongbertError line: a folder named by mistake (the run folder itself, a folder of other files) is not an output.
     A path that names no folder of its own ('' or '.', '..') is refused too."""
     path = named_folder(target, what)
     if not path.exists() and not path.is_symlink():
