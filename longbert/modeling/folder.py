@@ -53,6 +53,7 @@ from longbert.utils.folders import (
     BEST,
     CONFIG_FILE,
     ENSEMBLE_FILE,
+    EXPORT_FILE,
     FACTS_FILE,
     HEAD_FILE,
     LEXICAL_DIR,
@@ -114,6 +115,10 @@ def open_model_folder(directory: str | Path, **hub_options) -> tuple[Path, Model
     if (directory / BEST / CONFIG_FILE).is_file():
         directory = directory / BEST  # a run folder: use its kept model
     if not (directory / CONFIG_FILE).is_file():
+        onnx = sorted(p.name for p in directory.glob("*.onnx")) if directory.is_dir() else []
+        if onnx:  # an exported folder that lost its description: once "no longbert_config.json", the wrong file
+            raise LongbertError(f"{directory} holds {onnx[0]} but no {EXPORT_FILE}, which an exported folder needs; "
+                                "export the model again")
         raise LongbertError(f"{directory} is not a longbert model folder (no {CONFIG_FILE})")
     settings = ModelSettings.from_file(directory / CONFIG_FILE)
     needed = {HEAD_FILE: f"finetune is {settings.finetune}"}

@@ -199,6 +199,12 @@ def test_user_errors_are_one_line(tiny_backbone_dir, tiny_run, tmp_path):
     assert_user_error(run("export", tmp_path / "nothing", "-o", tmp_path / "y"), "is not a longbert model folder")
     with pytest.raises(LongbertError, match="is not a longbert export folder \\(no export.json\\)"):
         ExportedClassifier(tiny_run)
+    # an exported folder that lost export.json is named as one (once: "no longbert_config.json", the wrong file)
+    lost = tmp_path / "lost"
+    lost.mkdir()
+    (lost / "encoder.onnx").write_bytes((tiny_run / "onnx" / "encoder.onnx").read_bytes())
+    (lost / "in.txt").write_text("a text\n")
+    assert_user_error(run("predict", lost, lost / "in.txt"), "holds encoder.onnx but no export.json")
 
 
 @pytest.mark.parametrize("missing", ["onnxruntime", "onnxscript"])
