@@ -150,23 +150,24 @@ def _check_texts(documents, column: str, where: str) -> None:
             raise LongbertError(f"{where} row {number}: the text (column {column!r}) is {what}")
 
 
-def check_output(output: Path | None, source: str | Path | None = None, model_dir: str | Path | None = None) -> None:
+def check_output(output: Path | None, source: str | Path | None = None, model_dir: str | Path | None = None,
+                 what: str = "--output") -> None:
     """Refuse an output path that cannot be written (down to writing a probe file beside it), that is the command's
     input file `source`, or that lies in the folder of the model it reads (`model_dir`'s best/, a model folder or an
     exported one), before any work is done: written, the output would replace the texts it was to predict, or the
-    model. A run folder's other files are fair game (predictions beside the run's own)."""
+    model. A run folder's other files are fair game (predictions beside the run's own). `what`: the option named."""
     if output is None:
         return
     if output.is_dir():
-        raise LongbertError(f"--output {output} is a folder; name a file in it")
+        raise LongbertError(f"{what} {output} is a folder; name a file in it")
     target = output.expanduser().resolve()
     if source not in (None, "-") and target == Path(source).expanduser().resolve():
-        raise LongbertError(f"--output {output} is the input {source}, which this command reads; name another file")
+        raise LongbertError(f"{what} {output} is the input {source}, which this command reads; name another file")
     folder = model_files(model_dir)
     if folder is not None and folder in target.parents:
-        raise LongbertError(f"--output {output} is inside the model folder {folder}, which this command reads; name "
+        raise LongbertError(f"{what} {output} is inside the model folder {folder}, which this command reads; name "
                             "a file outside it")
-    writable_destination(output, "--output")  # a missing folder, named directly or through a symlink, is refused
+    writable_destination(output, what)  # a missing folder, named directly or through a symlink, is refused
 
 
 def model_files(model_dir: str | Path | None) -> Path | None:
@@ -231,6 +232,10 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
     page = None
     if explain is not None:
         page = page_path(explain)
+        check_output(page, source, model_dir, "--explain")  # the page replacing the texts, or written in the model
+        if output is not None and page.resolve() == output.expanduser().resolve():
+            raise LongbertError(f"--explain {explain} is the --output file too, which the page would replace; name "
+                                "another file for the page")
     process = process_state()  # which process this is, and its device (`accelerate launch` starts one per device)
     if source == "-" and process.num_processes > 1:
         raise LongbertError("stdin reaches only one process; give the input as a file to predict with several")
