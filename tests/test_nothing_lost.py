@@ -1,4 +1,4 @@
-"""Nothing lost (issue 58): every command that writes is run against places holding a user's files (sentinels), and
+"""Nothing lost: every command that writes is run against places holding a user's files (sentinels), and
 every sentinel must survive. The cases:
 
 - beside: a file in the folder the output goes into (its parent) survives the write;
