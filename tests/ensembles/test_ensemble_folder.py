@@ -37,7 +37,8 @@ def three_runs(tmp_path_factory, tiny_backbone_dir, imdb_slice):
     root = tmp_path_factory.mktemp("runs")
     base = [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
             "data.validation_fraction=0.25", "data.max_document_tokens=400", "train.epochs=1", "train.batch_size=8",
-            "train.learning_rate=1e-3", "train.mixed_precision=no", "eval.batch_size=16", "data.seed=1"]
+            "train.learning_rate=1e-3", "train.mixed_precision=no", "eval.batch_size=16", "data.seed=1",
+            "model.calibration=temperature"]  # 15 validation documents: auto would fit none (AUTO_DOCUMENTS)
     runs = {}
     for name, extra in {"chunk": ["strategy.name=chunk", "strategy.window=62"],
                         "truncate": ["strategy.name=truncate", "strategy.max_tokens=126", "strategy.head_tokens=32"],
