@@ -47,6 +47,7 @@ def test_the_example_trains_on_its_sample_file_in_one_line_and_predicts(tiny_bac
         assert line.startswith(f"{row['label']}  (") and f"{row['n_tokens']} tokens: " in line
 
 
+@pytest.mark.slow  # three subprocess starts; the commands' own one-line errors are tested in process by test_cli
 def test_the_example_takes_a_users_file_and_stops_with_the_commands_one_line_error(tiny_backbone_dir, tmp_path,
                                                                                    monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)

@@ -90,6 +90,7 @@ def test_two_processes_train_what_one_does_with_twice_the_accumulation(tiny_reci
     assert_same_predictions(one / "predictions-test.jsonl", two / "predictions-test.jsonl")
 
 
+@pytest.mark.slow  # a refusal, two process starts for one line; CI keeps the two runs that compare results
 def test_two_processes_refuse_to_resume_a_run_that_one_process_trained(tiny_recipe, tmp_path):
     recipe = longbert.load_recipe(None, tiny_recipe + ["train.max_steps=1"])
     longbert.train(recipe)
