@@ -72,6 +72,7 @@ def test_the_curve_refuses_a_size_set_by_hand_and_a_folder_it_did_not_write(tmp_
 
 
 @pytest.mark.heavy
+@pytest.mark.slow  # two whole compares (17 s); its report folder's writing is in CI's tests/test_nothing_lost.py
 def test_a_learning_curve_compares_at_every_size_and_reports_over_them(tiny_backbone_dir, imdb_slice, tmp_path):
     overrides = [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
                  "data.validation_fraction=0.25", "data.max_document_tokens=400", "data.test_longer_than=0",

@@ -245,6 +245,7 @@ def test_train_a_single_dataset_with_its_validation_carved(tiny_recipe, imdb_sli
     assert longbert.evaluate(result.folder, "validation", data=data)["documents"] == 15
 
 
+@pytest.mark.slow  # a whole compare (12 s); train and evaluate on data in memory stay in CI above
 def test_compare_with_data_in_memory(tiny_backbone_dir, imdb_slice, tmp_path):
     data = imdb_frames(imdb_slice)
     overrides = [f"backbone.name={tiny_backbone_dir}", "data.path=nowhere-at-all", "data.label_names=[neg, pos]",
