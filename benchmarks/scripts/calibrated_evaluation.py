@@ -47,7 +47,7 @@ calibration = fit_calibration(np.array([r.combined_probabilities for r in rows])
                               multi_label, choice=recipe.model.calibration)
 settings_file = args.copy / BEST / CONFIG_FILE
 settings = ModelSettings.from_file(settings_file)
-settings.temperatures = None if calibration.method == "none" else list(calibration.temperatures)
+settings.temperatures = calibration.model_temperatures
 settings_file.write_text(json.dumps(settings.to_dict(), indent=2))
 
 metrics = longbert.evaluate(args.copy, "test", precision=args.precision)

@@ -77,8 +77,7 @@ def make_ensemble(run_dirs: list[str | Path], output: str | Path, use_all: bool 
         # The mean of the members' probabilities, calibrated as a whole on validation (never test); the first
         # member's own calibration, which the folder's settings held, gives way to the ensemble's.
         calibration = None if missing else average_calibration(validation, chosen, recipe.model.calibration)
-        members[0].settings.temperatures = (None if calibration is None or calibration.method == "none"
-                                            else list(calibration.temperatures))
+        members[0].settings.temperatures = None if calibration is None else calibration.model_temperatures
         label_names = members[0].label_names
         rows = {"validation": None if missing else averaged_rows(validation, chosen, label_names, calibration)}
         scores = None if missing else {**{m: score_rows(validation[m], metric) for m in chosen},

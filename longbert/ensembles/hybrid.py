@@ -68,7 +68,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
         # calibration, which the folder's settings held, gives way to the hybrid's.
         calibration = fit_calibration(raws["validation"]["probabilities"], raws["validation"]["labels"], False,
                                       choice=recipe.model.calibration)
-        model.settings.temperatures = None if calibration.method == "none" else list(calibration.temperatures)
+        model.settings.temperatures = calibration.model_temperatures
         raws = {role: calibrated_raw(calibration, raw) for role, raw in raws.items()}
         summary["calibration"] = calibration.to_dict()
         if "test" in raws:

@@ -50,6 +50,12 @@ class Calibration:
             return probabilities
         return scaled(probabilities, np.asarray(self.temperatures), self.multi_label)
 
+    @property
+    def model_temperatures(self) -> list[float] | None:
+        """What a model's settings hold of it (ModelSettings.temperatures): its temperatures, or None for no
+        correction."""
+        return None if self.method == "none" else list(self.temperatures)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -62,7 +62,7 @@ def calibrate_kept_model(core, validation_raw: dict, choice: str) -> tuple[dict,
     answers them, with the calibration."""
     calibration = fit_calibration(validation_raw["probabilities"], validation_raw["labels"], core.multi_label,
                                   choice=choice)
-    core.settings.temperatures = None if calibration.method == "none" else list(calibration.temperatures)
+    core.settings.temperatures = calibration.model_temperatures
     if calibration.method != "none":
         log.info("calibration fitted on validation: temperature " + ", ".join(
             f"{t:.3f}" for t in calibration.temperatures))
