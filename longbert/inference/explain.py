@@ -189,6 +189,9 @@ def render_page(shown: list[tuple[str, dict, list[int]]], tokenizer, title: str)
         p = row["probabilities"][row["label"]] if row.get("label") is not None else None
         if row.get("abstained"):  # what follows is where it looked for the answer it did not give
             label = "abstained below --min-confidence (what follows is for its likeliest answer)"
+            if "labels" not in row:  # single-label: name the class it would have given, and its probability
+                likeliest = max(row["probabilities"], key=row["probabilities"].get)
+                label, p = f"{label}: {likeliest}", row["probabilities"][likeliest]
         name = f"Text {i + 1}" + (f" (id {row['id']})" if "id" in row and row["id"] != i else "")
         heading = f"{name}: {label}" + (f" (p = {p:.2f})" if p is not None else "") + f", {row['n_tokens']:,} tokens"
         blocks.append(("h", 2, heading))

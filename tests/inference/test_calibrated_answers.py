@@ -7,6 +7,7 @@ document whose confidence is below the minimum without a label, in Python, the C
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -246,8 +247,9 @@ def test_predict_cli_abstains_and_says_how_many(folders, tmp_path):
     assert [r["abstained"] for r in rows].count(True) == 2
     assert all(r["label"] is None for r in rows if r["abstained"]) and all("units" in r for r in rows)
     assert f"2 of 4 documents abstained (confidence below --min-confidence {minimum:g})" in result.output
-    assert "abstained below --min-confidence (what follows is for its likeliest answer)" in (
-        tmp_path / "explain.html").read_text()
+    page = (tmp_path / "explain.html").read_text()
+    assert "abstained below --min-confidence (what follows is for its likeliest answer)" in page
+    assert len(re.findall(r"for its likeliest answer\): \w+ \(p = 0\.\d\d\)", page)) == 2  # the class it would give
     for bad in ("0", "1", "2.5"):
         result = runner.invoke(app, ["predict", str(folders[0] / "single"), str(source), "--min-confidence", bad])
         lines = [line for line in result.output.splitlines() if line.strip()]
