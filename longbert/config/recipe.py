@@ -27,6 +27,7 @@ from longbert.config.optimizer import (
     optimiser_problems,
     weight_decay_option,
 )
+from longbert.config.reading import ReadingConfig
 from longbert.config.validation import RecipeCompletion, StrategyConfig, Validated, short_repr
 from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option
@@ -261,6 +262,8 @@ class TrainConfig(Validated):
                                    "folder with the same labels and backbone architecture; its backbone, and its "
                                    "pooler and head where the shapes match, replace the new initialisation; null: "
                                    "the backbone's own weights")
+    reading: ReadingConfig = option(None, "how the end-to-end stage reads long documents: gradient through the "
+                                    "units that matter, lower layers cached", default_factory=ReadingConfig)
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -357,6 +360,8 @@ class Recipe(RecipeCompletion):
         if self.train.self_training_documents and multi_label:
             out.append("train.self_training_documents is for single-label problems; set it to 0 for "
                        "model.problem_type multi_label")
+        if self.train.reading.selective and self.model.backbone_frozen:
+            out.append("train.reading sets how the end-to-end stage reads; model.finetune frozen has no such stage")
         # A run cannot start from the model it is about to write (the folder is checked when the run starts).
         init_from = self.train.init_from
         if init_from and init_from.strip() and _same_path(init_from, self.output_dir):

@@ -130,11 +130,14 @@ class LongDocumentClassifier(ReadsTexts, nn.Module):
         """Run the backbone through the strategy: B documents -> Units (B, N, H)."""
         return self.strategy.encode(self.backbone, documents)
 
-    def forward(self, documents: list[torch.Tensor] | None = None, units: Units | None = None) -> ClassifierOutput:
+    def forward(self, documents: list[torch.Tensor] | None = None, units: Units | None = None,
+                reader: Callable[[LongDocumentClassifier, list[torch.Tensor]], Units] | None = None
+                ) -> ClassifierOutput:
         """(B, C) logits; a hybrid model's are the log of its mixed probabilities (see `longbert.modeling.lexical`),
-        so it needs `documents`, which its TF-IDF half reads."""
+        so it needs `documents`, which its TF-IDF half reads. `reader(model, documents) -> Units` reads the documents
+        in place of `encode` (training's `train.reading`: longbert.training.selective)."""
         if units is None:
-            units = self.encode(documents)
+            units = self.encode(documents) if reader is None else reader(self, documents)
         pooled: Pooled = self.strategy.pool(units)  # (B, H)
         logits = self.head(self.dropout(pooled.vector))  # (B, C)
         if self.lexical is not None:

@@ -5,6 +5,7 @@ A checkpoint folder (written whole through `atomic_folder`; safetensors and JSON
                             the strategy's pooler and the head always)
     best.safetensors        the kept weights (best validation metric so far), when they are not the current ones
     strategy.safetensors    the strategy's own state outside its weights (its `checkpoint_state` hook), if any
+    reading.safetensors     train.reading's cache of unit vectors and its counts (longbert.training.selective), if any
     optimizer.safetensors   the optimiser's tensors and the torch random states (CPU, and CUDA where present)
     optimizer.json          the optimiser's layout, the scheduler, Python's random state
     state.json              the loop state, the fingerprint of the recipe that wrote it and the number of processes
@@ -32,6 +33,7 @@ from longbert.utils.folders import STATE_FILE
 from longbert.utils.outputs import atomic_folder
 
 FORMAT_VERSION = 1
+READING_FILE = "reading.safetensors"
 
 
 @dataclass
@@ -80,10 +82,12 @@ def load_trainable_weights(model, weights: dict[str, torch.Tensor], source: str 
 
 
 def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopState, fingerprint: str,
-                    best: dict[str, torch.Tensor] | None, processes: int = 1) -> None:
+                    best: dict[str, torch.Tensor] | None, processes: int = 1,
+                    reading: dict[str, torch.Tensor] | None = None) -> None:
     """Write a checkpoint of `model` (the unwrapped LongDocumentClassifier) into `directory`, whole or not at all.
     `best`: the kept weights (from `trainable_weights`), or None before the first validation. `processes`: how many
-    processes train the run (a resume must have as many; see runs.check_processes)."""
+    processes train the run (a resume must have as many; see runs.check_processes). `reading`: the state of the
+    loop's UnitReader (`UnitReader.state`), when it has one."""
     with atomic_folder(directory, STATE_FILE, "checkpoint folder") as staging:
         save_file(trainable_weights(model), staging / "model.safetensors")
         if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
@@ -91,6 +95,8 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
         if isinstance(model.strategy, HasCheckpointState):
             save_file({k: v.detach().cpu().contiguous() for k, v in model.strategy.checkpoint_state().items()},
                       staging / "strategy.safetensors")
+        if reading is not None:
+            save_file(reading, staging / READING_FILE)
         tensors, layout = _flatten_optimizer(optimizer.state_dict())
         tensors["rng.torch"] = torch.get_rng_state()
         if torch.cuda.is_available():
@@ -103,6 +109,12 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
         written = {"format": FORMAT_VERSION, "recipe_fingerprint": fingerprint, "processes": processes,
                    "loop": dataclasses.asdict(state)}
         (staging / STATE_FILE).write_text(json_text(written, STATE_FILE, indent=2))
+
+
+def read_reading(directory: Path) -> dict[str, torch.Tensor] | None:
+    """The UnitReader state a checkpoint holds (None: it holds none)."""
+    file = Path(directory) / READING_FILE
+    return load_file(file) if file.is_file() else None
 
 
 def read_fingerprint(directory: Path) -> str | None:

@@ -28,14 +28,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from accelerate.utils import set_seed
 from transformers import get_linear_schedule_with_warmup
 
 from longbert.config import Recipe, head_epochs, is_multi_label
 from longbert.data.documents import load_corpus
-from longbert.errors import LongbertError
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
 from longbert.modeling.backbone import load_backbone
@@ -45,10 +43,12 @@ from longbert.training.accelerator import check_tracker, start_accelerator, trac
 from longbert.training.checkpoint import (
     LoopState,
     load_checkpoint,
+    read_reading,
     recipe_fingerprint,
     save_checkpoint,
     trainable_weights,
 )
+from longbert.training.class_weights import class_weights_for
 from longbert.training.contrastive import train_contrastive_stage
 from longbert.training.finishing import restore_kept_model, run_metrics, test_and_write_results
 from longbert.training.frozen import cache_splits
@@ -56,6 +56,7 @@ from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
+from longbert.training.selective import UnitReader, unit_reader
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
 from longbert.training.start_or_resume import open_run, write_recipe
 from longbert.training.stopping import StopRequest, finite_loss, interrupted
@@ -120,32 +121,6 @@ def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str |
     return _train(recipe, run_dir, resume, command, stop, data, source, stages, pseudo_labels=pseudo_labels)
 
 
-def class_weights_for(setting, train_labels: list, label_names: list[str], multi_label: bool) -> torch.Tensor | None:
-    """`model.class_weights` as a (C,) tensor for the loss, or None. balanced: n_documents / (n_classes * count) per
-    class (scikit-learn's "balanced"); for multi-label, each label's negatives / positives (its pos_weight). A list
-    must hold one weight per class. balanced with a class (a label) that no training document has is refused, as
-    scikit-learn refuses it: its weight would be made up."""
-    if setting is None:
-        return None
-    n_classes = len(label_names)
-    if isinstance(setting, list):
-        if len(setting) != n_classes:
-            raise LongbertError(f"model.class_weights has {len(setting)} weights but the data has {n_classes} "
-                                f"classes ({', '.join(label_names)})")
-        return torch.tensor(setting, dtype=torch.float32)
-    labels = np.asarray(train_labels)
-    counts = labels.sum(0) if multi_label else np.bincount(labels, minlength=n_classes)  # (C,) positives / documents
-    absent = [name for name, count in zip(label_names, counts) if count == 0]
-    if absent:
-        kind = "label" if multi_label else "class"
-        raise LongbertError(f"model.class_weights balanced: no training document has the {kind}"
-                            f"{'s' if len(absent) > 1 else ''} {', '.join(absent)}; give the weights as a list, one "
-                            f"per {kind}, or train on documents of {'them' if len(absent) > 1 else 'it'}")
-    if multi_label:
-        return torch.tensor((len(labels) - counts) / counts, dtype=torch.float32)
-    return torch.tensor(len(labels) / (n_classes * counts), dtype=torch.float32)
-
-
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
            data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False,
            pseudo_labels: Path | None = None) -> TrainResult:
@@ -162,8 +137,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     if tracker is not None:
         accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
     try:
-        state, model, best = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, class_weights,
-                                  started_trained=source is not None and source.head_trained)
+        state, model, best, reading = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop,
+                                           class_weights, started_trained=source is not None and source.head_trained)
     finally:
         if tracker is not None:
             accelerator.end_training()
@@ -177,6 +152,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         core.save_pretrained(run_dir / BEST)
     record = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
     record.calibration = None if calibration is None else calibration.to_dict()
+    record.reading = None if reading is None else {**reading.record(), "seconds": round(state.train_seconds, 2)}
     test_and_write_results(recipe, run_dir, core, corpus, record, validation_raw, accelerator)
     return TrainResult.from_run(run_dir, record)
 
@@ -223,18 +199,21 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     cfg = recipe.train
     epochs = head_epochs(cfg, head_stage=False) if cached is not None else cfg.epochs
     total_steps = _total_steps(cfg, epochs, len(corpus.splits["train"]), accelerator.num_processes)
-    loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps)
+    reader = None if cached is not None else unit_reader(recipe, model, corpus, accelerator)  # before the optimiser
+    loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps, reader)
     state, model, core = loop.state, loop.model, loop.core
     if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
         loop.evaluate_and_keep()
     model.train()
     loop.started = time.perf_counter() - state.train_seconds
     while state.epoch < epochs and state.stopped_early_at_step is None:
+        if reader is not None:
+            reader.start_epoch(state.epoch)
         for batch in progress(loop.epoch_loader(), f"epoch {state.epoch + 1}/{epochs}"):
             if state.global_step >= total_steps:  # max_steps reached (here too when resuming at that very step)
                 break
             with accelerator.accumulate(model):  # accumulate: the gradients of `gradient_accumulation` batches sum
-                loss = _batch_loss(model, core, batch, class_weights, cfg.unit_loss_weight)  # forward
+                loss = _batch_loss(model, core, batch, class_weights, cfg.unit_loss_weight, reader)  # forward
                 accelerator.backward(loss)  # backward
                 optimizer_step(accelerator, model, loop.optimizer, loop.scheduler, cfg.max_grad_norm,
                                trim=cfg.trim_heap)  # clip, step, schedule: once the accumulated batches are complete
@@ -270,7 +249,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
         loop.checkpoint()
         if state.global_step >= total_steps:
             break
-    return state, model, loop.best
+    return state, model, loop.best, reader
 
 
 def _total_steps(cfg, epochs: int, train_documents: int, processes: int) -> int:
@@ -284,7 +263,7 @@ def _total_steps(cfg, epochs: int, train_documents: int, processes: int) -> int:
 
 
 def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_dir: Path, resume: bool,
-                total_steps: int) -> _Loop:
+                total_steps: int, reader: UnitReader | None = None) -> _Loop:
     """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them."""
     cfg = recipe.train
     optimizer = adamw(param_groups(model, cfg))  # the backbone's parameters apart from the strategy's and the head's
@@ -301,13 +280,16 @@ def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_di
     if resume:
         state, best = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
         log.info(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
+        if reader is not None and (saved := read_reading(run_dir / CHECKPOINT)) is not None:
+            reader.load_state(saved)
     return _Loop(recipe, corpus, cached, accelerator, run_dir, model, core, optimizer, scheduler, fingerprint, state,
-                 best)
+                 best, reader)
 
 
-def _batch_loss(model, core, batch: dict, class_weights: torch.Tensor | None, unit_loss_weight: float):
-    """Forward: the batch's loss (a scalar tensor)."""
-    output = model(**model_inputs(batch))
+def _batch_loss(model, core, batch: dict, class_weights: torch.Tensor | None, unit_loss_weight: float,
+                reader: UnitReader | None = None):
+    """Forward: the batch's loss (a scalar tensor). `reader`: how the documents are read (train.reading)."""
+    output = model(**model_inputs(batch), **({} if reader is None else {"reader": reader}))
     loss = core.loss(output.logits, batch["labels"], class_weights)  # logits (B, C)
     if unit_loss_weight:  # each unit also learns its document's label (core.unit_loss)
         loss = loss + unit_loss_weight * core.unit_loss(output.units, batch["labels"], class_weights)
@@ -331,6 +313,7 @@ class _Loop:
     fingerprint: str
     state: LoopState
     best: dict | None
+    reader: UnitReader | None = None  # how the end-to-end stage reads documents (train.reading)
     started: float = 0.0  # the loop's start (time.perf_counter), less the training time before a resume
 
     def epoch_loader(self):
@@ -396,4 +379,5 @@ class _Loop:
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             save_checkpoint(self.run_dir / CHECKPOINT, self.core, self.optimizer, self.scheduler, self.state,
-                            self.fingerprint, self.best, self.accelerator.num_processes)
+                            self.fingerprint, self.best, self.accelerator.num_processes,
+                            None if self.reader is None else self.reader.state())

@@ -46,6 +46,7 @@ class RunMetrics:
     validation_history: list[dict]
     thresholds: list[float] | None = None  # multi-label: the kept model's decision thresholds
     calibration: dict | None = None  # the kept model's calibration, fitted on validation (Calibration.to_dict)
+    reading: dict | None = None  # how the end-to-end stage read (train.reading): tokens with and without gradient
     test: dict | None = None  # the kept model on the test split, when the data has one
 
     def to_dict(self) -> dict:
@@ -66,7 +67,7 @@ class RunMetrics:
 FIELDS = tuple(f.name for f in dataclasses.fields(RunMetrics))
 REQUIRED = tuple(f.name for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING)
 ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_stage", "thresholds", "calibration",
-                    "test")
+                    "reading", "test")
 
 
 @dataclass(frozen=True)

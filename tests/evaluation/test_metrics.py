@@ -12,7 +12,7 @@ import torch
 from helpers import build_model
 from longbert.evaluation.command import metrics_markdown
 from longbert.evaluation.metrics import compute_metrics, top_confusions, tune_thresholds
-from longbert.training.finetune import class_weights_for
+from longbert.training.class_weights import class_weights_for
 
 
 def f1(truth, predicted):
