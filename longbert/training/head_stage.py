@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from longbert.config import head_epochs
+from longbert.config.reading import ReadingConfig
 from longbert.training.checkpoint import is_finished
 from longbert.training.init_from import open_init_from
 from longbert.training.run_record import RunMetrics, read_run_metrics
@@ -28,13 +29,14 @@ from longbert.utils.logs import get_logger
 def head_stage_recipe(recipe, run_dir: Path):
     """The recipe of the first stage: the same data, strategy and head, the backbone frozen (unit vectors cached
     once), frozen_head_epochs epochs, written to run_dir/head_stage; no test split (the test measures the finished
-    model). train.max_steps and train.early_stopping_patience bound the end-to-end stage only: the head stage's
-    length is frozen_head_epochs, its kept epoch the best on validation (a pass over cached units costs seconds, and
-    patience 1 on a small validation split stopped Hyperpartisan's head stage after 2 of its 10 epochs, still at
-    one class)."""
+    model). train.max_steps, train.early_stopping_patience and train.reading bound the end-to-end stage only: the
+    head stage's length is frozen_head_epochs, its kept epoch the best on validation (a pass over cached units costs
+    seconds, and patience 1 on a small validation split stopped Hyperpartisan's head stage after 2 of its 10 epochs,
+    still at one class)."""
     head = dataclasses.replace(recipe, output_dir=str(run_dir / HEAD_STAGE),
                                model=dataclasses.replace(recipe.model, finetune="frozen"),
                                train=dataclasses.replace(recipe.train, head_first=False, max_steps=None,
+                                                         reading=ReadingConfig(),
                                                          early_stopping_patience=None,
                                                          frozen_head_epochs=head_epochs(recipe.train, True),
                                                          contrastive_pairs=0),

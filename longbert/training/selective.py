@@ -249,7 +249,7 @@ class UnitReader:
                         continue
                     width = max(w.shape[0] for w in windows) + 2
 
-                    def run(input_ids, attention_mask):
+                    def run(input_ids, attention_mask, width=width):
                         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
                         return nn.functional.pad(hidden, (0, 0, 0, width - hidden.shape[1]))  # (W, width, H)
 

@@ -189,3 +189,12 @@ def test_a_selective_run_stopped_and_resumed_ends_as_one_that_was_not(tiny_recip
     assert resumed["tokens_below_frozen_layers"] > reading["tokens_below_frozen_layers"] > 0
     again = ("seconds", "tokens_below_frozen_layers")
     assert {k: v for k, v in resumed.items() if k not in again} == {k: v for k, v in reading.items() if k not in again}
+
+
+def test_the_head_stage_reads_as_a_frozen_run_does(tmp_path):
+    from longbert.training.head_stage import head_stage_recipe
+
+    recipe = load_recipe(None, ["train.reading.grad_units=1", "train.reading.frozen_layers=2"])
+    head = head_stage_recipe(recipe, tmp_path)
+    assert head.model.finetune == "frozen" and head.train.reading == ReadingConfig()
+    assert recipe.train.reading.grad_units == 1  # the end-to-end stage keeps its own
