@@ -22,6 +22,7 @@ from longbert.comparison.formatting import (
     percent,
     shown_buckets,
 )
+from longbert.comparison.training_cost import training_cost_blocks
 from longbert.comparison.verdict import deployed_abstention, verdict
 from longbert.config import is_multi_label
 from longbert.evaluation.metrics import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
@@ -85,8 +86,9 @@ def build_blocks(results: dict) -> list[tuple]:
         "brackets, what the pass added to the memory in use before it. "
         "Timings on a shared machine vary by tens of percent between runs."
     )))
-    blocks += [block for part in (_calibration_blocks, _abstention_blocks, _speed_blocks, _confusion_blocks,
-                                  _paired_test_blocks, _error_blocks, _settings_blocks) for block in part(results)]
+    blocks += [block for part in (_calibration_blocks, _abstention_blocks, _speed_blocks, training_cost_blocks,
+                                  _confusion_blocks, _paired_test_blocks, _error_blocks, _settings_blocks)
+               for block in part(results)]
     return blocks
 
 

@@ -232,6 +232,8 @@ def _strategy_result(s: str, recipes, runs, predictions, speed, long_tokens: int
         "confusion_matrix": test["confusion_matrix"],
         "per_class": test.get("per_class"),
         "train_seconds": metrics.train_seconds,
+        "head_stage": metrics.head_stage,
+        "reading": metrics.reading,  # how the end-to-end stage read (train.reading), its time and tokens
         "steps": metrics.steps,
         "trainable_parameters": metrics.trainable_parameters,
         "speed": test["speed"],
