@@ -51,11 +51,13 @@ def reading_applies(model, config) -> tuple[bool, bool, str | None]:
     why = None
     pooling = getattr(strategy.config, "pooling", None)
     carries = isinstance(strategy, WeighsUnits) and strategy.weights_carry_content() and pooling != "transformer"
-    if units and not carries:
+    if units and not isinstance(strategy, WeighsUnits):
+        units = False
+        why = f"strategy {name} reads one unit a document: train.reading.grad_units has nothing to choose among"
+    elif units and not carries:
         units = False
         why = (f"train.reading.grad_units needs a pooling whose weights follow what the units hold (vote, attention, "
-               f"gated, max); strategy {name} pools with {pooling}, so every "
-               "unit is read with gradient")
+               f"gated, max); strategy {name} pools with {pooling}, so every unit is read with gradient")
     return units, config.frozen_layers > 0, why
 
 
@@ -175,8 +177,11 @@ class UnitReader:
                 self.counts["tokens_with_gradient"] += sum(w.shape[0] for _, _, w in every)
                 return model.encode(documents)
             return units_of_cuts(self._read(model, every, gradient=True), cuts)
-        missing = [(k, c) for k, c in zip(keys, cuts) if k not in self.vectors]
-        if missing:  # met for the first time (or since a refresh): every unit read without gradient
+        # A document of more units than grad_units met for the first time (or since a refresh): every unit read
+        # without gradient. One of no more is read whole with gradient below, and needs no cache.
+        chooses = [len(windows) > self.config.grad_units for windows, _ in cuts]
+        missing = [(k, c) for k, c, more in zip(keys, cuts, chooses) if more and k not in self.vectors]
+        if missing:
             flat = [(k, j, w) for k, (windows, _) in missing for j, w in enumerate(windows)]
             vectors = self._read(model, flat, gradient=False).float().cpu()  # (W, H)
             start = 0
@@ -184,7 +189,10 @@ class UnitReader:
                 self.vectors[k] = vectors[start : start + len(windows)]
                 start += len(windows)
         device = next(model.parameters()).device
-        stale = units_of_cuts(torch.cat([self.vectors[k] for k in keys]).to(device), cuts)  # (B, N, H)
+        hidden = model.backbone.config.hidden_size
+        cached = [self.vectors[k] if more else torch.zeros(len(windows), hidden)
+                  for k, (windows, _), more in zip(keys, cuts, chooses)]
+        stale = units_of_cuts(torch.cat(cached).to(device), cuts)  # (B, N, H)
         with torch.no_grad():
             weights = strategy.pool(stale).weights.float()  # (B, N)
         chosen = self._choose(weights, [len(w) for w, _ in cuts])
@@ -194,7 +202,8 @@ class UnitReader:
         columns = torch.tensor([j for _, j in chosen], device=device)
         vectors = stale.vectors.to(fresh.dtype).index_put((rows, columns), fresh)  # (B, N, H)
         for (key, j, _), vector in zip(picked, fresh.detach().float().cpu()):
-            self.vectors[key][j] = vector
+            if key in self.vectors:
+                self.vectors[key][j] = vector
         every_token = sum(w.shape[0] for windows, _ in cuts for w in windows)
         self.counts["tokens_from_cache"] += every_token - sum(w.shape[0] for _, _, w in picked)
         return Units(vectors, stale.mask, stale.sizes)

@@ -91,6 +91,17 @@ def test_a_document_of_no_more_units_than_grad_units_is_read_as_the_model_reads(
     torch.testing.assert_close(units.vectors, model.encode(documents).vectors, rtol=0, atol=0)
 
 
+def test_a_document_of_no_more_units_than_grad_units_is_read_only_with_gradient_beside_longer_ones(
+        tiny_backbone_dir):
+    model = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=vote"])
+    documents = random_documents([300, 30])  # 8 chunks, and 1
+    units_reader = reader(model, [300, 30], grad_units=1, random_units=0)
+    units = units_reader(model, documents)
+    assert units_reader.counts["tokens_without_gradient"] == 300  # the long document's cache, filled
+    assert document_key(documents[1]) not in units_reader.vectors
+    torch.testing.assert_close(units.vectors[1, 0], model.encode(documents[1:]).vectors[0, 0])
+
+
 def test_the_cache_is_read_anew_every_refresh_epochs_once(tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=vote"])
     units_reader = reader(model, grad_units=1, refresh_epochs=2)
@@ -109,6 +120,7 @@ def test_the_cache_is_read_anew_every_refresh_epochs_once(tiny_backbone_dir):
     ("recurrence", [], "does not read its units as independent windows"),
     ("chunk", ["strategy.pooling=mean"], "needs a pooling whose weights follow what the units hold"),
     ("chunk", ["strategy.pooling=transformer"], "pools with transformer"),
+    ("truncate", [], "reads one unit a document: train.reading.grad_units has nothing to choose among"),
 ])
 def test_a_strategy_it_does_not_apply_to_reads_every_unit_and_says_why(tiny_backbone_dir, strategy, extra, said,
                                                                        caplog):
