@@ -161,13 +161,19 @@ def plot(results: list[dict], path: Path) -> None:
         lengths = [r["length"] for r in rows]
         speed.plot(lengths, [r["stage_minutes_1000_documents_3_epochs"] for r in rows], marker="o", label=label)
         memory.plot(lengths, [r["peak_memory_mb"] / 1024 for r in rows], marker="o", label=label)
+    from matplotlib.ticker import ScalarFormatter
+
+    lengths = sorted({r["length"] for r in results})
     for axis, title in ((speed, "end-to-end stage, 1,000 documents, 3 epochs (minutes)"),
-                        (memory, "peak resident memory (GB)")):
+                        (memory, "peak resident memory (GB); batches of 32,768 tokens past 2,048")):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
+        axis.set_xticks(lengths, [f"{n:,}" for n in lengths])
+        axis.yaxis.set_major_formatter(ScalarFormatter())
         axis.set_xlabel("document length (tokens)")
         axis.set_title(title, fontsize=10)
         axis.grid(True, alpha=0.3)
+    memory.yaxis.set_minor_formatter(ScalarFormatter())  # within a decade of GB: its minor ticks labelled too
     speed.legend(fontsize=8)
     figure.suptitle("train.reading: chunk (126-token windows, vote), MiniLM, 2-core CPU (benchmarks/bench_reading.py)")
     figure.tight_layout()

@@ -30,8 +30,10 @@ class ReadingConfig(Validated):
                                     "read from a cache; null: every unit (chunk and sliding; other strategies read "
                                     "every unit)")
     random_units: int = option(1, "train.reading.grad_units: units drawn at random besides the top ones")
-    refresh_epochs: int = option(0, "train.reading.grad_units: read every unit anew, without gradient, every this "
-                                    "many epochs; 0: a cached unit changes only when it is read with gradient")
+    refresh_epochs: int = option(1, "train.reading.grad_units: read every unit anew, without gradient, every this "
+                                    "many epochs (1: each epoch after the first, which held the depth probe's "
+                                    "accuracy where 0 lost 2.7 points, benchmarks/log.md); 0: a cached unit changes "
+                                    "only when it is read with gradient")
     frozen_layers: int = option(0, "end-to-end stage: keep the backbone's embeddings and first this many layers "
                                    "as they are, their token states computed once per document and cached; 0: "
                                    "none (chunk, sliding and truncate)")
