@@ -86,9 +86,7 @@ def build_blocks(results: dict) -> list[tuple]:
         "brackets, what the pass added to the memory in use before it. "
         "Timings on a shared machine vary by tens of percent between runs."
     )))
-    blocks += [block for part in (_calibration_blocks, _abstention_blocks, _speed_blocks, training_cost_blocks,
-                                  _confusion_blocks, _paired_test_blocks, _error_blocks, _settings_blocks)
-               for block in part(results)]
+    blocks += [block for part in LATER_SECTIONS for block in part(results)]
     return blocks
 
 
@@ -388,3 +386,8 @@ def _class_balance(data: dict) -> str:
 
 def _settings(settings: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items() if k != "name") or "defaults"
+
+
+# The sections after the main table, in the page's order (each results -> blocks).
+LATER_SECTIONS = (_calibration_blocks, _abstention_blocks, _speed_blocks, training_cost_blocks, _confusion_blocks,
+                  _paired_test_blocks, _error_blocks, _settings_blocks)

@@ -20,7 +20,9 @@ def training_cost_blocks(results: dict) -> list[tuple]:
             continue
         head = (s[n].get("head_stage") or {}).get("train_seconds")
         settings = "every unit with gradient" if reading.get("grad_units") is None else (
-            f"top {reading['grad_units']} + {reading['random_units']} random with gradient")
+            f"top {reading['grad_units']} + {reading['random_units']} random with gradient"
+            + (f", the cache read anew every {reading['refresh_epochs']} epoch(s)" if reading.get("refresh_epochs")
+               else ""))
         if reading.get("frozen_layers"):
             settings += f"; {reading['frozen_layers']} lower layers frozen, cached"
         if reading.get("not_applied"):

@@ -22,7 +22,8 @@ def test_each_strategy_gets_a_row_of_its_stage_times_and_tokens():
     first, second = results["strategy_order"][:2]
     results["strategies"][first]["head_stage"] = {"train_seconds": 44.1}
     results["strategies"][first]["reading"] = {
-        "grad_units": 1, "random_units": 1, "frozen_layers": 3, "seconds": 250.0, "tokens_with_gradient": 1_250_000,
+        "grad_units": 1, "random_units": 1, "refresh_epochs": 1, "frozen_layers": 3, "seconds": 250.0,
+        "tokens_with_gradient": 1_250_000,
         "tokens_without_gradient": 900_000, "tokens_from_cache": 3_000_000, "tokens_below_frozen_layers": 900_000}
     results["strategies"][second]["reading"] = {
         "grad_units": None, "random_units": None, "frozen_layers": 0, "seconds": 30.0, "tokens_with_gradient": 10_000,
@@ -32,7 +33,8 @@ def test_each_strategy_gets_a_row_of_its_stage_times_and_tokens():
     assert blocks[0] == ("h", 2, "Training cost")
     rows = {row[0]: row for row in blocks[-1][2]}
     assert rows[first][1:] == ["44.1 s", "4.2 min", "1.25", "0.90", "3.00", "0.90",
-                               "top 1 + 1 random with gradient; 3 lower layers frozen, cached"]
+                               "top 1 + 1 random with gradient, the cache read anew every 1 epoch(s); 3 lower "
+                               "layers frozen, cached"]
     assert rows[second][1:3] == ["n/a", "30.0 s"] and "does not apply" in rows[second][-1]
     assert ("h", 2, "Training cost") in build_blocks(results)
 
