@@ -3,8 +3,9 @@ what its deciding units cost rather than what all of them do (longbert.training.
 
     grad_units      each document's top grad_units units by the pooler's current weights, plus random_units drawn
                     at random among the rest, go forward and backward with gradient; every other unit is read from a
-                    cache of its last vector. Pooling and the unit loss still see every unit. null: every unit with
-                    gradient (what training did before this setting; a number at least a document's units is the same)
+                    cache of its last vector (at first, the head stage's cache of the start model's vectors).
+                    Pooling and the unit loss still see every unit. A document of at most grad_units + random_units
+                    units is read whole, with gradient, as without this setting. null: every unit with gradient
     random_units    units drawn at random besides the top ones, so that a unit the pooler has not noticed yet can
                     still be learned
     refresh_epochs  every this many epochs the cache is read anew, every unit without gradient; 0: a cached vector

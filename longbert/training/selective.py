@@ -149,6 +149,13 @@ class UnitReader:
             freeze_lower_layers(model, config.frozen_layers)
 
     @property
+    def whole_up_to(self) -> int:
+        """A document of at most this many units is read whole, with gradient, as the model reads it: grad_units top
+        units and random_units drawn from the rest would be all of its units, and a read without gradient first
+        would only add to their cost."""
+        return self.config.grad_units + self.config.random_units
+
+    @property
     def active(self) -> bool:
         return self.selects or self.layers
 
@@ -173,15 +180,15 @@ class UnitReader:
         keys = [document_key(ids) for ids in documents]
         if self.layers:
             self._lower_states(model, cuts, keys)
-        if not self.selects or all(len(w) <= self.config.grad_units for w, _ in cuts):
+        if not self.selects or all(len(w) <= self.whole_up_to for w, _ in cuts):
             every = [(k, j, w) for k, (windows, _) in zip(keys, cuts) for j, w in enumerate(windows)]
             if not self.layers:  # nothing to select: the model's own reading, exactly
                 self.counts["tokens_with_gradient"] += sum(w.shape[0] for _, _, w in every)
                 return model.encode(documents)
             return units_of_cuts(self._read(model, every, gradient=True), cuts)
-        # A document of more units than grad_units met for the first time (or since a refresh): every unit read
-        # without gradient. One of no more is read whole with gradient below, and needs no cache.
-        chooses = [len(windows) > self.config.grad_units for windows, _ in cuts]
+        # A document of more units than are read with gradient met for the first time (or since a refresh): every
+        # unit read without gradient. One of no more is read whole with gradient below, and needs no cache.
+        chooses = [len(windows) > self.whole_up_to for windows, _ in cuts]
         missing = [(k, c) for k, c, more in zip(keys, cuts, chooses) if more and k not in self.vectors]
         if missing:
             flat = [(k, j, w) for k, (windows, _) in missing for j, w in enumerate(windows)]
@@ -215,6 +222,9 @@ class UnitReader:
         then random_units drawn at random among its others (torch's random state, which checkpoints keep)."""
         chosen = []
         for b, n in enumerate(counts):
+            if n <= self.whole_up_to:  # every unit: nothing to choose, nothing drawn
+                chosen += [(b, j) for j in range(n)]
+                continue
             order = weights[b, :n].argsort(descending=True).tolist()
             top, rest = order[: self.config.grad_units], order[self.config.grad_units :]
             drawn = [rest[i] for i in torch.randperm(len(rest))[: self.config.random_units].tolist()] if rest else []
@@ -331,18 +341,18 @@ def seed_units(reader: UnitReader, core, dataset, batch_size: int, head_stage: d
     (N, H)}, `keyed_units`), which that same backbone read, so the first epoch need not read them again; None where
     this process did not run the head stage (a run without one, or one resumed after it): read here, the same way
     the head stage reads (`cache_units`), so a run resumed there starts from the same vectors. A resumed stage's
-    cache comes from its checkpoint instead; documents of no more than grad_units units need none."""
+    cache comes from its checkpoint instead; documents read whole (`UnitReader.whole_up_to`) need none."""
     if not reader.selects:
         return
     if head_stage is None:
         windows = [core.strategy.windows(torch.as_tensor(ids))[0] for ids in dataset["input_ids"]]
-        if all(len(ws) <= reader.config.grad_units for ws in windows):
+        if all(len(ws) <= reader.whole_up_to for ws in windows):
             return
         with torch.random.fork_rng(devices=[]):  # the loader draws a seed: training's random state stays as it was
             head_stage = keyed_units(dataset, cache_units(core, dataset, batch_size, "reading every unit once"))
         reader.counts["tokens_without_gradient"] += sum(w.shape[0] for ws in windows for w in ws)
     reader.vectors = {key: vectors.clone() for key, vectors in head_stage.items()
-                      if vectors.shape[0] > reader.config.grad_units}
+                      if vectors.shape[0] > reader.whole_up_to}
 
 
 def unit_reader(recipe, model, corpus, accelerator) -> UnitReader:

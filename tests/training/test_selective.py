@@ -91,20 +91,21 @@ def test_a_document_of_no_more_units_than_grad_units_is_read_as_the_model_reads(
     torch.testing.assert_close(units.vectors, model.encode(documents).vectors, rtol=0, atol=0)
 
 
-def test_a_document_of_no_more_units_than_grad_units_is_read_only_with_gradient_beside_longer_ones(
+def test_a_document_of_no_more_units_than_are_read_with_gradient_is_read_whole_beside_longer_ones(
         tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=vote"])
-    documents = random_documents([300, 30])  # 8 chunks, and 1
-    units_reader = reader(model, [300, 30], grad_units=1, random_units=0)
+    documents = random_documents([320, 41])  # 8 chunks of 40, and 2: the top one and one drawn would be both
+    units_reader = reader(model, [320, 41], grad_units=1, random_units=1)
     units = units_reader(model, documents)
-    assert units_reader.counts["tokens_without_gradient"] == 300  # the long document's cache, filled
+    assert units_reader.counts["tokens_without_gradient"] == 320  # the long document's cache, filled
+    assert units_reader.counts["tokens_with_gradient"] == 2 * 40 + 41  # two of its units, and all of the short one
     assert document_key(documents[1]) not in units_reader.vectors
-    torch.testing.assert_close(units.vectors[1, 0], model.encode(documents[1:]).vectors[0, 0])
+    torch.testing.assert_close(units.vectors[1, :2], model.encode(documents[1:]).vectors[0, :2])
 
 
 def test_the_cache_is_read_anew_every_refresh_epochs_once(tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk", ["strategy.pooling=vote"])
-    units_reader = reader(model, grad_units=1, refresh_epochs=2)
+    units_reader = reader(model, grad_units=1, random_units=0, refresh_epochs=2)
     units_reader(model, random_documents(LENGTHS))
     units_reader.start_epoch(1)
     assert len(units_reader.vectors) == 3
@@ -213,7 +214,7 @@ def test_the_unit_cache_starts_from_the_head_stage_s_cache_or_reads_what_it_woul
     documents = random_documents(LENGTHS)
     train = Dataset.from_dict({"input_ids": [d.tolist() for d in documents], "labels": [0, 1, 0]})
     head_stage = keyed_units(train, cache_units(model, train, 2, "head stage"))  # what a head stage caches
-    given, read = reader(model, grad_units=2), reader(model, grad_units=2)
+    given, read = reader(model, grad_units=2, random_units=0), reader(model, grad_units=2, random_units=0)
     seed_units(given, model, train, 2, head_stage)
     seed_units(read, model, train, 2, None)
     keys = [document_key(d) for d in documents]
