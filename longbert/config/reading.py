@@ -3,7 +3,7 @@ what its deciding units cost rather than what all of them do (longbert.training.
 
     grad_units      each document's top grad_units units by the pooler's current weights, plus random_units drawn
                     at random among the rest, go forward and backward with gradient; every other unit is read from a
-                    cache of its last vector (at first, the head stage's cache of the start model's vectors).
+                    cache of its last vector, filled without gradient the first time a document is met.
                     Pooling and the unit loss still see every unit. A document of at most grad_units + random_units
                     units is read whole, with gradient, as without this setting. null: every unit with gradient
     random_units    units drawn at random besides the top ones, so that a unit the pooler has not noticed yet can

@@ -56,7 +56,7 @@ from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
 from longbert.training.run_record import RunMetrics, TrainResult
-from longbert.training.selective import UnitReader, keyed_units, seed_units, unit_reader
+from longbert.training.selective import UnitReader, unit_reader
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
 from longbert.training.start_or_resume import open_run, write_recipe
 from longbert.training.stopping import StopRequest, finite_loss, interrupted
@@ -112,30 +112,24 @@ def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str |
         stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher, data)
         pseudo_labels = run_dir / SELF_TRAINING / PSEUDO_FILE
     # The pooler and head first, on the frozen backbone; the whole model from there (a frozen run is that stage).
-    # Its cache of training units also starts the end-to-end stage's unit cache (train.reading.grad_units).
-    head_units = {} if recipe.train.reading.grad_units is not None else None
     if recipe.train.head_first and not recipe.model.backbone_frozen:
         def run_head_stage(head: Recipe, resume_head: bool, source) -> RunMetrics:
             return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
-                          untrained_allowed=True, pseudo_labels=pseudo_labels, units_out=head_units).record
+                          untrained_allowed=True, pseudo_labels=pseudo_labels).record
 
         stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
-    return _train(recipe, run_dir, resume, command, stop, data, source, stages, pseudo_labels=pseudo_labels,
-                  head_units=head_units or None)
+    return _train(recipe, run_dir, resume, command, stop, data, source, stages, pseudo_labels=pseudo_labels)
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
            data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False,
-           pseudo_labels: Path | None = None, units_out: dict | None = None,
-           head_units: dict | None = None) -> TrainResult:
+           pseudo_labels: Path | None = None) -> TrainResult:
     cfg = recipe.train
     tracker = None if cfg.report_to == "none" else cfg.report_to
     accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
     set_seed(recipe.seed)
     corpus, model, started_from, class_weights = _load_data_and_model(recipe, data, source, pseudo_labels)
     cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed)
-    if units_out is not None and cached is not None:  # a head stage: what it cached starts the next stage's cache
-        units_out.update(keyed_units(corpus.splits["train"], cached["train"]))
     if accelerator.is_main_process:
         write_recipe(run_dir, recipe, corpus.file_split)
     accelerator.wait_for_everyone()
@@ -144,7 +138,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
         accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
     try:
         state, model, best, reading = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop,
-                                           class_weights, source is not None and source.head_trained, head_units)
+                                           class_weights, started_trained=source is not None and source.head_trained)
     finally:
         if tracker is not None:
             accelerator.end_training()
@@ -197,7 +191,7 @@ def _load_data_and_model(recipe: Recipe, data, source, pseudo_labels: Path | Non
 
 
 def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
-         class_weights: torch.Tensor | None = None, started_trained: bool = False, head_units: dict | None = None):
+         class_weights: torch.Tensor | None = None, started_trained: bool = False):
     """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). `class_weights`:
     (C,) loss weights or None. `started_trained`: the model starts from trained weights (train.init_from, or the head
     stage of train.head_first), which are then validated at step 0 and kept unless training beats them. Returns the
@@ -206,7 +200,7 @@ def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool
     epochs = head_epochs(cfg, head_stage=False) if cached is not None else cfg.epochs
     total_steps = _total_steps(cfg, epochs, len(corpus.splits["train"]), accelerator.num_processes)
     reader = None if cached is not None else unit_reader(recipe, model, corpus, accelerator)  # before the optimiser
-    loop = _start_loop(recipe, model, corpus, cached, accelerator, run_dir, resume, total_steps, reader, head_units)
+    loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps, reader)
     state, model, core = loop.state, loop.model, loop.core
     if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
         loop.evaluate_and_keep()
@@ -268,10 +262,9 @@ def _total_steps(cfg, epochs: int, train_documents: int, processes: int) -> int:
     return total_steps
 
 
-def _start_loop(recipe: Recipe, model, corpus, cached: dict | None, accelerator, run_dir: Path, resume: bool,
-                total_steps: int, reader: UnitReader | None = None, head_units: dict | None = None) -> _Loop:
-    """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them.
-    `reader`'s unit cache starts from `head_units` (see `seed_units`), or from the checkpoint."""
+def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_dir: Path, resume: bool,
+                total_steps: int, reader: UnitReader | None = None) -> _Loop:
+    """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them."""
     cfg = recipe.train
     optimizer = adamw(param_groups(model, cfg))  # the backbone's parameters apart from the strategy's and the head's
     # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
@@ -289,10 +282,8 @@ def _start_loop(recipe: Recipe, model, corpus, cached: dict | None, accelerator,
         log.info(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
         if reader is not None and (saved := read_reading(run_dir / CHECKPOINT)) is not None:
             reader.load_state(saved)
-    if reader is not None and state.global_step == 0:
-        seed_units(reader, core, corpus.splits["train"], recipe.eval.batch_size, head_units)
-    return _Loop(recipe, corpus, cached or {}, accelerator, run_dir, model, core, optimizer, scheduler, fingerprint,
-                 state, best, reader)
+    return _Loop(recipe, corpus, cached, accelerator, run_dir, model, core, optimizer, scheduler, fingerprint, state,
+                 best, reader)
 
 
 def _batch_loss(model, core, batch: dict, class_weights: torch.Tensor | None, unit_loss_weight: float,

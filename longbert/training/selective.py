@@ -5,12 +5,12 @@ A fine-tuned pooler puts nearly all of a document's weight on one or two of its 
 unit goes forward and backward through every layer. `UnitReader` is what the training loop hands the model in their
 place (`LongDocumentClassifier.forward(reader=...)`):
 
-- grad_units: each document's units are first taken from a cache of their last vectors. The cache starts as the
-  vectors the stage's start model gives (`seed_units`: the head stage's own cache, which that model read; without a
-  head stage, read at the stage's start), and is read anew, without gradient, every refresh_epochs epochs. The
-  pooler weighs those; the top grad_units units, and random_units drawn from the rest, are read again with
-  gradient, and their fresh vectors replace the cached ones there and in the cache. Pooling and the unit loss see
-  every unit; the gradient reaches the backbone through the units read with it.
+- grad_units: each document's units are first taken from a cache of their last vectors (filled, without gradient,
+  the first time a document is met, and again every refresh_epochs epochs). The pooler weighs those; the top
+  grad_units units, and random_units drawn from the rest, are read again with gradient, and their fresh vectors
+  replace the cached ones there and in the cache. Pooling and the unit loss see every unit; the gradient reaches the
+  backbone through the units read with it. A document of at most grad_units + random_units units is read whole, as
+  the model reads it.
 - frozen_layers: the embeddings and the first frozen_layers layers never change, so each window's token states after
   them are computed once (without gradient, as inference computes them) and kept; every later read runs only the
   layers above.
@@ -34,7 +34,6 @@ from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, ReadsWindows, Units, WeighsUnits
 from longbert.strategies.windows import plan_passes, run_passes, units_of_cuts
-from longbert.training.frozen import cache_units
 from longbert.utils.logs import main_process_logger
 
 log = main_process_logger(__name__)
@@ -327,32 +326,6 @@ def upper_layers(model, states: list[torch.Tensor], frozen: int, budget: PassBud
         out = out.index_copy(0, torch.tensor(indices, device=device), vectors)
     return out  # (W, H)
 
-
-
-def keyed_units(dataset, rows: list[dict]) -> dict[str, torch.Tensor]:
-    """`cache_units`'s rows of a tokenized split, keyed as the reader keys documents: {document key: (N, H)}."""
-    return {document_key(torch.as_tensor(ids, dtype=torch.long)): row["unit_vectors"]
-            for ids, row in zip(dataset["input_ids"], rows)}
-
-
-def seed_units(reader: UnitReader, core, dataset, batch_size: int, head_stage: dict | None) -> None:
-    """The unit cache an end-to-end stage starts from: each training document's unit vectors by the model the stage
-    starts from, read in eval mode without gradient. `head_stage`: the head stage's cache of them ({document key:
-    (N, H)}, `keyed_units`), which that same backbone read, so the first epoch need not read them again; None where
-    this process did not run the head stage (a run without one, or one resumed after it): read here, the same way
-    the head stage reads (`cache_units`), so a run resumed there starts from the same vectors. A resumed stage's
-    cache comes from its checkpoint instead; documents read whole (`UnitReader.whole_up_to`) need none."""
-    if not reader.selects:
-        return
-    if head_stage is None:
-        windows = [core.strategy.windows(torch.as_tensor(ids))[0] for ids in dataset["input_ids"]]
-        if all(len(ws) <= reader.whole_up_to for ws in windows):
-            return
-        with torch.random.fork_rng(devices=[]):  # the loader draws a seed: training's random state stays as it was
-            head_stage = keyed_units(dataset, cache_units(core, dataset, batch_size, "reading every unit once"))
-        reader.counts["tokens_without_gradient"] += sum(w.shape[0] for ws in windows for w in ws)
-    reader.vectors = {key: vectors.clone() for key, vectors in head_stage.items()
-                      if vectors.shape[0] > reader.whole_up_to}
 
 
 def unit_reader(recipe, model, corpus, accelerator) -> UnitReader:
