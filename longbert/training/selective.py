@@ -203,7 +203,7 @@ class UnitReader:
         stale = units_of_cuts(torch.cat(cached).to(device), cuts)  # (B, N, H)
         with torch.no_grad():
             weights = strategy.pool(stale).weights.float()  # (B, N)
-        chosen = self._choose(weights, [len(w) for w, _ in cuts])
+        chosen = self._choose(weights, [len(w) for w, _ in cuts], chooses)
         picked = [(keys[b], j, cuts[b][0][j]) for b, j in chosen]
         fresh = self._read(model, picked, gradient=True)  # (S, H)
         rows = torch.tensor([b for b, _ in chosen], device=device)
@@ -216,17 +216,18 @@ class UnitReader:
         self.counts["tokens_from_cache"] += every_token - sum(w.shape[0] for _, _, w in picked)
         return Units(vectors, stale.mask, stale.sizes)
 
-    def _choose(self, weights: torch.Tensor, counts: list[int]) -> list[tuple[int, int]]:
-        """(document, unit) pairs to read with gradient: each document's top grad_units units by `weights` (B, N),
-        then random_units drawn at random among its others (torch's random state, which checkpoints keep)."""
+    def _choose(self, weights: torch.Tensor, counts: list[int], chooses: list[bool]) -> list[tuple[int, int]]:
+        """(document, unit) pairs to read with gradient: where `chooses`, each document's top grad_units units by
+        `weights` (B, N), then random_units drawn at random among its others (torch's random state, which
+        checkpoints keep); elsewhere every unit, nothing drawn."""
         chosen = []
-        for b, n in enumerate(counts):
-            if n <= self.whole_up_to:  # every unit: nothing to choose, nothing drawn
+        for b, (n, more) in enumerate(zip(counts, chooses)):
+            if not more:
                 chosen += [(b, j) for j in range(n)]
                 continue
             order = weights[b, :n].argsort(descending=True).tolist()
             top, rest = order[: self.config.grad_units], order[self.config.grad_units :]
-            drawn = [rest[i] for i in torch.randperm(len(rest))[: self.config.random_units].tolist()] if rest else []
+            drawn = [rest[i] for i in torch.randperm(len(rest))[: self.config.random_units].tolist()]
             chosen += [(b, j) for j in sorted(top + drawn)]
         return chosen
 
