@@ -52,6 +52,12 @@ class Corpus:
     stats: dict[str, dict] = field(default_factory=dict)
     file_split: FileSplit | None = None
 
+    def without(self, *roles: str) -> Corpus:
+        """The same documents less those of `roles`, in a corpus of its own (its dicts are new, the splits shared), so
+        that a stage that adds to its copy leaves the run's as it is."""
+        return Corpus({r: s for r, s in self.splits.items() if r not in roles}, list(self.label_names),
+                      self.multi_label, {r: dict(s) for r, s in self.stats.items() if r not in roles}, self.file_split)
+
     def summary(self) -> str:
         """One line for the start of training: documents per split, where validation came from, long documents."""
         parts = []

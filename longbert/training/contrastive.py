@@ -9,7 +9,7 @@ cosine of 1 when the classes agree and 0 when they differ (mean squared error, S
 run_dir/contrastive_stage; the rest of the run (a head over the frozen, tuned backbone as SetFit does with
 `model.finetune: frozen`, or the head stage and end-to-end fine-tuning) starts from it through `train.init_from`.
 
-    summary, source = train_contrastive_stage(recipe, run_dir, source, stop)
+    summary, source = train_contrastive_stage(recipe, run_dir, source, stop, corpus, (backbone, tokenizer))
 
 A stage that finished is read back, not trained again (a resumed run); one that was stopped keeps nothing, and the
 run starts again whole (the stage takes minutes). It runs on the main process; the others wait for its folder.
@@ -27,9 +27,7 @@ import numpy as np
 import torch
 from accelerate.utils import set_seed
 
-from longbert.config import is_multi_label
-from longbert.data.documents import load_corpus
-from longbert.modeling.backbone import backbone_token_pooling, load_backbone
+from longbert.modeling.backbone import backbone_token_pooling
 from longbert.strategies.base import SpecialTokens
 from longbert.strategies.pooling import pool_tokens
 from longbert.training.accelerator import start_accelerator
@@ -102,11 +100,11 @@ def stage_recipe(recipe, run_dir: Path):
                                train=dataclasses.replace(recipe.train, contrastive_pairs=0, head_first=False))
 
 
-def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
+def train_contrastive_stage(recipe, run_dir: Path, source, stop, corpus, loaded: tuple):
     """Run the stage (or read it where a resumed run finished it). Returns what the run records of it ({pairs,
     steps, train_seconds, first_loss, last_loss}) and the InitSource the rest of the run starts from: the tuned
-    model. `source`: what train.init_from names, if anything (the stage starts from it). `data`: the documents in
-    memory that `train` was given instead of data.path, if any."""
+    model. `source`: what train.init_from names, if anything (the stage starts from it). `corpus`: the run's
+    documents (the stage pairs its training documents); `loaded`: the backbone it tunes and its tokenizer."""
     stage = stage_recipe(recipe, run_dir)
     folder = Path(stage.output_dir)
     log = get_logger(__name__)
@@ -114,7 +112,7 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
     if not (folder / CONTRASTIVE_SUMMARY).is_file() and accelerator.is_main_process:
         log.info(f"train.contrastive_pairs: tuning the backbone on pairs of training documents first, in {folder}")
         set_seed(recipe.seed)
-        summary = _tune(stage, recipe.train, source, accelerator, stop, data)
+        summary = _tune(stage, recipe.train, source, accelerator, stop, corpus, loaded)
         if summary is None:
             raise TrainingInterrupted("the contrastive stage stopped on request; nothing of it was kept: start "
                                       "the run again (it takes minutes)")
@@ -124,11 +122,8 @@ def train_contrastive_stage(recipe, run_dir: Path, source, stop, data=None):
     return summary, dataclasses.replace(open_init_from(started), head_trained=False)  # its head never trained
 
 
-def _tune(stage, cfg, source, accelerator, stop, data) -> dict | None:
+def _tune(stage, cfg, source, accelerator, stop, corpus, loaded: tuple) -> dict | None:
     """The stage's loop, top to bottom; writes the tuned model and its summary. None when `stop` was set."""
-    loaded = load_backbone(stage.backbone.name, stage.backbone.attention_dropout, stage.backbone.hidden_dropout)
-    corpus = load_corpus(stage.data, loaded[1], stage.seed, is_multi_label(stage.model.problem_type),
-                         source=data, roles=["train"])
     model, _ = build_model(stage, corpus.label_names, loaded, source)
     backbone = model.backbone.to(accelerator.device)
     pooling = getattr(model.settings.strategy, "token_pooling", None) or backbone_token_pooling(backbone)[0]

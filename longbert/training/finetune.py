@@ -22,6 +22,7 @@ half-written checkpoint, a swap cut between its two renames) is put right when t
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
@@ -96,39 +97,87 @@ def train(recipe: Recipe | str | Path | None = None, *, model: LongDocumentClass
         return _train_in_stages(recipe, run_dir, resuming, command, stop, data, source)
 
 
+@dataclass
+class _RunInputs:
+    """What every stage of one run reads, made once before the first: the backbone and its tokenizer (loaded once),
+    and the corpus (read, split and tokenized once). No stage reads or splits the data again, so the documents of
+    each role are the run's in every stage: the head stage and the self-training teacher validate on the run's
+    validation documents and never see its test documents."""
+
+    backbone: torch.nn.Module
+    tokenizer: object
+    corpus: object  # longbert.data.documents.Corpus
+
+    def backbone_for_stage(self, last: bool = False) -> torch.nn.Module:
+        """The loaded backbone for a stage to train: a copy, so that the next stage starts from the weights as
+        loaded, and for the run's last stage the loaded one itself."""
+        return self.backbone if last else copy.deepcopy(self.backbone)
+
+
+def _load_inputs(recipe: Recipe, data) -> _RunInputs:
+    """The backbone and its tokenizer, then the data (the head's size depends on the labels), tokenized with that
+    tokenizer and split once for the whole run (data errors are raised here, before any stage starts)."""
+    backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
+                                        recipe.backbone.hidden_dropout)
+    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, is_multi_label(recipe.model.problem_type), source=data)
+    return _RunInputs(backbone, tokenizer, corpus)
+
+
+def _say_what_is_read(recipe: Recipe, corpus) -> None:
+    log.info(corpus.summary())
+    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
+    if cut:
+        log.info(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
+                 + ", ".join(f"{n} in {role}" for role, n in cut.items()))
+
+
 def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest, data,
-                     source) -> TrainResult:
+                     source, inputs: _RunInputs | None = None, last: bool = True) -> TrainResult:
     """The stages a recipe asks for, in order, each starting from what the one before left, then the run itself:
     contrastive tuning of the backbone (train.contrastive_pairs), a teacher that pseudo-labels unlabelled documents
-    (train.self_training_documents; itself trained in stages), the pooler and head alone (train.head_first)."""
-    stages, pseudo_labels = {}, None
+    (train.self_training_documents; itself trained in stages), the pooler and head alone (train.head_first). Every
+    stage reads `inputs` (loaded here when None): one split for the run. `last`: this run is the outermost one, whose
+    main stage may train the loaded backbone itself."""
+    loading = inputs is None
+    inputs = _load_inputs(recipe, data) if loading else inputs
+    if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
+        check_labels(source, inputs.corpus.label_names)
+    if loading:
+        _say_what_is_read(recipe, inputs.corpus)
+    stages, corpus = {}, inputs.corpus
     if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
-        stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop, data)
+        stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop, corpus,
+                                                                      (inputs.backbone_for_stage(), inputs.tokenizer))
     if recipe.train.self_training_documents:  # a teacher from the same start; its confident labels join training
+        teacher_inputs = _RunInputs(inputs.backbone, inputs.tokenizer, corpus.without("test"))
+
         def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> RunMetrics:
             return _train_in_stages(teacher, Path(teacher.output_dir), resume_teacher, command, stop, data,
-                                    source).record
+                                    source, teacher_inputs, last=False).record
 
         stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher, data)
-        pseudo_labels = run_dir / SELF_TRAINING / PSEUDO_FILE
+        corpus = add_pseudo_labelled(corpus.without(), run_dir / SELF_TRAINING / PSEUDO_FILE, inputs.tokenizer,
+                                     recipe.data)
     # The pooler and head first, on the frozen backbone; the whole model from there (a frozen run is that stage).
     if recipe.train.head_first and not recipe.model.backbone_frozen:
         def run_head_stage(head: Recipe, resume_head: bool, source) -> RunMetrics:
-            return _train(head, Path(head.output_dir), resume_head, command, stop, data, source,
-                          untrained_allowed=True, pseudo_labels=pseudo_labels).record
+            return _train(head, Path(head.output_dir), resume_head, command, stop, source, corpus.without("test"),
+                          (inputs.backbone_for_stage(), inputs.tokenizer), untrained_allowed=True).record
 
         stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
-    return _train(recipe, run_dir, resume, command, stop, data, source, stages, pseudo_labels=pseudo_labels)
+    return _train(recipe, run_dir, resume, command, stop, source, corpus,
+                  (inputs.backbone_for_stage(last), inputs.tokenizer), stages)
 
 
-def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest,
-           data=None, source=None, stages: dict | None = None, untrained_allowed: bool = False,
-           pseudo_labels: Path | None = None) -> TrainResult:
+def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest, source, corpus,
+           loaded: tuple, stages: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
+    """One stage trained into `run_dir`: the model built around `loaded` (backbone, tokenizer), trained and validated
+    on `corpus` (the run's documents), kept, tested when the corpus has a test split, and written."""
     cfg = recipe.train
     tracker = None if cfg.report_to == "none" else cfg.report_to
     accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
     set_seed(recipe.seed)
-    corpus, model, started_from, class_weights = _load_data_and_model(recipe, data, source, pseudo_labels)
+    model, started_from, class_weights = _build_model(recipe, corpus, loaded, source)
     cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed)
     if accelerator.is_main_process:
         write_recipe(run_dir, recipe, corpus.file_split)
@@ -157,26 +206,13 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     return TrainResult.from_run(run_dir, record)
 
 
-def _load_data_and_model(recipe: Recipe, data, source, pseudo_labels: Path | None = None) -> tuple:
-    """The backbone and its tokenizer, loaded once; the data (the head's size depends on the labels), tokenized
-    with that tokenizer; then the model around that backbone. Returns the corpus, the model, what train.init_from
+def _build_model(recipe: Recipe, corpus, loaded: tuple, source) -> tuple:
+    """The model around the loaded backbone, for the corpus's classes. Returns the model, what train.init_from
     loaded (None without it) and the loss's class weights (None without model.class_weights)."""
-    backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
-                                        recipe.backbone.hidden_dropout)
     multi_label = is_multi_label(recipe.model.problem_type)
-    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, multi_label, source=data)
-    if pseudo_labels is not None:  # train.self_training_documents: the teacher's pseudo-labelled documents too
-        corpus = add_pseudo_labelled(corpus, pseudo_labels, tokenizer, recipe.data)
-    if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
-        check_labels(source, corpus.label_names)
-    log.info(corpus.summary())
-    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
-    if cut:
-        log.info(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
-                 + ", ".join(f"{n} in {role}" for role, n in cut.items()))
     # With train.init_from, the earlier model's weights replace the new ones where they fit (training/init_from.py);
     # a resumed run loads its checkpoint over them in _fit.
-    model, started_from = build_model(recipe, corpus.label_names, (backbone, tokenizer), source)
+    model, started_from = build_model(recipe, corpus.label_names, loaded, source)
     for note in model.notes:
         log.info(note)
     class_weights = class_weights_for(recipe.model.class_weights, corpus.splits["train"]["labels"],
@@ -187,7 +223,7 @@ def _load_data_and_model(recipe: Recipe, data, source, pseudo_labels: Path | Non
     threshold = recipe.model.multi_label_threshold
     if multi_label and not isinstance(threshold, str):
         model.settings.thresholds = [float(threshold)] * len(corpus.label_names)
-    return corpus, model, started_from, class_weights
+    return model, started_from, class_weights
 
 
 def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
