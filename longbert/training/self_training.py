@@ -5,13 +5,14 @@ Pre-training for Natural Language Understanding").
     summary = train_teacher(recipe, run_dir, source, stop, run)  # run_dir/self_training: the teacher, its labels
     corpus = add_pseudo_labelled(corpus, run_dir / "self_training" / PSEUDO_FILE, tokenizer, data)  # grown
 
-The run first trains a teacher: the same recipe without self-training, in run_dir/self_training, with no test split
-(the test measures the finished model). The teacher reads `self_training_documents` documents drawn (seeded) from
-`data.unlabelled_split` and keeps those it labels with a probability of at least `self_training_threshold`, as many
-of each class as of the rarest (so the pseudo-labels do not tilt the classes), in run_dir/self_training/
-pseudo-labels.jsonl, which a person can read. The run itself, the student, then trains on its labelled documents and
-those, from the same start as the teacher (the backbone, train.init_from, a contrastive stage); validation and test
-are untouched, so the kept model is still chosen on labelled documents. Single-label problems only.
+The run first trains a teacher: the same recipe without self-training, in run_dir/self_training, on the run's own
+split less its test documents (the test measures the finished model). The teacher reads `self_training_documents`
+documents drawn (seeded) from `data.unlabelled_split` and keeps those it labels with a probability of at least
+`self_training_threshold`, as many of each class as of the rarest (so the pseudo-labels do not tilt the classes), in
+run_dir/self_training/ pseudo-labels.jsonl, which a person can read. The run itself, the student, then trains on its
+labelled documents and those, from the same start as the teacher (the backbone, train.init_from, a contrastive
+stage); validation and test are untouched, so the kept model is still chosen on labelled documents. Single-label
+problems only.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from longbert.utils.logs import get_logger
 
 def teacher_recipe(recipe, run_dir: Path):
     """The teacher's recipe: the run's, without self-training or a contrastive stage (it starts where the run's
-    stages left the model), in run_dir/self_training, with no test split."""
+    stages left the model), in run_dir/self_training; it reads the run's documents (split once by the run) less the
+    test split."""
     return dataclasses.replace(recipe, output_dir=str(run_dir / SELF_TRAINING),
                                train=dataclasses.replace(recipe.train, self_training_documents=0,
                                                          contrastive_pairs=0),
