@@ -10,6 +10,7 @@ from typing import Literal, TypedDict
 
 from longbert.comparison.formatting import say
 from longbert.comparison.plan import plan_runs
+from longbert.data.carving import check_run_data_unchanged
 from longbert.errors import LongbertError
 from longbert.training.finetune import train
 from longbert.training.run_record import RunMetrics, read_run_metrics
@@ -35,6 +36,8 @@ def run_strategy(strategy: str, recipe, command: str, counter: str, data=None) -
     (which it refuses, in words meant for `longbert train`)."""
     run_dir = Path(recipe.output_dir)
     action = plan_runs({strategy: recipe})[strategy]
+    if action in ("reuse", "resume"):  # the documents the run's split was made of, or none
+        check_run_data_unchanged(run_dir, f"compare: {strategy}")
     if action == "reuse":
         say(f"{counter} {strategy}: finished run in {run_dir} has the same recipe; reused")
         return {"status": "reused", "metrics": read_run_metrics(run_dir)}

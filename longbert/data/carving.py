@@ -166,3 +166,31 @@ def file_sha256(file: Path) -> str:
         for piece in iter(lambda: stream.read(1 << 20), b""):
             digest.update(piece)
     return digest.hexdigest()
+
+
+def check_file_unchanged(folder: str | Path, what: str, reading: str | None = None) -> None:
+    """A run folder made from one data file (its data-split.json records the file and its sha256) is reused only
+    while that file holds the bytes it was split from: a file with rows added, removed or reordered would be cut
+    again into other splits, whose test could hold documents the model trained on. Else one LongbertError, naming
+    `what` is being done, the file and the run folder. Data of other forms (a folder of split files, documents in
+    memory) records no file, and passes, as does a `reading` (the data.path about to be read) that is another file.
+    """
+    recorded = FileSplit.read(folder)
+    if recorded is None or not Path(recorded.source).is_file():
+        return  # a file that is gone is named by the loader, when the run reads its data
+    if reading is not None and Path(reading).expanduser().resolve() != Path(recorded.source).resolve():
+        return
+    now = file_sha256(Path(recorded.source))
+    if now != recorded.sha256:
+        raise LongbertError(f"{what}: data.path {recorded.source} has changed since the run in {folder} split it "
+                            f"(sha256 {recorded.sha256[:12]} in {Path(folder) / SPLIT_FILE}, {now[:12]} now), so "
+                            "its train, validation and test documents would no longer be the run's; put the file "
+                            "back as it was, or train a new run into another output_dir")
+
+
+def check_run_data_unchanged(run_dir: str | Path, what: str) -> None:
+    """`check_file_unchanged` for a run folder and each stage folder inside it (head stage, teacher)."""
+    run_dir = Path(run_dir)
+    if run_dir.is_dir():
+        for split_file in sorted(run_dir.glob(f"**/{SPLIT_FILE}")):
+            check_file_unchanged(split_file.parent, what)

@@ -15,6 +15,7 @@ from typing import Any
 from datasets import Dataset
 
 from longbert.config import DataConfig, EvalConfig, load_recipe, parse_override
+from longbert.data.carving import check_file_unchanged
 from longbert.data.documents import check_text_column, load_corpus, tokenize_cached
 from longbert.data.files import file_kind, load_table
 from longbert.data.labels import check_labels_present, encode_labels
@@ -113,6 +114,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", batch_size: int | Non
     # Not while a training writes the folder; only the main process writes, so only it holds the lock.
     with locked(run.path) if process.is_main_process else nullcontext():
         recipe = load_recipe(run.recipe, overrides)
+        check_file_unchanged(run.path, f"evaluate {run.path}", recipe.data.path)
         available = ["train", "validation"] + (["test"] if recipe.data.test_split else [])
         if split not in available:
             raise LongbertError(f"split {split!r} is not in this run's data; available: {', '.join(available)}")

@@ -34,6 +34,7 @@ from accelerate.utils import set_seed
 from transformers import get_linear_schedule_with_warmup
 
 from longbert.config import Recipe, head_epochs, is_multi_label
+from longbert.data.carving import check_run_data_unchanged
 from longbert.data.documents import load_corpus
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
@@ -90,6 +91,8 @@ def train(recipe: Recipe | str | Path | None = None, *, model: LongDocumentClass
     stop = threading.Event() if stop is None else stop
     check_tracker(recipe.train.report_to)
     source = open_init_from(recipe) if model is None else None  # checked before the run folder is touched
+    if resume:  # a resumed run reads the documents its split was made of, or none
+        check_run_data_unchanged(run_dir, f"train --resume {run_dir}")
     with open_run(run_dir, recipe, resume, stop) as resuming:
         if model is not None:
             save_start(model, recipe)

@@ -9,7 +9,7 @@ The run first trains a teacher: the same recipe without self-training, in run_di
 split less its test documents (the test measures the finished model). The teacher reads `self_training_documents`
 documents drawn (seeded) from `data.unlabelled_split` and keeps those it labels with a probability of at least
 `self_training_threshold`, as many of each class as of the rarest (so the pseudo-labels do not tilt the classes), in
-run_dir/self_training/ pseudo-labels.jsonl, which a person can read. The run itself, the student, then trains on its
+run_dir/self_training/pseudo-labels.jsonl, which a person can read. The run itself, the student, then trains on its
 labelled documents and those, from the same start as the teacher (the backbone, train.init_from, a contrastive
 stage); validation and test are untouched, so the kept model is still chosen on labelled documents. Single-label
 problems only.

@@ -191,3 +191,23 @@ def test_the_command_line_refuses_a_class_too_small_in_one_line_and_writes_nothi
     assert len(lines) == 1 and "class 'rare' has 1 document" in lines[0] and "few.jsonl" in lines[0]
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "few.jsonl"], "nothing written"
     assert not (tmp_path / "runs" / "few").exists()
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("change", ["appended", "reordered"])
+def test_a_run_whose_file_changed_is_refused_by_evaluate_and_resume_in_one_line_and_left_as_it_was(
+        reviews, tiny_backbone_dir, tmp_path, monkeypatch, change):
+    monkeypatch.chdir(tmp_path)
+    settings = ["--set", "data.path=reviews.jsonl", *tiny_settings(tiny_backbone_dir)]
+    assert CliRunner().invoke(app, ["train", *settings]).exit_code == 0
+    run = Path("runs/reviews")
+    predictions = (run / "predictions-test.jsonl").read_text()
+    every = rows()
+    write_jsonl(reviews, every + rows(["good"])[:1] if change == "appended" else every[::-1])
+    for command in (["evaluate", str(run)], ["train", *settings, "--resume"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "reviews.jsonl has changed since the run" in lines[0], result.output
+        assert "data-split.json" in lines[0]
+        assert (run / "predictions-test.jsonl").read_text() == predictions, "nothing rewritten"
