@@ -21,6 +21,7 @@ from datasets.fingerprint import Hasher
 from longbert.data.carving import CARVED_TEST_SPLIT, FileSplit, carve
 from longbert.data.labels import (
     check_classes,
+    check_label_values,
     check_labels_present,
     encode_labels,
     infer_label_names,
@@ -28,6 +29,7 @@ from longbert.data.labels import (
 )
 from longbert.data.sources import load_raw_splits, row_places, single_data_file
 from longbert.errors import LongbertError
+from longbert.utils.logs import get_logger
 
 LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
 # Long documents reach the tokenizer in pieces of at most PIECE_CHARS characters, and no call sees more than
@@ -229,7 +231,23 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
             continue  # subsampled all the same, so that the roles asked for draw the same documents
         out[role], stats[role] = _role_split(data, tokenizer, splits[split], rows, labels[split], tokenized,
                                              described[role])
+    _warn_of_shared_texts(out)
     return Corpus(out, list(names), multi_label, stats, carved.file_split)
+
+
+def _warn_of_shared_texts(splits: dict) -> None:
+    """One warning when a text of validation or test is also a training text (a document given twice): its twin is
+    learnt, so its score says less than it seems."""
+    if "train" not in splits:
+        return
+    train = set(splits["train"]["text"])
+    shared = {role: sum(t in train for t in splits[role]["text"]) for role in ("validation", "test") if role in splits}
+    shared = {role: n for role, n in shared.items() if n}
+    if shared:
+        get_logger(__name__).warning(
+            "data: " + " and ".join(f"{n} {role} document{'' if n == 1 else 's'}" for role, n in shared.items())
+            + " also appear word for word among the training documents (a text given twice); their scores "
+            "overstate the model: remove the duplicates from the data")
 
 
 def _load_splits(data, source: Any) -> tuple[dict, Any, list[str], str | None, Path | None]:
@@ -259,6 +277,7 @@ def _check_splits(data, raw: dict, wanted: list[str], places: dict, multi_label:
                 f"columns: {', '.join(raw[split].column_names)}"
             )
         check_labels_present(list(raw[split][data.label_column]), multi_label, places[split])
+        check_label_values(list(raw[split][data.label_column]), places[split])
 
 
 def _label_names(data, raw: dict, local: Any, multi_label: bool) -> list[str]:

@@ -111,3 +111,27 @@ def check_classes(labels: list, names: list[str], documents: str) -> None:
     what = (f"the labels {[n for n, hot in zip(names, only) if hot]}" if isinstance(only, tuple)
             else f"label {names[only]!r}")
     raise LongbertError(f"data: all {len(labels)} {documents} have {what}; training needs at least 2 classes")
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str)
+                                                                        and value.strip().lstrip("-").isdigit())
+
+
+def check_label_values(values: list, place: Callable[[int], str]) -> None:
+    """Labels read as given: one kind per split (class names, or integers: indexes or numeric names, not both), and
+    no label with spaces around it (`'pos '` would be a class of its own beside `'pos'`). Else one LongbertError
+    naming the rows."""
+    first = {}  # kind -> (row, value) of its first label
+    for row, value in enumerate(values):
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item != item.strip():
+                raise LongbertError(f"data: {place(row)}: label {item!r} has spaces around it; write it as "
+                                    f"{item.strip()!r}, as the other labels of its class are")
+            if isinstance(item, (str, int)) and not isinstance(item, bool):
+                first.setdefault("number" if _is_number(item) else "name", (row, item))
+    if len(first) > 1:
+        (number_row, number), (name_row, name) = first["number"], first["name"]
+        raise LongbertError(f"data: the labels mix class names and numbers ({place(name_row)}: {name!r}; "
+                            f"{place(number_row)}: {number!r}); give every document its label one way, names or "
+                            "numbers, so that each class is one label")

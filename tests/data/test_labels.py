@@ -110,3 +110,41 @@ def test_bad_rows_are_named_by_file_and_line_from_1_wherever_they_are(tmp_path, 
     with pytest.raises(LongbertError, match=r"^data: row 3 of split 'train': label 'maybe' is not one of"):
         load_corpus(DataConfig(path="unused", test_split=None, **names), tokenizer, seed=0,
                     source=GOOD[:2] + [bad] + GOOD)
+
+
+def _write(path, labels, texts=None):
+    texts = texts or [f"document number {i} about the harbour" for i in range(len(labels))]
+    path.write_text("".join(json.dumps({"text": t, "label": label}) + "\n" for t, label in zip(texts, labels)))
+    return path
+
+
+@pytest.mark.parametrize("labels, fragments", [
+    (["pos", "neg"] * 20 + [1, 0] * 10, ["mix class names and numbers", "mixed.jsonl:1: 'pos'", "mixed.jsonl:41: 1"]),
+    (["pos", "neg"] * 20 + ["1", "0"] * 10, ["mix class names and numbers", "mixed.jsonl:41: '1'"]),
+    (["pos", "neg"] * 20 + ["pos "], ["mixed.jsonl:41: label 'pos ' has spaces around it", "write it as 'pos'"]),
+], ids=["names-and-integers", "names-and-digit-strings", "trailing-space"])
+def test_labels_are_read_as_given_or_refused_in_one_line_naming_the_rows(tmp_path, tokenizer, labels, fragments):
+    path = _write(tmp_path / "mixed.jsonl", labels)
+    with pytest.raises(LongbertError) as raised:
+        load_corpus(DataConfig(path=str(path)), tokenizer, seed=0)
+    message = str(raised.value)
+    assert "\n" not in message and "mixed.jsonl" in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_texts_given_twice_across_splits_are_counted_in_one_warning(tmp_path, tokenizer, caplog):
+    texts = [f"document number {i} about the harbour" for i in range(12)] * 5  # every text five times
+    path = _write(tmp_path / "twice.jsonl", ["pos", "neg"] * 30, texts)
+    with caplog.at_level("WARNING"):
+        corpus = load_corpus(DataConfig(path=str(path)), tokenizer, seed=0)
+    warned = [r.getMessage() for r in caplog.records if "word for word" in r.getMessage()]
+    shared = {role: sum(t in set(corpus.splits["train"]["text"]) for t in corpus.splits[role]["text"])
+              for role in ("validation", "test")}
+    assert len(warned) == 1 and shared["validation"] and shared["test"]
+    assert f"{shared['validation']} validation documents and {shared['test']} test documents" in warned[0]
+    distinct = _write(tmp_path / "once.jsonl", ["pos", "neg"] * 30, [f"text {i} of its own" for i in range(60)])
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load_corpus(DataConfig(path=str(distinct)), tokenizer, seed=0)
+    assert not [r for r in caplog.records if "word for word" in r.getMessage()]
