@@ -41,6 +41,7 @@ class Calibration:
     temperatures: list[float]
     multi_label: bool
     documents: int  # validation documents it was fitted on
+    reason: str = ""  # with method none: why no temperature is kept, in a sentence a person reads
 
     def apply(self, probabilities: np.ndarray) -> np.ndarray:
         """(N, C) probabilities -> calibrated (N, C) probabilities, the same argmax (single-label) or the same side of
@@ -114,7 +115,11 @@ def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
     if choice == "temperature" and n > 0:
         return Calibration("temperature", fit_temperature(probabilities, labels, multi_label), multi_label, n)
     if n < max(folds, AUTO_DOCUMENTS) or choice == "none":
-        return Calibration("none", [1.0] * (probabilities.shape[1] if multi_label else 1), multi_label, n)
+        reason = ("model.calibration is none" if choice == "none" else
+                  f"validation holds {n} document{'' if n == 1 else 's'}, and model.calibration auto fits a "
+                  f"temperature from {max(folds, AUTO_DOCUMENTS)} (fewer follow their own noise); give validation "
+                  "more documents, or set model.calibration: temperature to fit one anyway")
+        return Calibration("none", [1.0] * (probabilities.shape[1] if multi_label else 1), multi_label, n, reason)
     order = np.random.default_rng(seed).permutation(n)
     held_out = {method: 0.0 for method in METHODS}
     for fold in np.array_split(order, folds):
@@ -126,7 +131,9 @@ def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
     temperatures = fit_temperature(probabilities, labels, multi_label)
     if held_out["temperature"] < held_out["none"]:
         return Calibration("temperature", temperatures, multi_label, n)
-    return Calibration("none", [1.0] * len(temperatures), multi_label, n)
+    return Calibration("none", [1.0] * len(temperatures), multi_label, n,
+                       f"a temperature fitted on validation did not lower the log-loss of the validation documents "
+                       f"it was not fitted on ({folds}-fold), so the probabilities are kept as the network gives them")
 
 
 def _confidence_and_correct(probabilities: np.ndarray, labels: np.ndarray,

@@ -66,6 +66,8 @@ def calibrate_kept_model(core, validation_raw: dict, choice: str) -> tuple[dict,
     if calibration.method != "none":
         log.info("calibration fitted on validation: temperature " + ", ".join(
             f"{t:.3f}" for t in calibration.temperatures))
+    else:
+        log.info(f"no calibration: {calibration.reason}")
     return calibrated_raw(calibration, validation_raw), calibration
 
 
@@ -111,6 +113,9 @@ def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, record: 
         test_metrics, raw = evaluate_split(core, corpus.splits["test"], recipe.eval.batch_size, description="test",
                                            process=accelerator.state)  # divided between the processes
         record.test = test_metrics
+        calibration = record.calibration or {}
+        if calibration.get("method") == "none" and calibration.get("reason") and "calibration" in test_metrics:
+            test_metrics["calibration"]["why_none"] = calibration["reason"]  # metrics.md says it
         if accelerator.is_main_process:
             write_predictions(run_dir / predictions_file("test"), corpus.splits["test"], raw,
                               corpus.label_names, multi_label, core.thresholds if multi_label else None)

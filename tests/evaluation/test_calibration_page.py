@@ -119,3 +119,21 @@ def test_figures_are_pngs_of_a_readable_size():
     curve = png_size(plots.coverage_curve_png({"a": section["coverage"], "b": section["uncalibrated"].get(
         "coverage", section["coverage"])}, 0.95, {"a": (0.5, 0.96)}, {"b": "--"}))
     assert 600 < curve[0] < 1200 and 400 < curve[1] < 900
+
+
+@pytest.mark.parametrize("documents, choice, said", [
+    (48, "auto", "validation holds 48 documents, and model.calibration auto fits a temperature from 100"),
+    (300, "none", "model.calibration is none"),
+])
+def test_a_model_left_uncalibrated_says_why_on_its_page(documents, choice, said):
+    from longbert.evaluation.calibration import fit_calibration
+
+    rng = np.random.default_rng(2)
+    probabilities = rng.dirichlet([1, 1], documents)
+    calibration = fit_calibration(probabilities, rng.integers(0, 2, documents), False, choice=choice)
+    assert calibration.method == "none" and said in calibration.reason
+    metrics = compute_metrics(rng.integers(0, 2, 40), rng.dirichlet([1, 1], 40), [300] * 40, NAMES, False)
+    metrics["calibration"]["why_none"] = calibration.reason  # as training's end records it
+    page = metrics_markdown(metrics, NAMES, "small: test")
+    assert f"The model has no calibration: its probabilities are the network's ({calibration.reason})." in page
+
