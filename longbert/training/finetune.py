@@ -22,7 +22,6 @@ half-written checkpoint, a swap cut between its two renames) is put right when t
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 import time
@@ -35,10 +34,8 @@ from transformers import get_linear_schedule_with_warmup
 
 from longbert.config import Recipe, head_epochs, is_multi_label
 from longbert.data.carving import check_run_data_unchanged
-from longbert.data.documents import load_corpus
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
-from longbert.modeling.backbone import load_backbone
 from longbert.modeling.card import TrainingFacts
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
@@ -57,6 +54,7 @@ from longbert.training.frozen import cache_splits
 from longbert.training.head_stage import train_head_stage
 from longbert.training.init_from import build_model, check_labels, open_init_from
 from longbert.training.optim import optimizer_step, param_groups
+from longbert.training.run_inputs import RunInputs, load_inputs, say_what_is_read
 from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.selective import UnitReader, unit_reader
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
@@ -100,59 +98,25 @@ def train(recipe: Recipe | str | Path | None = None, *, model: LongDocumentClass
         return _train_in_stages(recipe, run_dir, resuming, command, stop, data, source)
 
 
-@dataclass
-class _RunInputs:
-    """What every stage of one run reads, made once before the first: the backbone and its tokenizer (loaded once),
-    and the corpus (read, split and tokenized once). No stage reads or splits the data again, so the documents of
-    each role are the run's in every stage: the head stage and the self-training teacher validate on the run's
-    validation documents and never see its test documents."""
-
-    backbone: torch.nn.Module
-    tokenizer: object
-    corpus: object  # longbert.data.documents.Corpus
-
-    def backbone_for_stage(self, last: bool = False) -> torch.nn.Module:
-        """The loaded backbone for a stage to train: a copy, so that the next stage starts from the weights as
-        loaded, and for the run's last stage the loaded one itself."""
-        return self.backbone if last else copy.deepcopy(self.backbone)
-
-
-def _load_inputs(recipe: Recipe, data) -> _RunInputs:
-    """The backbone and its tokenizer, then the data (the head's size depends on the labels), tokenized with that
-    tokenizer and split once for the whole run (data errors are raised here, before any stage starts)."""
-    backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
-                                        recipe.backbone.hidden_dropout)
-    corpus = load_corpus(recipe.data, tokenizer, recipe.seed, is_multi_label(recipe.model.problem_type), source=data)
-    return _RunInputs(backbone, tokenizer, corpus)
-
-
-def _say_what_is_read(recipe: Recipe, corpus) -> None:
-    log.info(corpus.summary())
-    cut = {role: s["cut_by_token_cap"] for role, s in corpus.stats.items() if s["cut_by_token_cap"]}
-    if cut:
-        log.info(f"data: documents cut at data.max_document_tokens={recipe.data.max_document_tokens}: "
-                 + ", ".join(f"{n} in {role}" for role, n in cut.items()))
-
-
 def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest, data,
-                     source, inputs: _RunInputs | None = None, last: bool = True) -> TrainResult:
+                     source, inputs: RunInputs | None = None, last: bool = True) -> TrainResult:
     """The stages a recipe asks for, in order, each starting from what the one before left, then the run itself:
     contrastive tuning of the backbone (train.contrastive_pairs), a teacher that pseudo-labels unlabelled documents
     (train.self_training_documents; itself trained in stages), the pooler and head alone (train.head_first). Every
     stage reads `inputs` (loaded here when None): one split for the run. `last`: this run is the outermost one, whose
     main stage may train the loaded backbone itself."""
     loading = inputs is None
-    inputs = _load_inputs(recipe, data) if loading else inputs
+    inputs = load_inputs(recipe, data) if loading else inputs
     if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
         check_labels(source, inputs.corpus.label_names)
     if loading:
-        _say_what_is_read(recipe, inputs.corpus)
+        say_what_is_read(recipe, inputs.corpus)
     stages, corpus = {}, inputs.corpus
     if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
         stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop, corpus,
                                                                       (inputs.backbone_for_stage(), inputs.tokenizer))
     if recipe.train.self_training_documents:  # a teacher from the same start; its confident labels join training
-        teacher_inputs = _RunInputs(inputs.backbone, inputs.tokenizer, corpus.without("test"))
+        teacher_inputs = RunInputs(inputs.backbone, inputs.tokenizer, corpus.without("test"))
 
         def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> RunMetrics:
             return _train_in_stages(teacher, Path(teacher.output_dir), resume_teacher, command, stop, data,

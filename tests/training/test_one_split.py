@@ -11,6 +11,7 @@ import pytest
 
 import longbert
 import longbert.training.finetune as finetune
+import longbert.training.run_inputs as run_inputs
 
 pytestmark = pytest.mark.heavy
 
@@ -54,8 +55,8 @@ def loads(monkeypatch):
             return function(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(finetune, "load_backbone", counted("backbone", finetune.load_backbone))
-    monkeypatch.setattr(finetune, "load_corpus", counted("corpus", finetune.load_corpus))
+    monkeypatch.setattr(run_inputs, "load_backbone", counted("backbone", run_inputs.load_backbone))
+    monkeypatch.setattr(run_inputs, "load_corpus", counted("corpus", run_inputs.load_corpus))
     return counts
 
 
