@@ -221,10 +221,15 @@ def refuse_copies(runs: list[Path], names: list[str]) -> list[str]:
 
 
 def same_documents(rows: dict[str, list[PredictionRow]], split: str) -> None:
-    """Refuse members whose kept predictions of `split` are not of the same documents, in the same order."""
+    """Refuse members whose kept predictions of `split` are not of the same documents, in the same order: each row's
+    document id (the data's id column, else its row), label and length in tokens must agree (the members share a
+    tokenizer), so that runs on other files whose rows happen to share positions and labels are not averaged."""
+    def document(row: PredictionRow) -> tuple:
+        return row.index, row.label, row.n_tokens, row.id
+
     names = list(rows)
-    first = [(r.index, r.label) for r in rows[names[0]]]
+    first = [document(r) for r in rows[names[0]]]
     for name in names[1:]:
-        if [(r.index, r.label) for r in rows[name]] != first:
+        if [document(r) for r in rows[name]] != first:
             raise LongbertError(f"{name}'s {split} predictions are not of the documents {names[0]}'s are: members "
                                 "of an ensemble are runs on the same data")

@@ -392,3 +392,18 @@ def test_compare_deploys_the_row_best_on_validation_as_a_folder(three_runs, tmp_
     assert model.ensemble is not None and len(model.ensemble.facts.members) == 2
     assert model.ensemble.facts.chosen_by.startswith("compare: ")
     assert all(r["predicted"] == r["label"] for r in rows(folder / "predictions-validation.jsonl"))
+
+
+def test_members_whose_rows_are_other_documents_at_the_same_places_with_the_same_labels_are_refused():
+    from longbert.ensembles.ensemble_folder import same_documents
+    from longbert.errors import LongbertError
+    from longbert.evaluation.predictions import PredictionRow
+
+    def rows(lengths, ids=None):
+        return [PredictionRow(i, n, i % 2, [0.5, 0.5], 0, id=None if ids is None else ids[i])
+                for i, n in enumerate(lengths)]
+
+    same_documents({"a": rows([300, 700, 90]), "b": rows([300, 700, 90])}, "test")  # the same documents: accepted
+    for other in (rows([300, 701, 90]), rows([300, 700, 90], ["x", "y", "z"])):
+        with pytest.raises(LongbertError, match="b's test predictions are not of the documents a's are"):
+            same_documents({"a": rows([300, 700, 90]), "b": other}, "test")
