@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from longbert.config import load_recipe
+from longbert.data.carving import check_file_unchanged
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
 from longbert.evaluation.calibration import calibrated_raw, fit_calibration
@@ -49,6 +50,7 @@ def make_hybrid(run_dir: str | Path, output: str | Path | None = None, corpus=No
     recipe_file = _refuse_folders(run_dir, output)
     with locked(run_dir, reading=True):  # read, and its hybrid/ written through utils.outputs
         recipe, model = _load_run(run_dir, recipe_file)
+        check_file_unchanged(run_dir, f"hybrid {run_dir}", recipe.data.path)  # the run's split, or none
         tested = RunFolder(run_dir).predictions("test").is_file()
         if corpus is None:
             roles = ["train", "validation"] + (["test"] if tested else [])

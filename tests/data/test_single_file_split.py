@@ -195,7 +195,7 @@ def test_the_command_line_refuses_a_class_too_small_in_one_line_and_writes_nothi
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("change", ["appended", "reordered"])
-def test_a_run_whose_file_changed_is_refused_by_evaluate_and_resume_in_one_line_and_left_as_it_was(
+def test_a_run_whose_file_changed_is_refused_by_evaluate_resume_and_hybrid_in_one_line_and_left_as_it_was(
         reviews, tiny_backbone_dir, tmp_path, monkeypatch, change):
     monkeypatch.chdir(tmp_path)
     settings = ["--set", "data.path=reviews.jsonl", *tiny_settings(tiny_backbone_dir)]
@@ -204,10 +204,15 @@ def test_a_run_whose_file_changed_is_refused_by_evaluate_and_resume_in_one_line_
     predictions = (run / "predictions-test.jsonl").read_text()
     every = rows()
     write_jsonl(reviews, every + rows(["good"])[:1] if change == "appended" else every[::-1])
-    for command in (["evaluate", str(run)], ["train", *settings, "--resume"]):
+    for command in (["evaluate", str(run)], ["train", *settings, "--resume"], ["hybrid", str(run)]):
         result = CliRunner().invoke(app, command)
         assert result.exit_code == 2, result.output
         lines = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert len(lines) == 1 and "reviews.jsonl has changed since the run" in lines[0], result.output
         assert "data-split.json" in lines[0]
         assert (run / "predictions-test.jsonl").read_text() == predictions, "nothing rewritten"
+        assert not (run / "hybrid").exists()
+    from longbert.comparison.strategy_training import run_strategy  # compare's turn for a finished run: not reused
+
+    with pytest.raises(LongbertError, match="compare: chunk: data.path reviews.jsonl has changed since the run"):
+        run_strategy("chunk", load_recipe(run / "recipe.yaml"), "compare", "[1/1]")
