@@ -194,7 +194,7 @@ def test_the_command_line_refuses_a_class_too_small_in_one_line_and_writes_nothi
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("change", ["appended", "reordered"])
+@pytest.mark.parametrize("change", ["appended", pytest.param("reordered", marks=pytest.mark.slow)])
 def test_a_run_whose_file_changed_is_refused_by_evaluate_resume_and_hybrid_in_one_line_and_left_as_it_was(
         reviews, tiny_backbone_dir, tmp_path, monkeypatch, change):
     monkeypatch.chdir(tmp_path)
