@@ -1,6 +1,6 @@
 """Ask a running `longbert serve` for predictions, with Python's standard library only (no client package).
 
-    pip install 'longbert[serve]'
+    pip install -e ".[serve]"   (from the folder of this repository)
     longbert serve runs/examples/train_and_predict     # in one terminal: a model folder or a run folder
     python examples/serve_client.py                    # in another; --url for a server elsewhere
 

@@ -74,7 +74,8 @@ def check_text_column(dataset, column: str, split: str, place: Callable[[int], s
     naming the row (`place`)."""
     if column not in dataset.column_names:
         raise LongbertError(
-            f"data.text_column {column!r} not found in split {split!r}; columns: {', '.join(dataset.column_names)}"
+            f"data.text_column {column!r} not found in split {split!r}; columns: {', '.join(dataset.column_names)}; "
+            "name the one that holds the texts with --set data.text_column=COLUMN"
         )
     for row, text in enumerate(dataset[column]):
         if not isinstance(text, str):
@@ -274,7 +275,8 @@ def _check_splits(data, raw: dict, wanted: list[str], places: dict, multi_label:
         if data.label_column not in raw[split].column_names:
             raise LongbertError(
                 f"data.label_column {data.label_column!r} not found in split {split!r}; "
-                f"columns: {', '.join(raw[split].column_names)}"
+                f"columns: {', '.join(raw[split].column_names)}; name the one that holds the labels with "
+                "--set data.label_column=COLUMN"
             )
         check_labels_present(list(raw[split][data.label_column]), multi_label, places[split])
         check_label_values(list(raw[split][data.label_column]), places[split])

@@ -126,8 +126,10 @@ def test_data_dir_environment_variable(folder, tmp_path, monkeypatch, tokenizer)
      r"data: .*train.jsonl:2: label 'maybe' is not one of label_names \['neg', 'pos'\]"),
     ([{"text": "fine", "label": 0}, {"text": "ok", "label": 5}], {"label_names": ["neg", "pos"]},
      r"train.jsonl:2: label 5 is outside 0..1"),
-    ([{"body": "fine", "label": 0}], {}, r"data.text_column 'text' not found in split 'train'; columns: body, label"),
-    ([{"text": "fine", "y": 0}], {}, r"data.label_column 'label' not found in split 'train'; columns: text, y"),
+    ([{"body": "fine", "label": 0}], {}, r"data.text_column 'text' not found in split 'train'; columns: body, label; "
+     r"name the one that holds the texts with --set data.text_column=COLUMN"),
+    ([{"text": "fine", "y": 0}], {}, r"data.label_column 'label' not found in split 'train'; columns: text, y; "
+     r"name the one that holds the labels with --set data.label_column=COLUMN"),
 ])
 def test_bad_data_is_named(tmp_path, tokenizer, rows, kwargs, message):
     write_jsonl(tmp_path / "train.jsonl", rows * 4)
