@@ -293,3 +293,31 @@ def test_calibration_check_refuses_an_unpaired_file_and_a_missing_one_in_one_lin
     missing = run_script(script, str(tmp_path))
     assert missing.returncode == 1 and "predictions-validation.jsonl does not exist" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def write_stage_run(folder: Path, validation: list[str], test: list[str], stage_validation: list[str],
+                    stage_train: list[str]) -> Path:
+    """A run folder with a head stage: each folder's predictions by document id, the stage's data-split.json ids."""
+    for where, rows in ((folder, {"validation": validation, "test": test}),
+                        (folder / "head_stage", {"validation": stage_validation})):
+        where.mkdir(parents=True)
+        for role, ids in rows.items():
+            (where / f"predictions-{role}.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    (folder / "head_stage" / "data-split.json").write_text(json.dumps({"ids": {"train": stage_train}}))
+    return folder
+
+
+def test_stage_documents_counts_what_each_stage_read_and_fails_when_a_test_document_reached_one(tmp_path):
+    script = SCRIPTS / "stage_documents.py"
+    clean = write_stage_run(tmp_path / "clean", ["v1", "v2"], ["t1", "t2"], ["v1", "v2"], ["a", "b"])
+    result = run_script(script, str(clean), "--json", str(tmp_path / "clean.json"))
+    assert result.returncode == 0, result.stderr
+    stage = json.loads((tmp_path / "clean.json").read_text())["stages"]["head_stage"]
+    assert stage == {"validation": 2, "validation_is_the_runs": True, "validation_in_run_test": 0,
+                     "train_in_run_validation": 0, "train_in_run_test": 0}
+    leaked = write_stage_run(tmp_path / "leaked", ["v1", "v2"], ["t1", "t2"], ["t1", "t2"], ["a", "v1", "v2"])
+    result = run_script(script, str(leaked), "--json", str(tmp_path / "leaked.json"))
+    assert result.returncode == 1
+    stage = json.loads((tmp_path / "leaked.json").read_text())["stages"]["head_stage"]
+    assert (stage["validation_in_run_test"], stage["train_in_run_validation"]) == (2, 2)
+    assert "validates on 2 documents (not the run's validation), 2 of them in the run's test of 2" in result.stdout
