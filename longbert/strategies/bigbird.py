@@ -54,13 +54,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.config.validation import Validated
 from longbert.strategies.attention import base_model, install_attention, layer_head_weight
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, build_pooler, weights_carry_content
@@ -73,9 +71,7 @@ PLAN_ARGUMENT = "block_sparse_plan"
 
 
 @dataclass
-class BigBirdConfig(Validated):
-    SECTION: ClassVar[str] = "strategy"  # checked when built in Python, named as in a recipe
-
+class BigBirdConfig:
     name: str = "bigbird"
     max_tokens: int = option(4096, "tokens read per document, with [CLS]/[SEP] (a multiple of block_size); longer "
                                    "documents keep their head")

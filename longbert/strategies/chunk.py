@@ -9,18 +9,14 @@ names (`strategy.pooler.*`) are the same."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from longbert.config.validation import Validated
 from longbert.strategies.base import register
 from longbert.strategies.sliding import SlidingStrategy, pooling_problems
 from longbert.utils.fields import option
 
 
 @dataclass
-class ChunkConfig(Validated):
-    SECTION: ClassVar[str] = "strategy"  # checked when built in Python, named as in a recipe
-
+class ChunkConfig:
     name: str = "chunk"
     window: int = option(510, "content tokens per chunk ([CLS]/[SEP] come on top)")
     pooling: str = option("vote", "how chunk vectors become the document vector: mean, max, attention, gated, vote "

@@ -64,13 +64,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from longbert.config.validation import Validated
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention, layer_head_weight
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
@@ -239,9 +237,7 @@ def recurrence_attention(module: nn.Module, query, key, value, state: StepState,
 
 
 @dataclass
-class RecurrenceConfig(Validated):
-    SECTION: ClassVar[str] = "strategy"  # checked when built in Python, named as in a recipe
-
+class RecurrenceConfig:
     name: str = "recurrence"
     segment: int = option(510, "content tokens per segment ([CLS]/[SEP] come on top); each segment is one unit")
     memory: int = option(512, "memory per layer, in tokens: keys/values of the latest tokens of earlier segments "

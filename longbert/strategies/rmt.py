@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from longbert.config.validation import Validated
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
@@ -58,9 +56,7 @@ class TokenMemory:
 
 
 @dataclass
-class RmtConfig(Validated):
-    SECTION: ClassVar[str] = "strategy"  # checked when built in Python, named as in a recipe
-
+class RmtConfig:
     name: str = "rmt"
     segment: int = option(500, "content tokens per segment; [CLS], the memory tokens and [SEP] come on top")
     memory_tokens: int = option(10, "memory tokens read and written by every segment and passed to the next; 0 = "

@@ -9,12 +9,10 @@ two can never drift apart."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from longbert.config.validation import Validated
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
 from longbert.strategies.pooling import (
     TOKEN_POOLING_SETTINGS,
@@ -36,9 +34,7 @@ def pooling_problems(config, path: str) -> list[str]:
 
 
 @dataclass
-class SlidingConfig(Validated):
-    SECTION: ClassVar[str] = "strategy"  # checked when built in Python, named as in a recipe
-
+class SlidingConfig:
     name: str = "sliding"
     window: int = option(510, "content tokens per window ([CLS]/[SEP] come on top)")
     stride: int = option(255, "tokens between the starts of consecutive windows (window - stride = overlap)")

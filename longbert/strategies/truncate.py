@@ -7,12 +7,10 @@ last 382 tokens beat keeping the head or the tail alone on IMDb; all three are h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from longbert.config.validation import Validated
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
 from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, pool_tokens
 from longbert.strategies.windows import check_fits, encode_cuts
@@ -22,9 +20,7 @@ MODES = ("head", "tail", "head_tail")
 
 
 @dataclass
-class TruncateConfig(Validated):
-    SECTION: ClassVar[str] = "strategy"  # checked when built in Python, named as in a recipe
-
+class TruncateConfig:
     name: str = "truncate"
     mode: str = option("head_tail", "which tokens to keep: head, tail or head_tail")
     max_tokens: int = option(510, "content tokens kept per document ([CLS]/[SEP] come on top)")

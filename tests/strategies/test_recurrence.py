@@ -10,7 +10,6 @@ import weakref
 import pytest
 import torch
 
-from helpers import unchecked
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
 from longbert.strategies.base import PassBudget, SpecialTokens
@@ -361,14 +360,14 @@ def test_bf16_autocast_forward_and_backward(tiny_backbone, config):
 
 
 def test_config_problems_name_their_yaml_path():
-    config = unchecked(RecurrenceConfig, segment=0, memory=-1, memory_segments=0, backprop_segments=-1, pooling="sum")
+    config = RecurrenceConfig(segment=0, memory=-1, memory_segments=0, backprop_segments=-1, pooling="sum")
     problems = config.problems("strategy")
     for path in ("strategy.segment", "strategy.memory ", "strategy.memory_segments", "strategy.backprop_segments",
                  "strategy.pooling"):
         assert any(p.startswith(path.strip()) for p in problems), path
-    (message,) = unchecked(RecurrenceConfig, segment=100, memory=300).problems("strategy")
+    (message,) = RecurrenceConfig(segment=100, memory=300).problems("strategy")
     assert message.startswith("strategy.memory must be <= memory_segments * (segment + 2) = 102")
-    assert unchecked(RmtConfig, memory_tokens=-1, token_pooling="max").problems("strategy") == [
+    assert RmtConfig(memory_tokens=-1, token_pooling="max").problems("strategy") == [
         "strategy.token_pooling must be one of auto, cls, mean, got 'max'",
         "strategy.memory_tokens must be >= 0, got -1"]
     with pytest.raises(LongbertError, match="strategy.memory_segments"):
