@@ -117,8 +117,8 @@ def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
     if n < max(folds, AUTO_DOCUMENTS) or choice == "none":
         reason = ("model.calibration is none" if choice == "none" else
                   f"validation holds {n} document{'' if n == 1 else 's'}, and model.calibration auto fits a "
-                  f"temperature from {max(folds, AUTO_DOCUMENTS)} (fewer follow their own noise); give validation "
-                  "more documents, or set model.calibration: temperature to fit one anyway")
+                  f"temperature only from {max(folds, AUTO_DOCUMENTS)}, since one fitted on fewer follows their "
+                  "noise; give validation more documents, or set model.calibration: temperature to fit one anyway")
         return Calibration("none", [1.0] * (probabilities.shape[1] if multi_label else 1), multi_label, n, reason)
     order = np.random.default_rng(seed).permutation(n)
     held_out = {method: 0.0 for method in METHODS}

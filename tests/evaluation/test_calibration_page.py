@@ -122,7 +122,7 @@ def test_figures_are_pngs_of_a_readable_size():
 
 
 @pytest.mark.parametrize("documents, choice, said", [
-    (48, "auto", "validation holds 48 documents, and model.calibration auto fits a temperature from 100"),
+    (48, "auto", "validation holds 48 documents, and model.calibration auto fits a temperature only from 100"),
     (300, "none", "model.calibration is none"),
 ])
 def test_a_model_left_uncalibrated_says_why_on_its_page(documents, choice, said):
@@ -135,5 +135,5 @@ def test_a_model_left_uncalibrated_says_why_on_its_page(documents, choice, said)
     metrics = compute_metrics(rng.integers(0, 2, 40), rng.dirichlet([1, 1], 40), [300] * 40, NAMES, False)
     metrics["calibration"]["why_none"] = calibration.reason  # as training's end records it
     page = metrics_markdown(metrics, NAMES, "small: test")
-    assert f"The model has no calibration: its probabilities are the network's ({calibration.reason})." in page
+    assert f"The model has no calibration: its probabilities are the network's. Why: {calibration.reason}.\n\n" in page
 
