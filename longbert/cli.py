@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from longbert.commands import classic_metavars, command_line, run_command, start_up
+from longbert.commands import OneLineUsageErrors, classic_metavars, command_line, run_command, start_up
 from longbert.config.limits import check_counts  # standard library and errors only: no torch at start-up
 from longbert.errors import LongbertError
 from longbert.inference.serve_api import Limits  # standard library only: the serve options' defaults
@@ -29,7 +29,7 @@ MIN_CONFIDENCE = typer.Option(None, "--min-confidence", metavar="P", help="absta
 INPUT_HELP = ("a .txt file (one text per line) or - for stdin lines; a csv, jsonl, jsonl.gz, json or parquet file; a "
               "save_to_disk folder; or a hub dataset id")
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(cls=OneLineUsageErrors, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 120},
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
                        "pretrain a backbone further.")

@@ -4,6 +4,7 @@ reads (`classic_metavars`)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import shlex
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import typer
+from typer.core import TyperGroup
 from typer.models import ArgumentInfo, OptionInfo
 
 from longbert.errors import LongbertError
@@ -62,6 +64,38 @@ def _guarded(action: Callable[[], object]) -> object:
         ignore_ctrl_c()
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The `longbert` group, whose usage errors (an unknown option or command, a value of the wrong kind, a missing
+    argument) are one line with the prefix of every other error, `error: ... (see 'longbert train --help')`, and exit
+    2, where click would print the usage, a hint and "Error:" on four lines. No arguments at all still show the help."""
+
+    def make_context(self, *args, **kwargs) -> typer.Context:
+        with _usage_error_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: typer.Context) -> object:
+        with _usage_error_in_one_line():
+            return super().invoke(ctx)
+
+
+# click's ClickException, by way of a class typer exports: typer 0.29 carries its own copy of click, older typers use
+# click itself, and either way its usage errors derive from it.
+_CLICK_ERROR = next(kind for kind in typer.BadParameter.__mro__ if kind.__name__ == "ClickException")
+
+
+@contextlib.contextmanager
+def _usage_error_in_one_line():
+    try:
+        yield
+    except _CLICK_ERROR as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `longbert` alone: the help, as click shows it
+            raise
+        context = getattr(error, "ctx", None)
+        hint = f" (see '{context.command_path} --help')" if context is not None else ""
+        typer.echo(f"error: {error.format_message()}{hint}", err=True)
+        raise typer.Exit(error.exit_code) from None
 
 
 def end_process_group() -> bool:

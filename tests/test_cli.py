@@ -542,3 +542,20 @@ def test_report_renders_an_earlier_report_again_and_refuses_what_is_not_one(tmp_
         pages = {p.name: p.read_bytes() for p in report.iterdir()}
         assert_user_error(run("report", report), "cannot be rendered: it is not as this version")
         assert {p.name: p.read_bytes() for p in report.iterdir()} == pages
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["train", "--bogus"], ["No such option: --bogus", "(see 'root train --help')"]),
+    (["predict", "model", "--min-confidence", "abc"], ["'--min-confidence'", "(see 'root predict --help')"]),
+    (["frobnicate"], ["No such command 'frobnicate'", "(see 'root --help')"]),
+    (["predict"], ["Missing argument 'MODEL_DIR'"]),
+    (["--bogus"], ["No such option: --bogus"]),
+])
+def test_usage_errors_are_one_line_with_the_prefix_of_every_other_error(args, fragments):
+    """click would print a usage line, a hint and "Error: ..." on four lines; longbert's errors are "error: ..."."""
+    assert_user_error(run(*args), *fragments)
+
+
+def test_no_arguments_still_show_the_help():
+    result = run()
+    assert "Commands:" in result.output and "error:" not in result.output
