@@ -29,8 +29,8 @@ MIN_CONFIDENCE = typer.Option(None, "--min-confidence", metavar="P", help="absta
 INPUT_HELP = ("a .txt file (one text per line) or - for stdin lines; a csv, jsonl, jsonl.gz, json or parquet file; a "
               "save_to_disk folder; or a hub dataset id")
 
-app = typer.Typer(cls=OneLineUsageErrors, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  context_settings={"max_content_width": 120},
+app = typer.Typer(cls=OneLineUsageErrors, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings={"max_content_width": 120},
                   help="Classify long documents with BERT: train, evaluate, predict and compare strategies; "
                        "pretrain a backbone further.")
 
