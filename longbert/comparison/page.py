@@ -163,8 +163,7 @@ def _abstention_blocks(results: dict) -> list[tuple]:
         blocks.append(("p", [(
             f"On test, {', '.join(short)} fall{'s' if len(short) == 1 else ''} short of {target} at the threshold: it "
             "is only as good as the validation split it was chosen on (a few hundred documents, say, or documents "
-            "unlike the test's; where the test holds only long documents, ", None),
-            ("--set data.validation_longer_than=512", "code"), (" draws validation alike).", None)]))
+            "unlike the test's: the data section says what each holds).", None)]))
     said = deployed_abstention(results)
     if said:
         blocks.append(("p", [(f"The model to deploy, {results['deployable']['row']}.", "strong"), (f" {said}", None)]))

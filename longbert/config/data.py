@@ -73,14 +73,24 @@ class DataConfig(Validated):
     test_longer_than: int = option(0, "evaluate only the test documents longer than this many tokens ([CLS]/[SEP] "
                                    "included; 512: every document truncation cuts), before any subset is drawn; 0 "
                                    "keeps all")
-    validation_longer_than: int = option(0, "select checkpoints and rows only on the validation documents longer "
-                                         "than this many tokens (as data.test_longer_than), so that validation "
-                                         "resembles a test of long documents; the carving of train is unchanged, so "
-                                         "the training documents are the same; 0 keeps all")
+    validation_longer_than: int | None = option(None, "choose (the kept step, early stopping, the calibration, "
+                                                "compare's model) only on the validation documents longer than this "
+                                                "many tokens; null: as data.test_longer_than, so that validation is "
+                                                "drawn like the test. Where a carved validation holds fewer such "
+                                                "documents than it holds in all, long training documents move into "
+                                                "it (at most half of them), and the data line says how many; 0 "
+                                                "keeps all")
     max_document_tokens: int = option(16384, "per-document token cap that protects memory; how many documents it cut "
                                       "is reported")
     seed: int | None = option(None, "seed of the data's carving and subsets; null: the recipe's seed. Pinned, runs "
                                     "that differ only in their seed train on the same documents (compare --seeds)")
+
+    def validation_rule(self) -> int:
+        """The length validation's documents must exceed (0: any): data.validation_longer_than, or when null the
+        test's, data.test_longer_than, where there is a test split."""
+        if self.validation_longer_than is not None:
+            return self.validation_longer_than
+        return self.test_longer_than if self.test_split else 0
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -95,7 +105,7 @@ class DataConfig(Validated):
         if self.max_document_tokens < 1:
             out.append(f"{path}.max_document_tokens must be >= 1, got {self.max_document_tokens}")
         for name in ("test_longer_than", "validation_longer_than"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 out.append(f"{path}.{name} must be >= 0, got {getattr(self, name)}")
         if self.label_names is not None and len(set(self.label_names)) != len(self.label_names):
             out.append(f"{path}.label_names has duplicates: {short_repr(self.label_names)}")

@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from sklearn.model_selection import train_test_split
@@ -22,6 +22,7 @@ from longbert.utils.folders import SPLIT_FILE
 
 # data.test_split's default: the one name under which a single file's test split is carved (null: no test).
 CARVED_TEST_SPLIT = "test"
+MORE_LONG_VALIDATION_STREAM = 3  # the seeded draw of the long training documents that move into validation
 
 
 @dataclass
@@ -67,11 +68,12 @@ class Carved:
 
 
 def carve(data, splits: dict, labels: dict, validation_split: str | None, seed: int, multi_label: bool,
-          file: Path | None = None, names: list[str] = ()) -> Carved:
+          file: Path | None = None, names: list[str] = (), longer: Callable | None = None) -> Carved:
     """The rows of each role (see `Carved`). `file`: the single data file `splits[data.train_split]` was read from,
     out of which test (when data.test_split names one) and validation are carved; `names`: the class names, for
-    its errors. A role carved out of another split reads that split's rows: `splits` and `labels` get it under the
-    role's split name."""
+    its errors; `longer`: which rows of the training split pass validation's length rule (data.validation_rule),
+    so that a carved validation holds enough of them (`_enough_long`). A role carved out of another split reads that
+    split's rows: `splits` and `labels` get it under the role's split name."""
     train = data.train_split
     train_rows = np.arange(len(splits[train]))
     test_rows = None
@@ -87,6 +89,9 @@ def carve(data, splits: dict, labels: dict, validation_split: str | None, seed: 
         where = (f"data.path {file}: cannot carve a validation split from the {len(train_rows)} documents the test "
                  "split left" if file is not None else "data: cannot carve a stratified validation split from train")
         train_rows, val_rows = _draw(train_rows, labels[train], data.validation_fraction, seed, multi_label, where)
+        moved = 0
+        if longer is not None:
+            train_rows, val_rows, moved = _enough_long(data, train_rows, val_rows, longer, seed)
         chosen["validation"] = np.sort(val_rows)
         splits[validation_name], labels[validation_name] = splits[train], labels[train]
     else:
@@ -99,7 +104,25 @@ def carve(data, splits: dict, labels: dict, validation_split: str | None, seed: 
         chosen["test"] = np.arange(len(splits[data.test_split]))
     sources = {"train": train, "validation": validation_name, "test": data.test_split}
     file_split = None if file is None else _file_split(data, file, splits[train], chosen, seed, multi_label)
-    return Carved(chosen, sources, _described(data, sources, validation_split, file), file_split)
+    described = _described(data, sources, validation_split, file, moved if validation_split is None else 0)
+    return Carved(chosen, sources, described, file_split)
+
+
+def _enough_long(data, train_rows, val_rows, longer: Callable, seed: int):
+    """(train's rows, validation's rows, how many moved): where fewer of the carved validation's documents pass its
+    length rule than it would keep in all (data.max_eval_documents included), long training documents, drawn at
+    random (seeded), move into validation until it has that many, at most half of the long ones train holds, so
+    that choices are made on as many documents as without the rule and training still sees long documents."""
+    wanted = len(val_rows) if data.max_eval_documents is None else min(len(val_rows), data.max_eval_documents)
+    missing = wanted - int(longer(val_rows).sum())
+    if missing <= 0:
+        return train_rows, val_rows, 0
+    long_train = np.sort(train_rows)[longer(np.sort(train_rows))]
+    moved = min(missing, len(long_train) // 2)
+    if not moved:
+        return train_rows, val_rows, 0
+    picked = np.random.default_rng([seed, MORE_LONG_VALIDATION_STREAM]).choice(long_train, moved, replace=False)
+    return np.setdiff1d(train_rows, picked), np.concatenate([val_rows, picked]), moved
 
 
 def _draw(rows, labels: list, fraction: float, seed: int, multi_label: bool, where: str):
@@ -131,7 +154,7 @@ def _check_enough_per_class(file: Path, labels: list, names: list[str], multi_la
                             "documents of that class, or point data.path at a folder of <split> files")
 
 
-def _described(data, sources: dict, validation_split: str | None, file: Path | None) -> dict[str, str]:
+def _described(data, sources: dict, validation_split: str | None, file: Path | None, moved: int) -> dict[str, str]:
     """Where each role's documents came from, as the stats (and the start of training) say it."""
     described = dict(sources)
     if file is not None:
@@ -143,8 +166,10 @@ def _described(data, sources: dict, validation_split: str | None, file: Path | N
         described["validation"] = f"carved from {data.train_split} ({data.validation_fraction * 100:g}%)"
     if data.test_split and data.test_longer_than:
         described["test"] += f", documents over {data.test_longer_than} tokens"
-    if data.validation_longer_than:
-        described["validation"] += f", documents over {data.validation_longer_than} tokens"
+    if moved:
+        described["validation"] += f" and {moved} long documents more from train"
+    if data.validation_rule():
+        described["validation"] += f", documents over {data.validation_rule()} tokens"
     return described
 
 

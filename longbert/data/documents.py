@@ -207,7 +207,8 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
     splits = {s: raw[s].select_columns(_kept_columns(data, raw[s])) for s in wanted}
     labels = {s: encode_labels(list(splits[s][data.label_column]), names, multi_label, places[s]) for s in wanted}
     check_classes(labels[data.train_split], names, f"documents of split {data.train_split!r}")
-    carved = carve(data, splits, labels, validation_split, seed, multi_label, file, names)
+    carved = carve(data, splits, labels, validation_split, seed, multi_label, file, names,
+                   _length_rule(data, tokenizer, splits[data.train_split]))
     chosen, sources, described = carved.chosen, carved.sources, carved.described
     rng = np.random.default_rng(seed)
     out, stats = {}, {}
@@ -217,7 +218,7 @@ def load_corpus(data, tokenizer, seed: int, multi_label: bool = False, source: A
         if role == "test" and data.test_longer_than and (roles is None or role in roles):
             rows, tokenized = _longer_than(data, tokenizer, splits[split], rows, f"split {split!r}", "test")
         drawn = _subsample(data, rows, role, seed, rng)
-        if role == "validation" and data.validation_longer_than and (roles is None or role in roles):
+        if role == "validation" and data.validation_rule() and (roles is None or role in roles):
             # Drawn from a generator of its own: the draw above moved `rng` as it does without the option, so the
             # test documents drawn after it stay the same and runs with and without long validation pair.
             where = (f"split {split!r}" if validation_split else
@@ -300,14 +301,30 @@ def _kept_columns(data, dataset) -> list[str]:
 def _longer_than(data, tokenizer, dataset, rows, where: str, role: str):
     """(the rows over data.<role>_longer_than tokens, {row: (ids, length)} of every one of `rows`, tokenized to find
     them); `where`: the documents `rows` are, as an error names them."""
-    longer_than = getattr(data, f"{role}_longer_than")
+    longer_than = data.test_longer_than if role == "test" else data.validation_rule()
     texts = list(dataset.select(rows)[data.text_column])
     tokenized = dict(zip(rows.tolist(), zip(*tokenize_cached(tokenizer, texts, data.max_document_tokens))))
     kept = np.array([r for r in rows.tolist() if tokenized[r][1] > longer_than], dtype=np.int64)
     if not len(kept):
-        raise LongbertError(f"data.{role}_longer_than={longer_than}: no document of {where} is that long (its "
-                            f"longest has {max(n for _, n in tokenized.values())} tokens)")
+        setting = f"data.{role}_longer_than={longer_than}"
+        if role == "validation" and data.validation_longer_than is None:
+            setting = (f"data.test_longer_than={longer_than}, which validation follows (data.validation_longer_than "
+                       "null; 0 validates on every length)")
+        raise LongbertError(f"{setting}: no document of {where} is that long (its longest has "
+                            f"{max(n for _, n in tokenized.values())} tokens)")
     return kept, tokenized
+
+
+def _length_rule(data, tokenizer, dataset):
+    """Which of `dataset`'s rows are longer than validation's length rule (a function of an array of rows, for
+    `carve`), or None where validation takes documents of any length."""
+    if not data.validation_rule():
+        return None
+
+    def longer(rows):
+        _, lengths = tokenize_cached(tokenizer, list(dataset.select(rows)[data.text_column]), data.max_document_tokens)
+        return np.asarray(lengths) > data.validation_rule()
+    return longer
 
 
 def _subsample(data, rows, role: str, seed: int, rng):

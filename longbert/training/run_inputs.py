@@ -63,12 +63,12 @@ def validation_unlike_test(data, stats: dict) -> str | None:
     """One line when the test is restricted to long documents (data.test_longer_than) and validation is not: the
     kept step, early stopping, the head stage's epoch and the calibration are then chosen on shorter documents than
     the model is judged on. None when validation is drawn like the test, or there is no test."""
-    if "test" not in stats or "validation" not in stats or data.test_longer_than <= data.validation_longer_than:
+    if "test" not in stats or "validation" not in stats or data.test_longer_than <= data.validation_rule():
         return None
     validation, test = stats["validation"], stats["test"]
     return (f"data: validation is not drawn like the test: the test holds only documents over "
             f"{data.test_longer_than} tokens ({test['documents']}, median {test['median_tokens']}), validation "
             f"{validation['documents']} documents of every length (median {validation['median_tokens']}, "
-            f"{validation['over_512']} over 512), and every choice made on validation is made on them; set "
-            f"data.validation_longer_than={data.test_longer_than}, with a larger data.validation_fraction where "
-            "too few are that long")
+            f"{validation['over_512']} over 512), and every choice made on validation is made on them; leave "
+            "data.validation_longer_than unset (null: as the test), or set it to "
+            f"{data.test_longer_than}")

@@ -319,24 +319,29 @@ def test_an_empty_training_split_is_refused(tokenizer, monkeypatch):
 
 def test_evaluation_on_long_test_documents_only(tmp_path, tokenizer):
     """data.test_longer_than keeps every test document over that length (and only those), before
-    max_test_documents draws a subset; train and validation are the same documents as without it."""
+    max_test_documents draws a subset; with validation of every length (validation_longer_than=0), train and
+    validation are the same documents as without it."""
     rows = [{"text": ("word " * n).strip(), "label": ["neg", "pos"][i % 2]} for i, n in enumerate(range(5, 85, 2))]
     write_jsonl(tmp_path / "train.jsonl", rows)
     write_jsonl(tmp_path / "test.jsonl", rows)
     plain = load_corpus(config(tmp_path), tokenizer, seed=3)
-    long = load_corpus(config(tmp_path, test_longer_than=50), tokenizer, seed=3)
+    long = load_corpus(config(tmp_path, test_longer_than=50, validation_longer_than=0), tokenizer, seed=3)
     lengths = list(plain.splits["test"]["n_tokens"])
     assert list(long.splits["test"]["n_tokens"]) == [n for n in lengths if n > 50]
     assert long.splits["train"]["text"] == plain.splits["train"]["text"]
     assert long.splits["validation"]["text"] == plain.splits["validation"]["text"]
     assert long.stats["test"]["source_split"] == "test, documents over 50 tokens"
-    capped = load_corpus(config(tmp_path, test_longer_than=50, max_eval_documents=3, max_test_documents=10),
-                         tokenizer, seed=3)
+    capped = load_corpus(config(tmp_path, test_longer_than=50, validation_longer_than=0, max_eval_documents=3,
+                                max_test_documents=10), tokenizer, seed=3)
     assert len(capped.splits["validation"]) == 3 and len(capped.splits["test"]) == 10
     assert all(n > 50 for n in capped.splits["test"]["n_tokens"])
     assert len(load_corpus(config(tmp_path, max_eval_documents=4), tokenizer, seed=3).splits["test"]) == 4
     with pytest.raises(LongbertError, match=r"data.test_longer_than=500: no document of split 'test' is that long "
                                             r"\(its longest has 85 tokens\)"):
+        load_corpus(config(tmp_path, test_longer_than=500, validation_longer_than=0), tokenizer, seed=3)
+    with pytest.raises(LongbertError, match=r"data.test_longer_than=500, which validation follows \(data.validation_"
+                                            r"longer_than null; 0 validates on every length\): no document of the "
+                                            r"validation carved from split 'train' is that long"):
         load_corpus(config(tmp_path, test_longer_than=500), tokenizer, seed=3)
     with pytest.raises(LongbertError, match="data.test_longer_than must be >= 0, got -1"):
         load_recipe(None, ["data.test_longer_than=-1"])
@@ -363,6 +368,41 @@ def test_validation_on_long_documents_only(tmp_path, tokenizer):
         load_corpus(config(tmp_path, validation_longer_than=500), tokenizer, seed=3)
     with pytest.raises(LongbertError, match="data.validation_longer_than must be >= 0, got -2"):
         load_recipe(None, ["data.validation_longer_than=-2"])
+
+
+def test_validation_follows_the_tests_length_rule_with_as_many_documents_as_it_would_hold(tmp_path, tokenizer):
+    """By default (validation_longer_than null) validation keeps only documents over data.test_longer_than. Where the
+    carved validation holds too few, long training documents move into it, at most half of train's long ones, and
+    the data line says how many; no document is in two roles, and one file's data-split.json records the move."""
+    lengths = [5] * 60 + list(range(60, 100))  # 100 documents, 40 of them over 60 tokens
+    rows = [{"text": ("word " * n).strip(), "label": ["neg", "pos"][i % 2]} for i, n in enumerate(lengths)]
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    write_jsonl(tmp_path / "test.jsonl", rows)
+    plain = load_corpus(config(tmp_path, test_longer_than=60, validation_longer_than=0), tokenizer, seed=3)
+    follows = load_corpus(config(tmp_path, test_longer_than=60), tokenizer, seed=3)
+    carved, validation = len(plain.splits["validation"]), follows.splits["validation"]
+    assert carved == 25 and len(validation) == carved and min(validation["n_tokens"]) > 60
+    moved = carved - sum(n > 60 for n in plain.splits["validation"]["n_tokens"])
+    assert follows.stats["validation"]["source_split"] == (f"carved from train (25%) and {moved} long documents more "
+                                                           "from train, documents over 60 tokens")
+    assert not set(validation["text"]) & set(follows.splits["train"]["text"])
+    assert len(follows.splits["train"]) == len(plain.splits["train"]) - moved
+    assert sum(n > 60 for n in follows.splits["train"]["n_tokens"]) >= moved  # train keeps at least as many long
+    few = load_corpus(config(tmp_path, test_longer_than=90), tokenizer, seed=3)  # 11 over 90: at most half move
+    long_left = sum(n > 90 for n in few.splits["train"]["n_tokens"])
+    assert all(n > 90 for n in few.splits["validation"]["n_tokens"])
+    assert long_left >= len(few.splits["validation"]) - 2
+
+    single = tmp_path / "one" / "reviews.jsonl"
+    single.parent.mkdir()
+    write_jsonl(single, rows * 2)
+    corpus = load_corpus(DataConfig(path=str(single), validation_fraction=0.25, test_longer_than=60), tokenizer,
+                         seed=3)
+    recorded = corpus.file_split.rows  # each role's rows before the length rule and the subsets, as before
+    assert "long documents more from train" in corpus.stats["validation"]["source_split"]
+    assert min(corpus.splits["validation"]["n_tokens"]) > 60
+    assert sum(lengths[r % 100] + 2 > 60 for r in recorded["validation"]) == len(corpus.splits["validation"])
+    assert not set(recorded["validation"]) & (set(recorded["train"]) | set(recorded["test"]))
 
 
 def test_tokenized_splits_are_cached_on_disk_and_reused(folder, tokenizer, tmp_path, monkeypatch):
