@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -160,6 +161,22 @@ def test_data_errors_leave_nothing_behind(rows, extra, fragments, tiny_recipe, t
     recipe.write_text("name: r\n")
     assert_user_error(run("train", recipe, *sets(overrides)), *fragments)
     assert not (tmp_path / "run").exists(), "no half-written run folder"
+
+
+@pytest.mark.parametrize("command", ["train", "compare"])
+def test_a_pipe_as_data_path_is_one_line(command, tiny_recipe, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # compare writes reports/<name> and runs/compare/<name> here
+    pipe = tmp_path / "reviews.jsonl"
+    os.mkfifo(pipe)  # nothing writes to it: reading it would wait for ever
+    named_by_compare = ("data.path", "strategy.name", "output_dir") if command == "compare" else ("data.path",)
+    overrides = [o for o in tiny_recipe if not o.startswith(named_by_compare)] + [f"data.path={pipe}"]
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: r\n")
+    args = ["train", recipe] if command == "train" else ["compare", "--recipe", recipe, "--strategies", "chunk",
+                                                         "--name", "cmp"]
+    assert_user_error(run(*args, *sets(overrides)), f"data.path '{pipe}' is neither a file nor a folder")
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == ["r.yaml", "reviews.jsonl"], "nothing written"
 
 
 def test_model_folder_that_is_not_a_model(tmp_path):

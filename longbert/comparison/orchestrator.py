@@ -79,7 +79,8 @@ from longbert.comparison.speed import cached_speed, measure_speed_by_length, sav
 from longbert.comparison.strategy_training import StrategyRun, run_strategy
 from longbert.config import is_multi_label
 from longbert.data.documents import load_corpus
-from longbert.data.objects import recipe_for_data_object
+from longbert.data.objects import IN_MEMORY, recipe_for_data_object
+from longbert.data.sources import resolve_data_path
 from longbert.ensembles.choice import average_calibration, averaged_rows, read_validation, selection_metric
 from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.inference.attribution import build_examples, decisive_units, select_examples
@@ -219,6 +220,8 @@ class Comparison:
 
     def _check_before_training(self) -> None:
         """Every check that can refuse the comparison, before any training."""
+        if self.data is None and not self.first.data.path.startswith(IN_MEMORY):
+            resolve_data_path(self.first.data.path)  # a path that is missing, or a pipe, is refused before any line
         labelled = {self.run_label(s, k): r for s in self.names for k, r in self.by_seed[s].items()}
         plan = plan_runs(labelled)  # every folder's conflicts, before training
         # A seed changes no shape: each strategy's model is built once, when any of its runs is about to train.

@@ -45,7 +45,14 @@ def data_object_splits(obj: Any, config) -> tuple[dict[str, Any], str, bool]:
 
 
 def _one_split(value: Any, config, where: str):
-    """One split in memory -> (datasets.Dataset, what kind of object it was)."""
+    """One split in memory -> (datasets.Dataset, what kind of object it was); one without rows is refused."""
+    dataset, kind = _read_one_split(value, config, where)
+    if len(dataset) == 0:
+        raise LongbertError(f"{where}: the {kind} holds no documents")
+    return dataset, kind
+
+
+def _read_one_split(value: Any, config, where: str):
     pandas = sys.modules.get("pandas")  # a DataFrame means pandas is loaded already; never import it for the check
     try:
         if isinstance(value, Dataset):
@@ -106,6 +113,9 @@ def splits_by_role(train_dataset: Any, eval_dataset: Any, config) -> tuple[dict[
     `evaluate(model, documents)`'s."""
     if train_dataset is None:
         raise LongbertError("eval_dataset needs train_dataset: the documents to train on")
+    for where, given in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+        if given is not None:
+            _one_split(given, config, where)  # refused here, before any stage, when it holds no documents
     splits, settings = {config.train_split: train_dataset}, {"test_split": None, "validation_split": None}
     if eval_dataset is not None:
         name = config.validation_split or "validation"

@@ -45,6 +45,9 @@ def resolve_data_path(path: str) -> Path | None:
     """The local file or folder `path` names, or None when it must be a hub dataset id."""
     direct = Path(path).expanduser()
     if direct.exists():
+        if not (direct.is_file() or direct.is_dir()):
+            raise LongbertError(f"data.path {path!r} is neither a file nor a folder (a pipe, socket or device); "
+                                "save the documents to a file and point data.path at it")
         return direct
     if direct.is_absolute() or path.startswith("."):
         raise LongbertError(f"data.path {path!r} does not exist")

@@ -21,6 +21,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+from longbert.modeling.settings import LOG_TEMPERATURE_BOUNDS
 
 ECE_BINS = 15  # equal-width confidence bins, as Guo et al.
 FOLDS = 5  # validation split k ways to choose between no correction and a temperature
@@ -28,7 +29,6 @@ FOLDS = 5  # validation split k ways to choose between no correction and a tempe
 # (a MiniLM run with 48 validation reviews got T = 0.25, which doubled its test ECE); `temperature` forces one anyway
 AUTO_DOCUMENTS = 100
 SMALLEST = 1e-7  # probabilities below this (prediction files round to 6 digits) are read as this
-LOG_T_BOUNDS = (-3.0, 3.0)  # T between 0.05 and 20
 METHODS = ("none", "temperature")
 
 
@@ -97,7 +97,7 @@ def fit_temperature(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
 
     def best(p: np.ndarray, y: np.ndarray, multi: bool) -> float:
         found = minimize_scalar(lambda log_t: negative_log_likelihood(scaled(p, np.exp(log_t), multi), y, multi),
-                                bounds=LOG_T_BOUNDS, method="bounded")
+                                bounds=LOG_TEMPERATURE_BOUNDS, method="bounded")
         return float(np.exp(found.x))
 
     if multi_label:

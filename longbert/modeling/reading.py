@@ -126,12 +126,24 @@ def batch_vectors(model, documents: list[torch.Tensor]) -> torch.Tensor:
 
 def check_texts(texts: list, batch_size: int = 1) -> None:
     """What `predict` accepts: every text a string with something in it, and a batch size of at least 1 (a
-    LongbertError naming the first text that is not, or the batch size)."""
+    LongbertError naming the first text that is not, or the batch size). A string given whole is refused, not read
+    one character a text."""
+    if isinstance(texts, (str, bytes)):
+        raise LongbertError(f"texts must be a list of strings, got one {type(texts).__name__} "
+                            f"({short_text(texts)}); pass [text] to predict one text")
     for row, text in enumerate(texts):
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
+            raise LongbertError(f"text {row} is a {type(text).__name__} ({short_text(text)}), not a string")
+        if not text.strip():
             raise LongbertError(f"text {row} is empty or whitespace-only")
     if batch_size < 1:
         raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
+
+
+def short_text(value, most: int = 40) -> str:
+    """`value` as an error message shows it: its repr, cut to `most` characters."""
+    shown = repr(value)
+    return shown if len(shown) <= most else shown[: most - 3] + "..."
 
 
 def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int,

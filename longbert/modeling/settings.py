@@ -34,6 +34,10 @@ from longbert.utils.fields import one_of, option
 FORMAT_VERSION = 1
 
 
+# The natural logarithm of the smallest and largest temperature calibration fits (T between 0.05 and 20), and so the
+# range a model's settings may hold: a temperature of 1e8 read from a tampered file would make every probability 0.5.
+LOG_TEMPERATURE_BOUNDS = (-3.0, 3.0)
+
 @dataclass
 class ModelSettings(FinetuneChoice):
     """Everything `from_pretrained` needs to rebuild a model: written as longbert_config.json, read back through
@@ -99,10 +103,12 @@ class ModelSettings(FinetuneChoice):
                                             or not all(0 < t < 1 for t in self.thresholds)):
             out.append(f"thresholds must hold one number in (0, 1) per label, got {self.thresholds}")
         wanted = len(self.label_names) if is_multi_label(self.problem_type) else 1
+        low, high = (math.exp(b) for b in LOG_TEMPERATURE_BOUNDS)
         if self.temperatures is not None and (len(self.temperatures) != wanted or not all(
-                math.isfinite(t) and t > 0 for t in self.temperatures)):
-            out.append(f"temperatures must hold {wanted} finite number(s) above 0 (one"
-                       f"{' per label' if wanted > 1 else ''}), got {self.temperatures}")
+                isinstance(t, (int, float)) and not isinstance(t, bool) and low * (1 - 1e-9) <= t <= high * (1 + 1e-9)
+                for t in self.temperatures)):
+            out.append(f"temperatures must hold {wanted} number(s) between {low:.4g} and {high:.4g}, the range "
+                       f"calibration fits in (one{' per label' if wanted > 1 else ''}), got {self.temperatures}")
         return out
 
     def without_calibration(self) -> ModelSettings:

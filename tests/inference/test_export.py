@@ -126,6 +126,22 @@ def test_runtime_predict_gives_predicts_rows(tiny_run):
         assert a["probabilities"] == pytest.approx(b["probabilities"], abs=2e-2)
     with pytest.raises(LongbertError, match="text 1 is empty or whitespace-only"):
         runtime.predict(["fine", " "])
+    with pytest.raises(LongbertError, match=r"^texts must be a list of strings, got one str \('great'\); pass"):
+        runtime.predict("great")  # read whole, not one character a text
+    for given, kind in ((None, "NoneType"), (5, "int")):
+        with pytest.raises(LongbertError, match=f"^text 1 is a {kind} \\({given}\\), not a string$"):
+            model.predict(["fine", given])
+
+
+def test_a_tampered_temperature_in_export_json_is_refused(tiny_run, tmp_path):
+    folder = tmp_path / "onnx"
+    shutil.copytree(tiny_run / "onnx", folder)
+    info = json.loads((folder / "export.json").read_text())
+    info["settings"]["temperatures"] = [1e8]  # every probability 0.5, every label the first
+    (folder / "export.json").write_text(json.dumps(info))
+    with pytest.raises(LongbertError, match=r"export.json \(settings\).*temperatures must hold 1 number\(s\) "
+                                            r"between 0.04979 and 20.09.*got \[100000000.0\]"):
+        ExportedClassifier(folder)
 
 
 @pytest.mark.parametrize("strategy, extra", [

@@ -161,8 +161,12 @@ def edit(raw, change):
     (("set", "strategy.name", "chnk"),
      "strategy.name: unknown strategy 'chnk'; valid strategies: bigbird, chunk, recurrence, rmt"),
     (("set", "format", 7), "was written by another longbert format \\(7\\)"),
-    (("set", "temperatures", [0.0]), "temperatures must hold 1 finite number\\(s\\) above 0 \\(one\\), got \\[0.0\\]"),
-    (("set", "temperatures", [1.5, 2.0]), "temperatures must hold 1 finite number\\(s\\) above 0"),
+    (("set", "temperatures", [0.0]), "temperatures must hold 1 number\\(s\\) between 0.04979 and 20.09, the range "
+     "calibration fits in \\(one\\), got \\[0.0\\]"),
+    (("set", "temperatures", [1e8]), "temperatures must hold 1 number\\(s\\) between 0.04979 and 20.09"),
+    (("set", "temperatures", [0.01]), "temperatures must hold 1 number\\(s\\) between"),
+    (("set", "temperatures", [True]), "temperatures must be a list of float, got \\[True\\]"),
+    (("set", "temperatures", [1.5, 2.0]), "temperatures must hold 1 number\\(s\\) between"),
     (("set", "temperatures", "2"), "temperatures must be a list"),
 ])
 def test_hand_edited_config_is_one_clear_error(change, message, saved, tmp_path):

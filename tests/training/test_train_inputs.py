@@ -33,6 +33,15 @@ def test_documents_in_memory_take_the_train_and_validation_roles():
         recipe_and_documents(longbert.Recipe(), (["a"], ["x"]), None, {"train": (["a"], ["x"])})
     with pytest.raises(LongbertError, match=r"^eval_dataset needs train_dataset"):
         recipe_and_documents(longbert.Recipe(), None, (["a"], ["x"]), None)
+    with pytest.raises(LongbertError, match=r"^train_dataset: the \(texts, labels\) pair holds no documents$"):
+        recipe_and_documents(longbert.Recipe(), ([], []), None, None)
+    with pytest.raises(LongbertError, match=r"^eval_dataset: the dict of columns holds no documents$"):
+        recipe_and_documents(longbert.Recipe(), (["a b"], ["x"]), {"text": [], "label": []}, None)
+    with pytest.raises(LongbertError, match=r"^data\['test'\]: the dict of columns holds no documents$"):
+        recipe_and_documents(longbert.Recipe(), None, None, {"train": (["a"], ["x"]), "test": {"text": []}})
+    pandas = pytest.importorskip("pandas")
+    with pytest.raises(LongbertError, match=r"^train_dataset: the pandas DataFrame holds no documents$"):
+        longbert.train(longbert.Recipe(), train_dataset=pandas.DataFrame({"text": [], "label": []}))
 
 
 def test_a_recipe_is_an_object_a_file_a_packaged_name_or_the_defaults(tmp_path):
