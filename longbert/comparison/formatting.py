@@ -4,6 +4,7 @@ document in words; and compare's progress lines (`say`)."""
 
 from __future__ import annotations
 
+from longbert.data.lengths import BUCKET_NAMES
 from longbert.utils.logs import get_logger
 
 
@@ -12,15 +13,13 @@ def say(message: str) -> None:
     get_logger(__name__).info(f"compare: {message}")
 
 
-BUCKETS = ("<=512", "513-1024", ">1024")
-BUCKET_TITLES = {"<=512": "≤512", "513-1024": "513–1024", ">1024": ">1024"}
 
 
 def shown_buckets(results: dict) -> tuple[str, ...]:
     """The length buckets that hold test documents, in order: a test of long documents only (compare_imdb's) has no
     '≤512' column of n/a."""
     first = results["strategies"][results["strategy_order"][0]]
-    return tuple(b for b in BUCKETS if first["by_length"].get(b, {}).get("documents"))
+    return tuple(b for b in BUCKET_NAMES if first["by_length"].get(b, {}).get("documents"))
 
 
 COMBINED = ("ensemble", "hybrid")  # rows made from trained strategies without training: their keys in results

@@ -79,10 +79,10 @@ from longbert.comparison.speed import cached_speed, measure_speed_by_length, sav
 from longbert.comparison.strategy_training import StrategyRun, run_strategy
 from longbert.config import is_multi_label
 from longbert.data.documents import load_corpus
+from longbert.data.lengths import LONG_TOKENS
 from longbert.data.objects import IN_MEMORY, recipe_for_data_object
 from longbert.data.sources import resolve_data_path
 from longbert.ensembles.choice import average_calibration, averaged_rows, read_validation, selection_metric
-from longbert.evaluation.metrics import LONG_TOKENS
 from longbert.inference.attribution import build_examples, decisive_units, select_examples
 from longbert.modeling.backbone import load_tokenizer
 from longbert.modeling.classifier import LongDocumentClassifier

@@ -8,8 +8,6 @@ Blocks: ("h", level, text) ("p", segments) ("ul", [segments]) ("table", headers,
 from __future__ import annotations
 
 from longbert.comparison.formatting import (
-    BUCKET_TITLES,
-    BUCKETS,
     combined_label,
     combined_rows,
     confidence,
@@ -25,6 +23,7 @@ from longbert.comparison.formatting import (
 from longbert.comparison.training_cost import training_cost_blocks
 from longbert.comparison.verdict import deployed_abstention, verdict
 from longbert.config import is_multi_label
+from longbert.data.lengths import BUCKET_NAMES, BUCKET_TITLES
 from longbert.evaluation.metrics import MANY_CLASSES, TOP_CONFUSIONS, top_confusions
 from longbert.inference.attribution import decisive_text
 
@@ -198,7 +197,7 @@ def _speed_blocks(results: dict) -> list[tuple]:
         blocks.append(("img", "speed_by_length", "throughput and peak memory against document length"))
     speed_rows = []
     for n in names:
-        for b in BUCKETS:
+        for b in BUCKET_NAMES:
             row = (s[n].get("speed_by_length") or {}).get(b) or {}
             if row.get("documents"):
                 speed_rows.append([n, BUCKET_TITLES[b], str(row["documents"]), number(row["mean_tokens"], 0),

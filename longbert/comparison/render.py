@@ -15,7 +15,6 @@ from rich.table import Table
 
 from longbert.comparison.figures import PLOTS, make_plots
 from longbert.comparison.formatting import (
-    BUCKET_TITLES,
     combined_label,
     combined_rows,
     duration,
@@ -25,6 +24,7 @@ from longbert.comparison.formatting import (
 )
 from longbert.comparison.page import build_blocks
 from longbert.comparison.verdict import verdict
+from longbert.data.lengths import BUCKET_SHORT_TITLES
 from longbert.errors import LongbertError, first_line
 from longbert.utils.atomic import json_text
 from longbert.utils.folders import REPORT_FILES, RESULTS_FILE
@@ -96,8 +96,7 @@ def print_summary(results: dict, console=None) -> None:
     table = Table(title=f"longbert compare: {results['name']} (test accuracy by length in tokens)",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
     buckets = shown_buckets(results)
-    short = {"513-1024": "513–1k", ">1024": ">1k"}
-    for header in ("strategy", "acc", "F1", *[short.get(b, BUCKET_TITLES[b]) for b in buckets], "train", "docs/s",
+    for header in ("strategy", "acc", "F1", *[BUCKET_SHORT_TITLES[b] for b in buckets], "train", "docs/s",
                    "peak MB", "params"):
         table.add_column(header, justify="left" if header == "strategy" else "right", no_wrap=True)
     for n in names:

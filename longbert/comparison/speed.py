@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+from longbert.data.lengths import LENGTH_BUCKETS, length_bucket
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.utils.atomic import write_json
 from longbert.utils.folders import SPEED_FILE

@@ -19,6 +19,7 @@ from datasets import Dataset, load_from_disk
 from datasets.fingerprint import Hasher
 
 from longbert.data.carving import CARVED_TEST_SPLIT, FileSplit, carve
+from longbert.data.lengths import LONG_TOKENS
 from longbert.data.labels import (
     check_classes,
     check_label_values,
@@ -31,7 +32,6 @@ from longbert.data.sources import load_raw_splits, row_places, single_data_file
 from longbert.errors import LongbertError
 from longbert.utils.logs import get_logger
 
-LENGTH_BUCKETS = ((0, 512, "<=512"), (513, 1024, "513-1024"), (1025, None, ">1024"))
 # Long documents reach the tokenizer in pieces of at most PIECE_CHARS characters, and no call sees more than
 # BATCH_CHARS, so tokenizing stays within a bounded memory however long a document is (see tokenize_documents).
 # With data.nested_train, the training subset is a prefix of one order drawn from the seed and this stream number.
@@ -356,14 +356,8 @@ def _role_split(data, tokenizer, dataset, rows, labels: list, tokenized: dict | 
         "source_split": described,
         "cut_by_token_cap": count_cut(lengths, data.max_document_tokens),
         "median_tokens": int(np.median(lengths)) if lengths else 0,
-        "over_512": sum(n > 512 for n in lengths),
+        "over_512": sum(n > LONG_TOKENS for n in lengths),
     }
-
-
-def longest_first_order(lengths: list[int]) -> list[int]:
-    """Indices of documents of these lengths, longest first (ties in their order): how inference batches them, so that
-    a batch pads little and the biggest batch comes first."""
-    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
 def length_grouped_order(lengths: list[int], batch_size: int, seed: int, group_batches: int = 50) -> list[int]:
@@ -390,10 +384,3 @@ def collate(rows: list[dict]) -> dict:
     first = rows[0]["labels"]
     dtype = torch.float32 if isinstance(first, list) else torch.long
     return {"documents": documents, "labels": torch.tensor([r["labels"] for r in rows], dtype=dtype)}
-
-
-def length_bucket(n_tokens: int) -> str:
-    for low, high, name in LENGTH_BUCKETS:
-        if n_tokens >= low and (high is None or n_tokens <= high):
-            return name
-    raise ValueError(n_tokens)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+from longbert.data.lengths import LENGTH_BUCKETS, length_bucket
 from longbert.modeling.settings import LOG_TEMPERATURE_BOUNDS
 
 ECE_BINS = 15  # equal-width confidence bins, as Guo et al.

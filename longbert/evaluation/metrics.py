@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
-from longbert.data.documents import LENGTH_BUCKETS, length_bucket
+from longbert.data.lengths import LENGTH_BUCKETS, LONG_TOKENS, length_bucket
 from longbert.evaluation.calibration import calibration_section
 
 # The numbers a validation entry of the training history keeps.
 HISTORY_METRICS = ("accuracy", "exact_match", "micro_f1", "macro_f1", "hamming_loss", "loss")
 MANY_CLASSES = 6  # above this many classes a Markdown matrix is unreadable: top confusions and a plot instead
 TOP_CONFUSIONS = 10
-LONG_TOKENS = 512  # documents longer than this (WordPiece tokens with [CLS]/[SEP]) count as long
 
 
 def compute_metrics(labels: np.ndarray, probabilities: np.ndarray, n_tokens: list[int], label_names: list[str],

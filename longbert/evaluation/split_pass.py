@@ -9,7 +9,8 @@ import torch
 from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 
-from longbert.data.documents import collate, length_grouped_order, longest_first_order
+from longbert.data.documents import collate, length_grouped_order
+from longbert.data.lengths import longest_first_order
 from longbert.evaluation.metrics import compute_metrics
 from longbert.strategies.base import Units
 from longbert.strategies.windows import gather_units

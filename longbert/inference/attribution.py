@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from longbert.evaluation.metrics import LONG_TOKENS
+from longbert.data.lengths import LONG_TOKENS
 from longbert.evaluation.predictions import PredictionRow
 from longbert.strategies.base import Units, WeighsUnits, unit_spans
 from longbert.utils.hardware import autocast_for

@@ -29,6 +29,7 @@ from torch import nn
 from torch.export import Dim
 
 from longbert.config import load_recipe
+from longbert.data.lengths import LONG_TOKENS
 from longbert.data.sources import load_raw_splits
 from longbert.errors import LongbertError
 from longbert.inference.exported import ENCODER_FILES, EXPORT_FORMAT, ExportedClassifier
@@ -45,7 +46,6 @@ from longbert.utils.outputs import atomic_folder, named_folder
 FORMATS = ("onnx",)
 QUANTIZATIONS = ("int8",)
 PARITY_DOCUMENTS = 32
-LONG_TOKENS = 512  # parity texts: half of them longer than this, so that documents of several windows are checked
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import torch
 
 from longbert.config import is_multi_label
-from longbert.data.documents import longest_first_order
+from longbert.data.lengths import longest_first_order
 from longbert.errors import LongbertError
 from longbert.modeling.ensemble import refuse_ensemble
 from longbert.modeling.settings import ModelSettings

@@ -10,12 +10,12 @@ import longbert.data.documents
 from longbert.config import DataConfig, load_recipe
 from longbert.data.documents import (
     collate,
-    length_bucket,
     load_corpus,
     text_pieces,
     tokenize_documents,
     tokenizer_fingerprint,
 )
+from longbert.data.lengths import length_bucket
 from longbert.data.sources import resolve_data_path
 from longbert.errors import LongbertError
 
