@@ -5,6 +5,7 @@ loads next.
     result.folder     # runs/imdb_sliding
     result.metrics    # what the folder's record holds (metrics.json), as a dict
     result.model      # runs/imdb_sliding/best: what `LongDocumentClassifier.from_pretrained` and `predict` read
+    result.classifier # train only: the kept model itself, in memory
 
 `train`, `pretrain`, `compare`, `make_ensemble` and `make_hybrid` return a `Result` (train and pretrain a subclass
 that adds a typed field); the CLI prints from the same object.

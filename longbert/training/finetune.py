@@ -170,7 +170,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, sto
     record.calibration = None if calibration is None else calibration.to_dict()
     record.reading = None if reading is None else {**reading.record(), "seconds": round(state.train_seconds, 2)}
     test_and_write_results(recipe, run_dir, core, corpus, record, validation_raw, accelerator)
-    return TrainResult.from_run(run_dir, record)
+    return TrainResult.from_run(run_dir, record, core.eval())
 
 
 def _build_model(recipe: Recipe, corpus, loaded: tuple, source) -> tuple:

@@ -72,15 +72,19 @@ ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_sta
 
 @dataclass(frozen=True)
 class TrainResult(Result):
-    """What `longbert.train` returns: `folder`, the run folder; `metrics`, what its metrics.json holds (a dict);
-    `model`, the kept model (<run folder>/best); and `record`, the same metrics typed."""
+    """What `longbert.train` returns: `classifier`, the kept model itself (a LongDocumentClassifier in memory, calibrated
+    as saved: `result.classifier.predict(texts)` reads nothing from disk); `folder`, the run folder; `metrics`, what
+    its metrics.json holds (a dict); `model`, where the kept model is saved (<run folder>/best); and `record`, the
+    same metrics typed."""
 
     record: RunMetrics = field(kw_only=True)
+    classifier: Any = field(default=None, kw_only=True, repr=False, compare=False)  # None: read from a folder
 
     @classmethod
-    def from_run(cls, folder: Path, record: RunMetrics) -> TrainResult:
-        """The result of the run in `folder` whose metrics.json holds `record`."""
-        return cls(Path(folder), record.to_dict(), RunFolder(folder).best, record=record)
+    def from_run(cls, folder: Path, record: RunMetrics, classifier=None) -> TrainResult:
+        """The result of the run in `folder` whose metrics.json holds `record`; `classifier`: its kept model, where
+        the run has it in memory."""
+        return cls(Path(folder), record.to_dict(), RunFolder(folder).best, record=record, classifier=classifier)
 
 
 def write_run_metrics(run_dir: Path, record: RunMetrics) -> None:

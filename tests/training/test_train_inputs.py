@@ -107,6 +107,12 @@ def test_train_fine_tunes_a_model_given_on_documents_in_memory(tiny_recipe, imdb
     first = longbert.train(load_recipe(None, tiny_recipe + ["train.epochs=1"]))
     model = longbert.LongDocumentClassifier.from_pretrained(first.model)
     texts, labels = rows(imdb_slice / "train.jsonl")
+    # The kept model comes back in memory, calibrated as saved: it answers as the folder it wrote does.
+    assert isinstance(first.classifier, longbert.LongDocumentClassifier) and not first.classifier.training
+    in_memory, saved = first.classifier.settings.to_dict(), model.settings.to_dict()
+    assert in_memory.pop("backbone") != saved.pop("backbone") == "backbone/", "saved beside it; read from its source"
+    assert in_memory == saved
+    assert first.classifier.predict(texts[:6], precision="fp32") == model.predict(texts[:6], precision="fp32")
     train_docs, eval_docs = (texts[:40], labels[:40]), (texts[40:], labels[40:])
     recipe = longbert.Recipe(output_dir=str(tmp_path / "again"), data=longbert.DataConfig(max_document_tokens=400),
                              train=longbert.TrainConfig(epochs=1, batch_size=8, mixed_precision="no",
