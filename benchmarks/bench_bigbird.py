@@ -81,7 +81,8 @@ def build_forward(system: str, max_tokens: int):
 
     backbone, _ = load_backbone("minilm", attention_dropout=0.0, hidden_dropout=0.0)
     if system.startswith("longbert-bigbird"):
-        from longbert.strategies.bigbird import BigBirdConfig, BigBirdStrategy
+        from longbert.strategies.bigbird import BigBirdStrategy
+        from longbert.strategies.configs import BigBirdConfig
 
         config = BigBirdConfig(max_tokens=max_tokens, block_size=BLOCK, window_blocks=WINDOW, global_blocks=GLOBAL,
                                random_blocks=RANDOM, full_attention_up_to=512, token_pooling="cls")
@@ -90,7 +91,8 @@ def build_forward(system: str, max_tokens: int):
         # The random pattern is drawn in training mode; dropout is 0, so nothing else changes.
         backbone.train(system == "longbert-bigbird-random")
     elif system == "chunk":
-        from longbert.strategies.chunk import ChunkConfig, ChunkStrategy
+        from longbert.strategies.chunk import ChunkStrategy
+        from longbert.strategies.configs import ChunkConfig
 
         config = ChunkConfig(window=510, token_pooling="cls")
         strategy = ChunkStrategy(config, backbone.config.hidden_size, special, budget)

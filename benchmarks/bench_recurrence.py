@@ -68,10 +68,8 @@ def imdb_document(tokenizer, tokens: int) -> tuple[list[int], int]:
 
 def build_strategy(system: str, backbone, special, token_pooling: str = "cls"):
     from longbert.strategies.base import PassBudget
-    from longbert.strategies.chunk import ChunkConfig
-    from longbert.strategies.recurrence import RecurrenceConfig
+    from longbert.strategies.configs import ChunkConfig, RecurrenceConfig, RmtConfig
     from longbert.strategies.registry import build_strategy as build
-    from longbert.strategies.rmt import RmtConfig
 
     config = {"recurrence": RecurrenceConfig(token_pooling=token_pooling),
               "rmt": RmtConfig(token_pooling=token_pooling),

@@ -157,3 +157,12 @@ def run_script(path, *args):
     finally:
         sys.argv, sys.path[:] = argv, search
     return subprocess.CompletedProcess([str(path), *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def unchecked(config_class, **settings):
+    """A settings dataclass built without its check on construction (as `build` fills one from YAML), so that a test
+    can read its `problems` one by one."""
+    from longbert.utils.checked import building
+
+    with building():
+        return config_class(**settings)

@@ -219,12 +219,17 @@ def test_no_strategy_is_named_outside_strategies():
     assert not found
 
 
-def test_loading_the_settings_loads_no_strategy_code():
-    code = ("import sys, longbert.config; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('longbert', 'torch')))")
+@pytest.mark.parametrize("code", ["import longbert.config", "import longbert; longbert.Recipe()",
+                                  "import longbert; longbert.load_recipe('imdb_sliding', ['strategy.window=300'])",
+                                  "import longbert; longbert.ChunkConfig(pooling='max')"])
+def test_settings_load_no_strategy_code_and_no_torch(code):
+    """A recipe, built in Python or read from YAML, and a strategy's config need only the strategies' settings
+    (strategies/configs.py), not their modules, nor torch."""
+    code += "; import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('longbert', 'torch')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert "longbert.config" in loaded
-    assert "longbert.strategies" not in loaded and "'torch'" not in loaded
+    assert "'longbert.strategies.configs'" in loaded
+    strategy_modules = re.findall(r"'longbert\.strategies\.(\w+)'", loaded)
+    assert strategy_modules == ["configs"] and "'torch'" not in loaded
 
 
 def test_no_internal_issue_numbers_in_the_repository():

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from longbert.comparison.formatting import combined_label, combined_rows, labelled_rows
 from longbert.comparison.statistics import wilson_interval
-from longbert.data.lengths import BUCKET_NAMES, BUCKET_TITLES
 from longbert.config import is_multi_label
+from longbert.data.lengths import BUCKET_NAMES, BUCKET_TITLES
 from longbert.evaluation.plots import (
     accuracy_by_length_png,
     confusion_matrices_png,
@@ -78,7 +78,8 @@ def _accuracy_by_length(results: dict) -> bytes:
     the combined rows and the baseline. Buckets without test documents, or holding all of them (the "all" group
     again), are left out."""
     first = results["strategies"][results["strategy_order"][0]]
-    groups = [("all", first["documents"])] + [(b, first["by_length"].get(b, {}).get("documents", 0)) for b in BUCKET_NAMES]
+    groups = [("all", first["documents"])] + [(b, first["by_length"].get(b, {}).get("documents", 0))
+                                              for b in BUCKET_NAMES]
     groups = groups[:1] + [(g, n) for g, n in groups[1:] if n and n != groups[0][1]]
 
     def points(row: dict) -> list:

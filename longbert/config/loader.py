@@ -16,6 +16,7 @@ import yaml
 
 from longbert.config.validation import build, one_line, short_repr
 from longbert.errors import LongbertError
+from longbert.strategies.configs import config_class, strategy_names, strategy_with_role
 
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a run or report name: one folder, never a path
 # The most values a recipe may expand to through its aliases. The largest packaged recipe has under 100; a YAML
@@ -28,10 +29,8 @@ MAX_YAML_VALUES = 100_000
 
 
 def strategy_fields(strategy: str) -> set[str]:
-    """The fields a registered strategy's config holds, besides its name."""
-    from longbert.strategies.registry import get_entry  # noqa: PLC0415 (registry: config stays torch-free)
-
-    return {f.name for f in dataclasses.fields(get_entry(strategy).config_cls)} - {"name"}
+    """The fields a strategy's config holds, besides its name."""
+    return {f.name for f in dataclasses.fields(config_class(strategy))} - {"name"}
 
 
 def strategy_sections(raw: dict, source: str) -> tuple[dict, dict[str, dict]]:
@@ -40,8 +39,6 @@ def strategy_sections(raw: dict, source: str) -> tuple[dict, dict[str, dict]]:
     strategy that runs (`longbert train` merges the section of the recipe's strategy; `longbert compare` that of each
     strategy it compares, as `--set bigbird.unit_tokens=126` would, and a --set override still wins). Every section
     is checked against its strategy's fields, used or not, so that a misspelt field fails before anything trains."""
-    from longbert.strategies.registry import strategy_names  # noqa: PLC0415 (registry: config stays torch-free)
-
     rest, own = {}, {}
     for key, value in raw.items():
         if key not in strategy_names():
@@ -63,8 +60,6 @@ def with_strategy_section(raw: dict, source: str) -> dict:
     """`raw` with its per-strategy sections taken out and the section of its own strategy (strategy.name, or the
     default strategy when it names none) merged into its strategy section: what `longbert train` runs from a compare
     recipe."""
-    from longbert.strategies.registry import strategy_with_role  # noqa: PLC0415 (registry: config stays torch-free)
-
     rest, own = strategy_sections(raw, source)
     section = rest.get("strategy", {})
     section = {"name": section} if isinstance(section, str) else section

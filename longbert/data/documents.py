@@ -19,7 +19,6 @@ from datasets import Dataset, load_from_disk
 from datasets.fingerprint import Hasher
 
 from longbert.data.carving import CARVED_TEST_SPLIT, FileSplit, carve
-from longbert.data.lengths import LONG_TOKENS
 from longbert.data.labels import (
     check_classes,
     check_label_values,
@@ -28,6 +27,7 @@ from longbert.data.labels import (
     infer_label_names,
     label_names_from,
 )
+from longbert.data.lengths import LONG_TOKENS
 from longbert.data.sources import load_raw_splits, row_places, single_data_file
 from longbert.errors import LongbertError
 from longbert.utils.logs import get_logger

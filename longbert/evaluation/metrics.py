@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
-from longbert.data.lengths import LENGTH_BUCKETS, LONG_TOKENS, length_bucket
+from longbert.data.lengths import LENGTH_BUCKETS, length_bucket
 from longbert.evaluation.calibration import calibration_section
 
 # The numbers a validation entry of the training history keeps.

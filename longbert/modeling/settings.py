@@ -26,7 +26,8 @@ from longbert.config import (
     is_multi_label,
 )
 from longbert.errors import LongbertError
-from longbert.strategies.base import REGISTRY, PassBudget
+from longbert.strategies.base import PassBudget
+from longbert.strategies.configs import STRATEGIES
 from longbert.utils.fields import one_of, option
 
 # transformers' own config file (transformers.utils.CONFIG_NAME), named here so that reading a name loads no
@@ -168,8 +169,8 @@ def _with_absent_means(raw: dict) -> dict:
     """A saved strategy section from before a setting existed: the setting takes the value that reproduces how that
     model was trained (the strategy config's ABSENT_MEANS, e.g. chunk's unit_weights: equal), not today's default."""
     section = raw.get("strategy")
-    entry = REGISTRY.get(section.get("name")) if isinstance(section, dict) else None
-    absent = getattr(entry.config_cls, "ABSENT_MEANS", {}) if entry is not None else {}
+    info = STRATEGIES.get(section.get("name")) if isinstance(section, dict) else None
+    absent = getattr(info.config_cls, "ABSENT_MEANS", {}) if info is not None else {}
     if not any(key not in section for key in absent):
         return raw
     return {**raw, "strategy": {**{k: v for k, v in absent.items() if k not in section}, **section}}

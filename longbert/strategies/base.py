@@ -38,11 +38,11 @@ strategy: a strategy that changes how the backbone attends (block-sparse attenti
 reach does it there; one that runs the backbone segment after segment with state (recurrence) keeps that state
 inside `encode`. The model and the training loop only ever call these three methods.
 
-Adding a strategy (one file here and four short edits; docs/strategies.md#adding-a-strategy says each step): a
-config dataclass (name, option fields, `problems`, and `ABSENT_MEANS` for every field added after models were saved
-with it) and a module with the three methods above, registered together with `register`; then an import in
-strategies/__init__.py, tiny-backbone settings in tests/helpers.py, its hooks in tests/strategies/test_strategies.py's
-DECLARED_HOOKS, a line in docs/architecture.md. Which of the
+Adding a strategy (one file here and five short edits; docs/strategies.md#adding-a-strategy says each step): a
+config dataclass in configs.py (name, option fields, `problems`, and `ABSENT_MEANS` for every field added after models
+were saved with it) with its line in configs.STRATEGIES, and a module with the three methods above, registered under
+the same name with `register`; then an import in strategies/registry.py, tiny-backbone settings in tests/helpers.py,
+its hooks in tests/strategies/test_strategies.py's DECLARED_HOOKS, a line in docs/architecture.md. Which of the
 Protocols below it implements decides what else takes it: ReadsWindows -> `longbert export`, EncodesTokens ->
 `longbert pretrain` through its own reading, HasUnitSpans -> explain's highlights.
 
@@ -72,6 +72,7 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
+from longbert.strategies.configs import STRATEGIES, StrategyInfo, add_strategy
 
 
 @dataclass
@@ -222,29 +223,30 @@ def spans_of_indices(indices: list[int]) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class StrategyEntry:
+    """A strategy's catalog entry (configs.StrategyInfo: name, config class, summary, role) with its module."""
+
     name: str
     config_cls: type
     module_cls: Callable[..., nn.Module]
     summary: str
-    # "default": what a recipe without strategy.name gets; "reference": the baseline every comparison measures
-    # the others against. At most one strategy holds each role.
-    role: str | None = None
+    role: str | None = None  # "default", "reference" or None (configs.ROLES)
 
 
 REGISTRY: dict[str, StrategyEntry] = {}
-ROLES = ("default", "reference")
 
 
-def register(name: str, config_cls: type, summary: str, role: str | None = None):
-    """Class decorator: list a strategy module under `name` with its config dataclass (and, for one strategy each,
-    the role `default` or `reference`)."""
+def register(name: str, config_cls: type | None = None, summary: str = "", role: str | None = None):
+    """Class decorator: the module of strategy `name`. A built-in strategy's config class, summary and role are
+    configs.STRATEGIES' (so that recipes load without torch); a strategy of one's own, in one file, passes them
+    here, and is added to that catalog when its file is imported."""
 
     def wrap(module_cls):
         if name in REGISTRY:
             raise RuntimeError(f"strategy {name!r} registered twice")
-        if role is not None and (role not in ROLES or any(e.role == role for e in REGISTRY.values())):
-            raise RuntimeError(f"strategy {name!r}: role {role!r} is not one of {ROLES} or is taken")
-        REGISTRY[name] = StrategyEntry(name, config_cls, module_cls, summary, role)
+        if config_cls is not None:
+            add_strategy(StrategyInfo(name, config_cls, summary, role))
+        info = STRATEGIES[name]
+        REGISTRY[name] = StrategyEntry(name, info.config_cls, module_cls, info.summary, info.role)
         return module_cls
 
     return wrap

@@ -52,7 +52,6 @@ attention with a key-padding mask. So the mode is an argument of each call, neve
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -61,73 +60,13 @@ from torch import nn
 
 from longbert.strategies.attention import base_model, install_attention, layer_head_weight
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
-from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, UNIT_POOLINGS, build_pooler, weights_carry_content
-from longbert.strategies.positions import POSITION_SCHEMES, extend_positions, position_table
+from longbert.strategies.configs import BigBirdConfig
+from longbert.strategies.pooling import build_pooler, weights_carry_content
+from longbert.strategies.positions import extend_positions, position_table
 from longbert.strategies.windows import encode_windows, gather_units, window_spans, window_token_states
-from longbert.utils.fields import one_of, option
 
 ATTENTION_NAME = "longbert_block_sparse"
 PLAN_ARGUMENT = "block_sparse_plan"
-
-
-@dataclass
-class BigBirdConfig:
-    name: str = "bigbird"
-    max_tokens: int = option(4096, "tokens read per document, with [CLS]/[SEP] (a multiple of block_size); longer "
-                                   "documents keep their head")
-    block_size: int = option(64, "tokens per attention block")
-    window_blocks: int = option(3, "neighbouring blocks each query block reads, itself in the middle (odd)")
-    global_blocks: int = option(2, "leading blocks (holding [CLS]) that read, and are read by, every block")
-    random_blocks: int = option(3, "extra blocks each query block reads in training, drawn at random (seeded); none "
-                                   "at evaluation")
-    random_seed: int = option(0, "seed of the generator that draws the random blocks")
-    full_attention_up_to: int = option(512, "documents of at most this many tokens (with [CLS]/[SEP]) use full "
-                                            "attention; 0: always block-sparse")
-    token_pooling: str = option("auto", "document vector: cls ([CLS] state), mean (mean of token states), or auto: "
-                                        "what the backbone's pooling config says")
-    position_scheme: str = option("copy", "how positions past the backbone's learned ones start: copy (p gets p mod "
-                                          "512, as Longformer) or interpolate (they walk the learned table once, "
-                                          "interpolating)")
-    unit_tokens: int = option(0, "0: the document is one unit (its token states pooled by token_pooling); k: every "
-                                 "k consecutive content tokens' states, averaged, are one unit, pooled by pooling")
-    pooling: str = option("mean", "with unit_tokens > 0, how span vectors become the document vector: mean, max, "
-                                  "attention, gated, vote or transformer")
-    global_bias: float | None = option(None, "null: global and local tokens read each other as any two keys; a "
-                                             "number: a learned attention bias per layer and head, starting there, on "
-                                             "every score between a global and a non-global token (e.g. -3: each "
-                                             "block starts reading mostly its own window)")
-
-    # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
-    ABSENT_MEANS = {"position_scheme": "copy", "unit_tokens": 0, "pooling": "mean"}
-
-    def problems(self, path: str) -> list[str]:
-        out = one_of(f"{path}.position_scheme", self.position_scheme, POSITION_SCHEMES)
-        out += one_of(f"{path}.pooling", self.pooling, UNIT_POOLINGS)
-        if self.unit_tokens < 0:
-            out.append(f"{path}.unit_tokens must be >= 0 (0: one unit per document), got {self.unit_tokens}")
-        for name in ("block_size", "window_blocks", "global_blocks"):
-            if getattr(self, name) < 1:
-                out.append(f"{path}.{name} must be >= 1, got {getattr(self, name)}")
-        if self.window_blocks >= 1 and self.window_blocks % 2 == 0:
-            out.append(f"{path}.window_blocks must be odd (the query block sits in the middle), got "
-                       f"{self.window_blocks}")
-        if self.random_blocks < 0:
-            out.append(f"{path}.random_blocks must be >= 0, got {self.random_blocks}")
-        if self.block_size >= 1 and self.global_blocks >= 1:
-            smallest = (self.global_blocks + 1) * self.block_size
-            if self.max_tokens < smallest:
-                out.append(f"{path}.max_tokens must hold the global blocks and one more block "
-                           f"(>= {smallest} with block_size {self.block_size}), got {self.max_tokens}")
-            elif self.max_tokens % self.block_size:
-                out.append(f"{path}.max_tokens must be a multiple of {path}.block_size, "
-                           f"got {self.max_tokens} % {self.block_size} = {self.max_tokens % self.block_size}")
-        if not 0 <= self.full_attention_up_to <= self.max_tokens:
-            out.append(f"{path}.full_attention_up_to must be between 0 and {path}.max_tokens, "
-                       f"got {self.full_attention_up_to} (max_tokens {self.max_tokens})")
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
-        if self.global_bias is not None and not math.isfinite(self.global_bias):
-            out.append(f"{path}.global_bias must be a finite number or null, got {self.global_bias}")
-        return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -252,8 +191,7 @@ def block_sparse_attention(
 # The strategy
 
 
-@register("bigbird", BigBirdConfig, "the whole document in one pass with BigBird block-sparse attention "
-          "(window + global + random blocks)")
+@register("bigbird")
 class BigBirdStrategy(nn.Module):
     def __init__(self, config: BigBirdConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()

@@ -20,14 +20,13 @@ import torch
 from torch import nn
 
 from longbert.strategies.base import Pooled, Units
-
-TOKEN_POOLINGS = ("cls", "mean")
-# What a strategy's `token_pooling` setting accepts: `auto` is resolved when the model is built, from the backbone's
-# own pooling config (`backbone.backbone_token_pooling`), and the saved model records what it became.
-TOKEN_POOLING_SETTINGS = ("auto", *TOKEN_POOLINGS)
-UNIT_WEIGHTS = ("new_tokens", "equal")
-UNIT_POOLINGS = ("mean", "max", "attention", "gated", "vote", "transformer")
-SEGMENT_POOLINGS = ("last", *UNIT_POOLINGS)
+from longbert.strategies.configs import (  # noqa: F401  (the vocabularies, named in configs.py for settings)
+    SEGMENT_POOLINGS,
+    TOKEN_POOLING_SETTINGS,
+    TOKEN_POOLINGS,
+    UNIT_POOLINGS,
+    UNIT_WEIGHTS,
+)
 
 
 def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str) -> torch.Tensor:

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-
-POSITION_SCHEMES = ("copy", "interpolate")
+from longbert.strategies.configs import POSITION_SCHEMES  # noqa: F401  (named in configs.py for bigbird's settings)
 
 
 def position_table(backbone: nn.Module) -> nn.Embedding:

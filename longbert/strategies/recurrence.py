@@ -72,10 +72,10 @@ from torch import nn
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model, install_attention, layer_head_weight
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
+from longbert.strategies.configs import DISTANCE_BIAS_INIT, RecurrenceConfig
 from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
-from longbert.strategies.segments import read_segments, segment_problems, segment_spans
+from longbert.strategies.segments import read_segments, segment_spans
 from longbert.strategies.windows import build_pass, check_fits
-from longbert.utils.fields import option
 
 ATTENTION_NAME = "longbert_recurrence"
 STATE_ARGUMENT = "longbert_recurrence"
@@ -87,7 +87,6 @@ STATE_ARGUMENT = "longbert_recurrence"
 
 DISTANCE_BUCKETS = 32  # buckets of the distance bias: 16 exact distances, then 16 logarithmic ones ...
 DISTANCE_MAX = 4096  # ... up to this distance in tokens (farther keys share the last bucket)
-DISTANCE_BIAS_INIT = -3.0  # the distance bias at the start: memory gets a small share of attention
 
 
 def distance_bucket(distance: torch.Tensor, buckets: int = DISTANCE_BUCKETS,
@@ -236,46 +235,7 @@ def recurrence_attention(module: nn.Module, query, key, value, state: StepState,
 # The strategy
 
 
-@dataclass
-class RecurrenceConfig:
-    name: str = "recurrence"
-    segment: int = option(510, "content tokens per segment ([CLS]/[SEP] come on top); each segment is one unit")
-    memory: int = option(512, "memory per layer, in tokens: keys/values of the latest tokens of earlier segments "
-                              "that each segment also attends to; 0 = independent segments")
-    memory_segments: int = option(1, "how many earlier segments the memory spans; older tokens leave it")
-    backprop_segments: int | None = option(0, "segment boundaries gradients cross through the memory: 0 stops them "
-                                              "(Transformer-XL), null = the whole document")
-    distance_bias: bool = option(True, f"learned attention bias on memory keys by their true token distance to the "
-                                       f"query, per layer and head, in T5-style buckets; starts at "
-                                       f"{DISTANCE_BIAS_INIT:g} so an untrained model reads each segment close to how "
-                                       f"the backbone reads it alone")
-    memory_bias: bool = option(False, "learned attention bias on memory keys per layer, head and segment age (zero at "
-                                      "start)")
-
-    # What a key missing from a model saved before the key existed means (see ModelSettings.from_dict).
-    ABSENT_MEANS = {"distance_bias": False}
-    pooling: str = option("mean", "document vector from segment vectors: last, mean, max, attention, gated, vote or "
-                                  "transformer")
-    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of token states), or auto: "
-                                        "what the backbone's pooling config says")
-
-    def problems(self, path: str) -> list[str]:
-        out = segment_problems(self, path)
-        if self.memory < 0:
-            out.append(f"{path}.memory must be >= 0, got {self.memory}")
-        if self.memory_segments < 1:
-            out.append(f"{path}.memory_segments must be >= 1, got {self.memory_segments}")
-        elif self.memory > self.memory_segments * (self.segment + 2) and self.segment >= 1:
-            out.append(
-                f"{path}.memory must be <= memory_segments * (segment + 2) = "
-                f"{self.memory_segments * (self.segment + 2)} (what {self.memory_segments} segment(s) can fill), got "
-                f"{self.memory}; raise memory_segments or lower memory"
-            )
-        return out
-
-
-@register("recurrence", RecurrenceConfig, "segments read in order with a Transformer-XL memory of earlier "
-          "segments' keys/values at every layer")
+@register("recurrence")
 class RecurrenceStrategy(nn.Module):
     def __init__(self, config: RecurrenceConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()

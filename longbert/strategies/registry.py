@@ -5,28 +5,17 @@ from __future__ import annotations
 
 from torch import nn
 
-from longbert.errors import LongbertError
 from longbert.strategies import bigbird, chunk, recurrence, rmt, sliding, truncate  # noqa: F401  (each registers)
 from longbert.strategies.base import REGISTRY, PassBudget, SpecialTokens, StrategyEntry
-
-
-def strategy_with_role(role: str) -> str:
-    """The name of the strategy registered with `role` ("default" or "reference")."""
-    names = [e.name for e in REGISTRY.values() if e.role == role]
-    if len(names) != 1:
-        raise RuntimeError(f"exactly one strategy must be registered with role {role!r}, found {names}")
-    return names[0]
+from longbert.strategies.configs import strategy_info, strategy_names, strategy_with_role  # noqa: F401  (asked here too)
 
 
 def get_entry(name: str) -> StrategyEntry:
-    """The registry entry for `name`, or a LongbertError listing the valid names."""
+    """The registry entry for `name` (config and module), or a LongbertError listing the valid names."""
+    strategy_info(name)  # an unknown name: the catalog's error
     if name not in REGISTRY:
-        raise LongbertError(f"unknown strategy {name!r}; valid strategies: {', '.join(sorted(REGISTRY))}")
+        raise RuntimeError(f"strategy {name!r} is in configs.STRATEGIES but no module registered it")
     return REGISTRY[name]
-
-
-def strategy_names() -> list[str]:
-    return sorted(REGISTRY)
 
 
 def strategies_with(hook: type) -> list[str]:

@@ -28,10 +28,10 @@ from torch import nn
 from longbert.errors import LongbertError
 from longbert.strategies.attention import base_model
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register
+from longbert.strategies.configs import RmtConfig
 from longbert.strategies.pooling import build_pooler, pool_tokens, weights_carry_content
-from longbert.strategies.segments import read_segments, segment_problems, segment_spans
+from longbert.strategies.segments import read_segments, segment_spans
 from longbert.strategies.windows import build_pass, check_fits
-from longbert.utils.fields import option
 
 
 @dataclass
@@ -55,26 +55,6 @@ class TokenMemory:
         return TokenMemory(torch.cat([p.states for p in parts]))
 
 
-@dataclass
-class RmtConfig:
-    name: str = "rmt"
-    segment: int = option(500, "content tokens per segment; [CLS], the memory tokens and [SEP] come on top")
-    memory_tokens: int = option(10, "memory tokens read and written by every segment and passed to the next; 0 = "
-                                    "independent segments")
-    backprop_segments: int | None = option(None, "segment boundaries gradients cross through the memory: null = the "
-                                                 "whole document (RMT), 0 stops them")
-    pooling: str = option("last", "document vector from segment vectors: last, mean, max, attention, gated, vote or "
-                                  "transformer")
-    token_pooling: str = option("auto", "segment vector: cls ([CLS] state), mean (mean of the segment's token states, "
-                                        "memory tokens left out), or auto: what the backbone's pooling config says")
-
-    def problems(self, path: str) -> list[str]:
-        out = segment_problems(self, path)
-        if self.memory_tokens < 0:
-            out.append(f"{path}.memory_tokens must be >= 0, got {self.memory_tokens}")
-        return out
-
-
 def check_takes_memory_tokens(backbone: nn.Module) -> None:
     """The memory goes in as input embeddings and comes back as output states: the backbone must take
     `inputs_embeds`, and its input embeddings must have the size of its hidden states (not so in ALBERT, nor in
@@ -89,8 +69,7 @@ def check_takes_memory_tokens(backbone: nn.Module) -> None:
                             f"input embeddings, but {kind}'s input embeddings have size {embedding_size}")
 
 
-@register("rmt", RmtConfig, "segments read in order, passing a few learned memory tokens from each segment to the "
-          "next (RMT)")
+@register("rmt")
 class RmtStrategy(nn.Module):
     def __init__(self, config: RmtConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()

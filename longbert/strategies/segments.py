@@ -10,8 +10,6 @@ from typing import Callable
 import torch
 
 from longbert.strategies.base import PassBudget, Units
-from longbert.strategies.pooling import SEGMENT_POOLINGS, TOKEN_POOLING_SETTINGS
-from longbert.utils.fields import one_of
 from longbert.utils.hardware import trim_heap
 
 # Streaming on the CPU: every this many steps the heap's freed pages go back to the operating system. Without it
@@ -96,15 +94,3 @@ def _read_step(pieces, memory, budget: PassBudget, run_pass: Callable, carried_t
         vectors.append(v)
         memories.append(m)
     return torch.cat(vectors), (None if memories[0] is None else type(memories[0]).join(memories))
-
-
-def segment_problems(config, path: str) -> list[str]:
-    """Checks shared by `recurrence` and `rmt`."""
-    out = []
-    if config.segment < 1:
-        out.append(f"{path}.segment must be >= 1, got {config.segment}")
-    if config.backprop_segments is not None and config.backprop_segments < 0:
-        out.append(f"{path}.backprop_segments must be >= 0 or null, got {config.backprop_segments}")
-    out += one_of(f"{path}.pooling", config.pooling, SEGMENT_POOLINGS)
-    out += one_of(f"{path}.token_pooling", config.token_pooling, TOKEN_POOLING_SETTINGS)
-    return out

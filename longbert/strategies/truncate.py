@@ -6,37 +6,13 @@ last 382 tokens beat keeping the head or the tail alone on IMDb; all three are h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from longbert.strategies.base import PassBudget, Pooled, SpecialTokens, Units, register, spans_of_indices
-from longbert.strategies.pooling import TOKEN_POOLING_SETTINGS, pool_tokens
+from longbert.strategies.configs import TruncateConfig
+from longbert.strategies.pooling import pool_tokens
 from longbert.strategies.windows import check_fits, encode_cuts
-from longbert.utils.fields import one_of, option
-
-MODES = ("head", "tail", "head_tail")
-
-
-@dataclass
-class TruncateConfig:
-    name: str = "truncate"
-    mode: str = option("head_tail", "which tokens to keep: head, tail or head_tail")
-    max_tokens: int = option(510, "content tokens kept per document ([CLS]/[SEP] come on top)")
-    head_tokens: int = option(128, "with head_tail: tokens from the start; the rest of max_tokens come from the end")
-    token_pooling: str = option("auto", "document vector from the window: cls ([CLS] state), mean (token mean), or "
-                                        "auto: what the backbone's pooling config says")
-
-    def problems(self, path: str) -> list[str]:
-        out = one_of(f"{path}.mode", self.mode, MODES)
-        if self.max_tokens < 1:
-            out.append(f"{path}.max_tokens must be >= 1, got {self.max_tokens}")
-        if self.mode == "head_tail" and not 0 <= self.head_tokens <= self.max_tokens:
-            out.append(f"{path}.head_tokens must be between 0 and max_tokens, got {self.head_tokens} > "
-                       f"{self.max_tokens}")
-        out += one_of(f"{path}.token_pooling", self.token_pooling, TOKEN_POOLING_SETTINGS)
-        return out
 
 
 def keep(ids: torch.Tensor, config: TruncateConfig) -> torch.Tensor:
@@ -51,8 +27,7 @@ def keep(ids: torch.Tensor, config: TruncateConfig) -> torch.Tensor:
     return torch.cat([ids[: config.head_tokens], ids[ids.shape[0] - tail :]])
 
 
-@register("truncate", TruncateConfig, "one window: the head, the tail, or head+tail (Sun et al. 2019) of each document",
-          role="reference")
+@register("truncate")
 class TruncateStrategy(nn.Module):
     def __init__(self, config: TruncateConfig, hidden_size: int, special: SpecialTokens, budget: PassBudget):
         super().__init__()

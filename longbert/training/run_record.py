@@ -72,10 +72,10 @@ ABSENT_WHEN_NONE = ("init_from", "contrastive_stage", "self_training", "head_sta
 
 @dataclass(frozen=True)
 class TrainResult(Result):
-    """What `longbert.train` returns: `classifier`, the kept model itself (a LongDocumentClassifier in memory, calibrated
-    as saved: `result.classifier.predict(texts)` reads nothing from disk); `folder`, the run folder; `metrics`, what
-    its metrics.json holds (a dict); `model`, where the kept model is saved (<run folder>/best); and `record`, the
-    same metrics typed."""
+    """What `longbert.train` returns: `classifier`, the kept model itself (a LongDocumentClassifier in memory,
+    calibrated as saved: `result.classifier.predict(texts)` reads nothing from disk); `folder`, the run folder;
+    `metrics`, what its metrics.json holds (a dict); `model`, where the kept model is saved (<run folder>/best); and
+    `record`, the same metrics typed."""
 
     record: RunMetrics = field(kw_only=True)
     classifier: Any = field(default=None, kw_only=True, repr=False, compare=False)  # None: read from a folder

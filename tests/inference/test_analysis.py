@@ -15,12 +15,9 @@ from longbert.evaluation.predictions import PredictionRow
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.inference.attribution import decisive_units, excerpt, select_examples
 from longbert.strategies.base import PassBudget, SpecialTokens, unit_spans
-from longbert.strategies.chunk import ChunkConfig
-from longbert.strategies.recurrence import RecurrenceConfig
+from longbert.strategies.configs import ChunkConfig, RecurrenceConfig, RmtConfig, SlidingConfig, TruncateConfig
 from longbert.strategies.registry import build_strategy, strategy_names
-from longbert.strategies.rmt import RmtConfig
-from longbert.strategies.sliding import SlidingConfig
-from longbert.strategies.truncate import TruncateConfig, keep
+from longbert.strategies.truncate import keep
 from longbert.strategies.windows import split_windows
 
 

@@ -16,7 +16,7 @@ from longbert.errors import LongbertError
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import PassBudget
-from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.configs import ChunkConfig
 
 TEXTS = ["A wonderful film with a moving story. " * 30, "Dull.", "I hated every minute of this film. " * 5]
 

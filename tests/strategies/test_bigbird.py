@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 
+from helpers import unchecked
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import enable_activation_checkpointing
@@ -61,7 +62,7 @@ def dense_vectors(backbone, docs, pooling="cls"):
 
 
 def test_config_problems_name_their_yaml_path():
-    problems = BigBirdConfig(max_tokens=1000, block_size=64, window_blocks=2, random_blocks=-1,
+    problems = unchecked(BigBirdConfig, max_tokens=1000, block_size=64, window_blocks=2, random_blocks=-1,
                              full_attention_up_to=2000, token_pooling="max").problems("strategy")
     text = "; ".join(problems)
     assert "strategy.window_blocks must be odd" in text
@@ -231,7 +232,7 @@ def test_the_global_bias_is_a_weight_per_layer_and_head_that_trains_and_is_saved
     torch.testing.assert_close(loaded.strategy.global_bias, bias)
     with torch.no_grad():
         torch.testing.assert_close(loaded(docs).logits, want, atol=1e-5, rtol=1e-4)
-    assert BigBirdConfig(global_bias=float("inf")).problems("strategy") == [
+    assert unchecked(BigBirdConfig, global_bias=float("inf")).problems("strategy") == [
         "strategy.global_bias must be a finite number or null, got inf"]
     assert build_classifier(tiny_backbone_dir, "full").strategy.global_bias is None, "no bias unless asked for"
 
@@ -455,7 +456,7 @@ def test_interpolated_positions_walk_the_learned_table_once(tiny_backbone):
         low, share = int(where[j]), float(where[j] - int(where[j]))
         torch.testing.assert_close(new[j], learned[low] * (1 - share) + learned[min(low + 1, 127)] * share)
     assert len({tuple(row.tolist()) for row in new}) == 128, "no two new positions share a vector"
-    problems = BigBirdConfig(position_scheme="stretch").problems("strategy")
+    problems = unchecked(BigBirdConfig, position_scheme="stretch").problems("strategy")
     assert problems == ["strategy.position_scheme must be one of copy, interpolate, got 'stretch'"]
 
 
@@ -536,7 +537,7 @@ def test_an_attention_pooler_over_spans_trains_with_the_backbone(tiny_backbone_d
 
 
 def test_unit_settings_are_checked_and_old_folders_read_as_one_unit():
-    assert BigBirdConfig(unit_tokens=-1, pooling="sum").problems("strategy") == [
+    assert unchecked(BigBirdConfig, unit_tokens=-1, pooling="sum").problems("strategy") == [
         "strategy.pooling must be one of mean, max, attention, gated, vote, transformer, got 'sum'",
         "strategy.unit_tokens must be >= 0 (0: one unit per document), got -1",
     ]

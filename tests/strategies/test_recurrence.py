@@ -10,12 +10,13 @@ import weakref
 import pytest
 import torch
 
+from helpers import unchecked
 from longbert.config import load_recipe
 from longbert.errors import LongbertError
 from longbert.strategies.base import PassBudget, SpecialTokens
-from longbert.strategies.recurrence import ATTENTION_NAME, RecurrenceConfig
+from longbert.strategies.configs import RecurrenceConfig, RmtConfig
+from longbert.strategies.recurrence import ATTENTION_NAME
 from longbert.strategies.registry import build_strategy
-from longbert.strategies.rmt import RmtConfig
 
 SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)
 SEGMENT = 12
@@ -360,14 +361,14 @@ def test_bf16_autocast_forward_and_backward(tiny_backbone, config):
 
 
 def test_config_problems_name_their_yaml_path():
-    config = RecurrenceConfig(segment=0, memory=-1, memory_segments=0, backprop_segments=-1, pooling="sum")
+    config = unchecked(RecurrenceConfig, segment=0, memory=-1, memory_segments=0, backprop_segments=-1, pooling="sum")
     problems = config.problems("strategy")
     for path in ("strategy.segment", "strategy.memory ", "strategy.memory_segments", "strategy.backprop_segments",
                  "strategy.pooling"):
         assert any(p.startswith(path.strip()) for p in problems), path
-    (message,) = RecurrenceConfig(segment=100, memory=300).problems("strategy")
+    (message,) = unchecked(RecurrenceConfig, segment=100, memory=300).problems("strategy")
     assert message.startswith("strategy.memory must be <= memory_segments * (segment + 2) = 102")
-    assert RmtConfig(memory_tokens=-1, token_pooling="max").problems("strategy") == [
+    assert unchecked(RmtConfig, memory_tokens=-1, token_pooling="max").problems("strategy") == [
         "strategy.token_pooling must be one of auto, cls, mean, got 'max'",
         "strategy.memory_tokens must be >= 0, got -1"]
     with pytest.raises(LongbertError, match="strategy.memory_segments"):

@@ -39,7 +39,14 @@ from longbert.strategies.base import (
     register,
     unit_spans,
 )
-from longbert.strategies.chunk import ChunkConfig
+from longbert.strategies.configs import (
+    STRATEGIES,
+    ChunkConfig,
+    RecurrenceConfig,
+    RmtConfig,
+    SlidingConfig,
+    TruncateConfig,
+)
 from longbert.strategies.pooling import (
     SEGMENT_POOLINGS,
     TOKEN_POOLINGS,
@@ -50,11 +57,8 @@ from longbert.strategies.pooling import (
     build_pooler,
     pool_tokens,
 )
-from longbert.strategies.recurrence import RecurrenceConfig
 from longbert.strategies.registry import build_strategy, get_entry, strategies_with, strategy_names
-from longbert.strategies.rmt import RmtConfig
-from longbert.strategies.sliding import SlidingConfig
-from longbert.strategies.truncate import TruncateConfig, keep
+from longbert.strategies.truncate import keep
 from longbert.strategies.windows import (
     ACCELERATOR_WIDTH_MULTIPLE,
     build_pass,
@@ -168,7 +172,8 @@ def test_chunk_is_sliding_with_the_stride_at_the_window_and_keeps_its_own_settin
     assert chunk.role == "default" and strategy_names().count("chunk") == 1
     assert [f.name for f in config_fields(ChunkConfig)] == ["window", "pooling", "token_pooling", "unit_weights"]
     assert ChunkConfig(window=37).stride == 37
-    assert ChunkConfig(window=0).problems("strategy") == ["strategy.window must be >= 1, got 0"]
+    with pytest.raises(LongbertError, match=r"^recipe: strategy.window must be >= 1, got 0$"):
+        ChunkConfig(window=0)  # checked when built, as a recipe is
     with pytest.raises(LongbertError, match=r"unknown recipe key 'strategy.stride'; valid keys in strategy: name, "
                                             r"window, pooling, token_pooling, unit_weights"):
         load_recipe(None, ["strategy.name=chunk", "strategy.stride=10"])
@@ -335,8 +340,9 @@ def test_build_pass_lays_out_cls_piece_sep_then_padding():
 def test_each_strategy_accepts_its_own_pooling_vocabulary():
     assert set(UNIT_POOLINGS) < set(SEGMENT_POOLINGS) and "last" in SEGMENT_POOLINGS
     for config in (ChunkConfig, SlidingConfig):
-        assert config(pooling="last").problems("strategy") == [
-            f"strategy.pooling must be one of {', '.join(UNIT_POOLINGS)}, got 'last'"]
+        with pytest.raises(LongbertError) as refused:
+            config(pooling="last")
+        assert str(refused.value) == f"recipe: strategy.pooling must be one of {', '.join(UNIT_POOLINGS)}, got 'last'"
     for config in (RecurrenceConfig, RmtConfig):
         assert all(config(pooling=p).problems("strategy") == [] for p in SEGMENT_POOLINGS)
     assert all(ChunkConfig(token_pooling=p).problems("strategy") == [] for p in TOKEN_POOLINGS)
@@ -501,6 +507,7 @@ def test_a_strategy_registered_from_one_new_file_works_through_the_whole_model(t
             build_model(tiny_backbone_dir, "middle", ["strategy.window=0"])
     finally:
         REGISTRY.pop("middle", None)
+        STRATEGIES.pop("middle", None)
     assert "middle" not in strategy_names()
 
 

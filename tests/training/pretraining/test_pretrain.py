@@ -21,8 +21,9 @@ from longbert.errors import LongbertError
 from longbert.modeling.backbone import load_tokenizer
 from longbert.result import Result
 from longbert.strategies.base import PassBudget, SpecialTokens
-from longbert.strategies.bigbird import BigBirdConfig, extend_positions
-from longbert.strategies.recurrence import RecurrenceConfig, distance_bucket
+from longbert.strategies.bigbird import extend_positions
+from longbert.strategies.configs import BigBirdConfig, RecurrenceConfig
+from longbert.strategies.recurrence import distance_bucket
 from longbert.strategies.registry import build_strategy
 from longbert.strategies.windows import encode_tokens_in_windows
 from longbert.training.pretraining.masking import IGNORE, Masker, seeded
