@@ -1,6 +1,6 @@
 """A trained run's kept model calibrated after the fact and evaluated through the product's own path: the run folder
 is copied (its recipe, its validation predictions, its best/ model), a temperature is fitted on the validation
-predictions as training now fits it at its end (`longbert.evaluation.calibration.fit_calibration`, the recipe's
+predictions as training now fits it at its end (`longbert.modeling.calibration.fit_calibration`, the recipe's
 model.calibration, auto by default), written into the copy's longbert_config.json, and `longbert.evaluate(copy,
 "test")` measures the test split with the calibrated model: metrics-test.json's calibration section holds ECE, NLL
 and Brier score after and before. The original run is only read.
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import longbert
-from longbert.evaluation.calibration import fit_calibration
 from longbert.evaluation.predictions import read_prediction_rows
+from longbert.modeling.calibration import fit_calibration
 from longbert.modeling.settings import ModelSettings
 from longbert.utils.folders import BEST, CONFIG_FILE, RunFolder
 from longbert.utils.hardware import describe_machine

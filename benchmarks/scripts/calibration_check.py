@@ -1,5 +1,5 @@
 """Calibration of trained runs, measured: temperature scaling fitted on each run's validation predictions (kept only
-when it lowers held-out NLL, longbert.evaluation.calibration), then ECE, NLL and Brier score on its test predictions
+when it lowers held-out NLL, longbert.modeling.calibration), then ECE, NLL and Brier score on its test predictions
 before and after, and the share of test documents answered at a target accuracy.
 
     python benchmarks/scripts/calibration_check.py runs/compare/compare_imdb/chunk runs/compare/compare_imdb/truncate
@@ -16,13 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from longbert.evaluation.calibration import (
-    calibration_metrics,
-    coverage_curve,
-    fit_calibration,
-    threshold_for_accuracy,
-)
 from longbert.evaluation.predictions import read_prediction_rows
+from longbert.evaluation.reliability import calibration_metrics, coverage_curve, threshold_for_accuracy
+from longbert.modeling.calibration import fit_calibration
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("runs", nargs="+", type=Path, help="run folders, or validation and test files with --pairs")

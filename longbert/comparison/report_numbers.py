@@ -18,13 +18,13 @@ from longbert.comparison.formatting import COMBINED, report_rows
 from longbert.comparison.statistics import detectable_difference, mcnemar_p, wilson_interval
 from longbert.config import head_epochs, is_multi_label
 from longbert.errors import LongbertError
-from longbert.evaluation.calibration import (
+from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
+from longbert.evaluation.reliability import (
     calibration_section,
     coverage_curve,
     document_confidence,
     threshold_for_accuracy,
 )
-from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
 from longbert.utils.folders import RunFolder, predictions_file
 
 PREDICTIONS_FILE = predictions_file("test")

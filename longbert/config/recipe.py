@@ -47,7 +47,7 @@ MULTI_LABEL_METRICS = ("micro_f1", "exact_match")  # ... and those that only mul
 TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
 CLASS_WEIGHTS = ("balanced",)
 THRESHOLD_TUNING = ("tune", "tune_per_label")
-CALIBRATIONS = ("auto", "temperature", "none")  # model.calibration: longbert.evaluation.calibration's choices
+CALIBRATIONS = ("auto", "temperature", "none")  # model.calibration: longbert.modeling.calibration's choices
 UNNAMED = "run"  # a recipe's name when it gives none (a run of a local file or folder takes that file's name)
 
 

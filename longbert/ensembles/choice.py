@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import f1_score
 
-from longbert.evaluation.calibration import Calibration, fit_calibration
 from longbert.evaluation.metrics import compute_metrics
 from longbert.evaluation.predictions import PredictionRow, read_prediction_rows
+from longbert.modeling.calibration import Calibration, fit_calibration
 from longbert.utils.folders import predictions_file
 
 VALIDATION_FILE = predictions_file("validation")

@@ -31,8 +31,8 @@ from longbert.ensembles.choice import (
     selection_metric,
 )
 from longbert.errors import LongbertError
-from longbert.evaluation.calibration import Calibration
 from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
+from longbert.modeling.calibration import Calibration
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
 from longbert.modeling.folder import save_model_folder

@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
 from longbert.data.lengths import LENGTH_BUCKETS, length_bucket
-from longbert.evaluation.calibration import calibration_section
+from longbert.evaluation.reliability import calibration_section
 
 # The numbers a validation entry of the training history keeps.
 HISTORY_METRICS = ("accuracy", "exact_match", "micro_f1", "macro_f1", "hamming_loss", "loss")

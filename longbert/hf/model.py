@@ -21,8 +21,8 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from longbert.errors import LongbertError
+from longbert.modeling.calibration import calibrated_logits
 from longbert.modeling.hf_config import LongbertConfig
-from longbert.modeling.reading import calibrated_logits
 from longbert.utils.hardware import autocast_for, check_precision
 
 # What transformers' Auto classes and pipelines pass to from_pretrained on their own; longbert needs none of it.

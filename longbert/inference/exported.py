@@ -34,8 +34,8 @@ from longbert.config import is_multi_label
 from longbert.data.documents import tokenize_documents
 from longbert.errors import LongbertError, first_line
 from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
+from longbert.modeling.calibration import answered_probabilities
 from longbert.modeling.reading import (
-    answered_probabilities,
     check_min_confidence,
     check_texts,
     longest_first,
@@ -127,7 +127,7 @@ class ExportedClassifier:
 
     def probabilities(self, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
         """(B, C) logits -> what the model answers: calibrated by the temperatures its settings carry, as the PyTorch
-        model's (`longbert.modeling.reading.answered_probabilities`)."""
+        model's (`longbert.modeling.calibration.answered_probabilities`)."""
         return answered_probabilities(self.settings, logits, calibrated)
 
     def without_calibration(self) -> ExportedClassifier:

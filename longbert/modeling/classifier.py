@@ -25,6 +25,7 @@ from longbert.modeling.backbone import (
     load_backbone,
     prepare_tokenizer,
 )
+from longbert.modeling.calibration import answered_probabilities
 from longbert.modeling.ensemble import load_ensemble
 from longbert.modeling.folder import (
     adapter_of,
@@ -37,7 +38,7 @@ from longbert.modeling.folder import (
     wrap_lora,
 )
 from longbert.modeling.int8 import Int8Model
-from longbert.modeling.reading import ReadsTexts, answered_probabilities, check_texts, read_in_batches
+from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import Pooled, SpecialTokens, Units, lora_modules_to_save
 from longbert.strategies.registry import build_strategy

@@ -102,23 +102,6 @@ def batch_probabilities(model, documents: list[torch.Tensor]) -> torch.Tensor:
     return model.probabilities(model(documents).logits)
 
 
-def answered_probabilities(settings: ModelSettings, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
-    """(B, C) logits -> the (B, C) probabilities a model with these settings answers: softmax (single-label) or one
-    sigmoid per label, of the logits divided by the settings' calibration temperatures when it has them (and
-    `calibrated`). The one place where logits become probabilities, for every way of running a model."""
-    logits = calibrated_logits(settings, logits, calibrated)
-    return torch.sigmoid(logits) if is_multi_label(settings.problem_type) else logits.softmax(-1)
-
-
-def calibrated_logits(settings: ModelSettings, logits: torch.Tensor, calibrated: bool = True) -> torch.Tensor:
-    """(B, C) logits -> (B, C) float32, divided by the settings' calibration temperatures when it has them (and
-    `calibrated`): what softmax or sigmoid makes the answered probabilities of (the transformers wrapper's logits)."""
-    logits = logits.float()
-    if calibrated and settings.temperatures is not None:
-        logits = logits / logits.new_tensor(settings.temperatures)
-    return logits
-
-
 def batch_vectors(model, documents: list[torch.Tensor]) -> torch.Tensor:
     """(B, H) float32: what `embed` reads of a batch (each document's pooled vector), with the model that runs."""
     return model.strategy.pool(model.encode(documents)).vector.float()
@@ -170,7 +153,7 @@ def decision(settings: ModelSettings, probabilities: list[float]) -> dict:
 
 def confidence(settings: ModelSettings, probabilities: list[float]) -> float:
     """How sure the model is of one text's answer: single-label, its top probability; multi-label, its least sure
-    label's max(p, 1 - p) (as `longbert.evaluation.calibration.coverage_curve` reads it)."""
+    label's max(p, 1 - p) (as `longbert.evaluation.reliability.coverage_curve` reads it)."""
     if is_multi_label(settings.problem_type):
         return min(max(p, 1 - p) for p in probabilities)
     return max(probabilities)

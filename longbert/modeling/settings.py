@@ -26,6 +26,7 @@ from longbert.config import (
     is_multi_label,
 )
 from longbert.errors import LongbertError
+from longbert.modeling.calibration import LOG_TEMPERATURE_BOUNDS
 from longbert.strategies.base import PassBudget
 from longbert.strategies.configs import STRATEGIES
 from longbert.utils.fields import one_of, option
@@ -34,10 +35,6 @@ from longbert.utils.fields import one_of, option
 # transformers; a test holds the two equal.
 FORMAT_VERSION = 1
 
-
-# The natural logarithm of the smallest and largest temperature calibration fits (T between 0.05 and 20), and so the
-# range a model's settings may hold: a temperature of 1e8 read from a tampered file would make every probability 0.5.
-LOG_TEMPERATURE_BOUNDS = (-3.0, 3.0)
 
 @dataclass
 class ModelSettings(FinetuneChoice):
@@ -64,7 +61,7 @@ class ModelSettings(FinetuneChoice):
                                                   "probabilities")
     temperatures: list[float] | None = option(None, "calibration: the logits are divided by this temperature (one; "
                                                     "multi-label: one per label) before softmax or sigmoid, fitted "
-                                                    "on validation (longbert.evaluation.calibration); null, or "
+                                                    "on validation (longbert.modeling.calibration); null, or "
                                                     "absent from the file (as before it existed): none")
 
     @classmethod

@@ -3,8 +3,8 @@ vectors into one document vector (mean, max, learned attention, or a small trans
 
 Chunks are sliding windows that start where the previous one ended: chunk has its own config (configs.ChunkConfig: no
 stride to set, its own defaults and help), and this file registers sliding's module for it, which reads
-`config.stride` as the window. Recipes and saved model folders that say `name: chunk` load as they always did: the settings and the weight
-names (`strategy.pooler.*`) are the same."""
+`config.stride` as the window. Recipes and saved model folders that say `name: chunk` load as they always did: the
+settings and the weight names (`strategy.pooler.*`) are the same."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ import dataclasses
 from pathlib import Path
 
 from longbert.config import Recipe, is_multi_label
-from longbert.evaluation.calibration import Calibration, calibrated_raw, fit_calibration
 from longbert.evaluation.command import metrics_markdown, write_predictions
 from longbert.evaluation.metrics import tune_thresholds
 from longbert.evaluation.split_pass import evaluate_split
+from longbert.modeling.calibration import Calibration, calibrated_raw, fit_calibration
 from longbert.modeling.card import refresh_card
 from longbert.training.checkpoint import LoopState, load_trainable_weights
 from longbert.training.curves import write_training_curves

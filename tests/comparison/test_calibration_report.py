@@ -20,7 +20,7 @@ from longbert.comparison.page import build_blocks
 from longbert.comparison.render import render_again
 from longbert.comparison.report_numbers import TARGET_ACCURACY, abstention, measured_calibration
 from longbert.comparison.verdict import verdict
-from longbert.evaluation.calibration import calibration_metrics
+from longbert.evaluation.reliability import calibration_metrics
 
 COMMITTED = Path(__file__).resolve().parents[2] / "reports" / "compare_imdb"
 

@@ -12,7 +12,7 @@ import pytest
 from helpers import ENSEMBLE_LABELS, ensemble_validation, prediction_rows
 from longbert.ensembles import choice
 from longbert.ensembles.choice import average_calibration, averaged_rows, choose_members
-from longbert.evaluation.calibration import Calibration
+from longbert.modeling.calibration import Calibration
 
 rows = prediction_rows
 LABELS = ENSEMBLE_LABELS

@@ -66,7 +66,7 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
     assert list(choose_members(validation, summary["metric"])[0]) == members
     # evaluate the saved folder: before its calibration, its probabilities are the mean of its members' before
     # theirs (each evaluated from its own folder); after, that mean calibrated as fitted on validation
-    from longbert.evaluation.calibration import Calibration
+    from longbert.modeling.calibration import Calibration
 
     calibration = Calibration.from_dict(summary["calibration"])
     assert calibration.method == "temperature" and calibration.documents == 15  # the tiny runs are over-confident
@@ -148,7 +148,7 @@ def test_a_hybrid_of_an_ensemble_mixes_tfidf_into_the_members_mean(three_runs, t
     assert all(m.lexical is None for m in model.ensemble.members(model))
     # Run from its folder, the hybrid gives the ensemble's own probabilities (run from its folder) mixed with TF-IDF's.
     # Both before calibration, and the hybrid's own calibration (fitted on validation) over the mix.
-    from longbert.evaluation.calibration import Calibration
+    from longbert.modeling.calibration import Calibration
 
     evaluate(ensemble, "test", precision="fp32")
     neural = np.array([r.get("uncalibrated", r["probabilities"]) for r in rows(ensemble / "predictions-test.jsonl")])

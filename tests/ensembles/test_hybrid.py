@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from longbert.cli import app
 from longbert.ensembles.hybrid import mix_probabilities
-from longbert.evaluation.calibration import Calibration
+from longbert.modeling.calibration import Calibration
 
 pytestmark = pytest.mark.heavy  # trains a tiny run
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from longbert.evaluation.calibration import (
-    Calibration,
-    calibrated_raw,
+from longbert.evaluation.reliability import (
     calibration_metrics,
     calibration_section,
     coverage_curve,
-    fit_calibration,
     reliability_bins,
     threshold_for_accuracy,
 )
+from longbert.modeling.calibration import Calibration, calibrated_raw, fit_calibration
 
 
 def drawn(n: int, sharpen: float, seed: int = 0, classes: int = 2):

@@ -126,7 +126,7 @@ def test_figures_are_pngs_of_a_readable_size():
     (300, "none", "model.calibration is none"),
 ])
 def test_a_model_left_uncalibrated_says_why_on_its_page(documents, choice, said):
-    from longbert.evaluation.calibration import fit_calibration
+    from longbert.modeling.calibration import fit_calibration
 
     rng = np.random.default_rng(2)
     probabilities = rng.dirichlet([1, 1], documents)
