@@ -16,15 +16,9 @@ from longbert.evaluation.plots import (
     reliability_diagram_png,
     speed_by_length_png,
 )
+from longbert.utils.folders import REPORT_PLOTS
 
-# The file each plot is written to beside report.md (report.html embeds the same bytes).
-PLOTS = {
-    "accuracy_by_length": "accuracy-by-length.png",
-    "speed_by_length": "speed-by-length.png",
-    "confusion_matrices": "confusion-matrices.png",
-    "reliability": "reliability-diagram.png",
-    "coverage": "coverage-curve.png",
-}
+PLOTS = REPORT_PLOTS  # the file each plot is written to beside report.md (named in utils/folders.py)
 
 
 def make_plots(results: dict) -> dict[str, bytes]:

@@ -29,7 +29,14 @@ from longbert.evaluation.split_pass import evaluate_split
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.utils.atomic import write_bytes_atomically, write_json, write_text_atomically
 from longbert.utils.destinations import folder_to_write, locked
-from longbert.utils.folders import CONFIG_FILE, RunFolder, confusion_file, metrics_file, predictions_file
+from longbert.utils.folders import (
+    CONFIG_FILE,
+    RunFolder,
+    confusion_file,
+    metrics_file,
+    predictions_file,
+    reliability_beside,
+)
 from longbert.utils.hardware import check_precision, process_state
 
 EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
@@ -238,7 +245,7 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
     """A short human-readable page for one split's metrics. With more than MANY_CLASSES classes (single-label) the
     page shows the top confusions instead of the whole matrix; given `plot_path`, the whole matrix is written
     there (atomically) as a PNG heatmap and linked from the page by its file name (keep it beside the page), and the
-    reliability diagram beside it (`reliability_path`)."""
+    reliability diagram beside it (`reliability_beside`)."""
     lines = [f"# {title}", "", f"- documents: {metrics['documents']}"]
     multi_label = "exact_match" in metrics
     if multi_label:
@@ -256,7 +263,7 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
         lines.append(f"- inference: {speed['documents_per_second']:.2f} documents/s, "
                      f"{speed['tokens_per_second']:.0f} tokens/s, peak memory {speed['peak_memory_mb']} MB "
                      f"({speed['memory_kind']})")
-    lines += calibration_markdown(metrics, title, None if plot_path is None else reliability_path(plot_path))
+    lines += calibration_markdown(metrics, title, None if plot_path is None else reliability_beside(plot_path))
     section = "Exact match" if multi_label else "Accuracy"
     lines += ["", f"## {section} by document length (WordPiece tokens with [CLS]/[SEP])", "",
               f"| length | documents | {headline.replace('_', ' ')} |", "|---|---|---|"]
@@ -292,13 +299,6 @@ def metrics_markdown(metrics: dict, label_names: list[str], title: str, plot_pat
 
 
 COVERAGE_SHOWN = (0.5, 0.8, 0.9, 1.0)  # the shares of documents answered that a metrics page lists
-
-
-def reliability_path(plot_path: str | Path) -> Path:
-    """Where a page's reliability diagram goes: beside its confusion matrix, named as it is with reliability-diagram
-    for confusion-matrix (confusion-matrix-test.png -> reliability-diagram-test.png)."""
-    plot_path = Path(plot_path)
-    return plot_path.with_name(plot_path.name.replace("confusion-matrix", "reliability-diagram", 1))
 
 
 def ece_table(heading: str, first: str, after: dict, before: dict | None, key: str) -> list[str]:

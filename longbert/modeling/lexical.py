@@ -32,9 +32,8 @@ from torch import nn
 
 from longbert.errors import LongbertError
 from longbert.utils.atomic import json_text
+from longbert.utils.folders import LEXICAL_CONFIG, LEXICAL_WEIGHTS
 
-LEXICAL_WEIGHTS = "lexical.safetensors"
-LEXICAL_CONFIG = "lexical.json"
 C_GRID = (0.5, 2.0, 8.0, 32.0)  # logistic regression's inverse regularisation strengths tried on validation
 MIX_GRID = tuple(i / 20 for i in range(21))  # weights of the neural probabilities tried on validation (0: TF-IDF)
 

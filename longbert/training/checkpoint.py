@@ -29,11 +29,18 @@ from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.strategies.base import HasCheckpointState
 from longbert.utils.atomic import json_text
-from longbert.utils.folders import STATE_FILE
+from longbert.utils.folders import (
+    CHECKPOINT_BEST,
+    CHECKPOINT_MODEL,
+    CHECKPOINT_OPTIMIZER,
+    CHECKPOINT_OPTIMIZER_STATE,
+    CHECKPOINT_READING,
+    CHECKPOINT_STRATEGY,
+    STATE_FILE,
+)
 from longbert.utils.outputs import atomic_folder
 
 FORMAT_VERSION = 1
-READING_FILE = "reading.safetensors"
 
 
 @dataclass
@@ -89,23 +96,23 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
     processes train the run (a resume must have as many; see runs.check_processes). `reading`: the state of the
     loop's UnitReader (`UnitReader.state`), when it has one."""
     with atomic_folder(directory, STATE_FILE, "checkpoint folder") as staging:
-        save_file(trainable_weights(model), staging / "model.safetensors")
+        save_file(trainable_weights(model), staging / CHECKPOINT_MODEL)
         if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
-            save_file(best, staging / "best.safetensors")
+            save_file(best, staging / CHECKPOINT_BEST)
         if isinstance(model.strategy, HasCheckpointState):
             save_file({k: v.detach().cpu().contiguous() for k, v in model.strategy.checkpoint_state().items()},
-                      staging / "strategy.safetensors")
+                      staging / CHECKPOINT_STRATEGY)
         if reading is not None:
-            save_file(reading, staging / READING_FILE)
+            save_file(reading, staging / CHECKPOINT_READING)
         tensors, layout = _flatten_optimizer(optimizer.state_dict())
         tensors["rng.torch"] = torch.get_rng_state()
         if torch.cuda.is_available():
             for i, s in enumerate(torch.cuda.get_rng_state_all()):
                 tensors[f"rng.cuda.{i}"] = s
-        save_file(tensors, staging / "optimizer.safetensors")
+        save_file(tensors, staging / CHECKPOINT_OPTIMIZER)
         extra = {"optimizer": layout, "scheduler": scheduler.state_dict(),
                  "python_random": _jsonable(random.getstate())}
-        (staging / "optimizer.json").write_text(json_text(extra, "optimizer.json"))
+        (staging / CHECKPOINT_OPTIMIZER_STATE).write_text(json_text(extra, CHECKPOINT_OPTIMIZER_STATE))
         written = {"format": FORMAT_VERSION, "recipe_fingerprint": fingerprint, "processes": processes,
                    "loop": dataclasses.asdict(state)}
         (staging / STATE_FILE).write_text(json_text(written, STATE_FILE, indent=2))
@@ -113,7 +120,7 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
 
 def read_reading(directory: Path) -> dict[str, torch.Tensor] | None:
     """The UnitReader state a checkpoint holds (None: it holds none)."""
-    file = Path(directory) / READING_FILE
+    file = Path(directory) / CHECKPOINT_READING
     return load_file(file) if file.is_file() else None
 
 
@@ -138,16 +145,16 @@ def load_checkpoint(directory: Path, model, optimizer, scheduler, fingerprint: s
         raise LongbertError(f"the checkpoint in {directory} was written by another recipe; "
                             "resume with the recipe and overrides that started it")
     state = LoopState(**saved["loop"])
-    load_trainable_weights(model, load_file(directory / "model.safetensors"), directory / "model.safetensors")
+    load_trainable_weights(model, load_file(directory / CHECKPOINT_MODEL), directory / CHECKPOINT_MODEL)
     best = None
-    if (directory / "best.safetensors").is_file():
-        best = load_file(directory / "best.safetensors")
+    if (directory / CHECKPOINT_BEST).is_file():
+        best = load_file(directory / CHECKPOINT_BEST)
     elif state.best_step is not None:
         best = trainable_weights(model)  # the kept weights were the current ones
     if isinstance(model.strategy, HasCheckpointState):
-        model.strategy.load_checkpoint_state(load_file(directory / "strategy.safetensors"))
-    tensors = load_file(directory / "optimizer.safetensors")
-    extra = json.loads((directory / "optimizer.json").read_text())
+        model.strategy.load_checkpoint_state(load_file(directory / CHECKPOINT_STRATEGY))
+    tensors = load_file(directory / CHECKPOINT_OPTIMIZER)
+    extra = json.loads((directory / CHECKPOINT_OPTIMIZER_STATE).read_text())
     saved_groups = [len(group["params"]) for group in extra["optimizer"]["param_groups"]]
     if saved_groups != [len(group["params"]) for group in optimizer.param_groups]:
         # An earlier longbert put biases and norms of the head in the decayed group: its optimiser state does not fit.

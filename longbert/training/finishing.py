@@ -18,7 +18,7 @@ from longbert.training.checkpoint import LoopState, load_trainable_weights
 from longbert.training.curves import write_training_curves
 from longbert.training.run_record import RunMetrics, write_run_metrics
 from longbert.utils.atomic import write_text_atomically
-from longbert.utils.folders import BEST, CURVES_FILE, METRICS_PAGE, predictions_file
+from longbert.utils.folders import BEST, CURVES_FILE, METRICS_PAGE, RUN_CONFUSION_FILE, predictions_file
 from longbert.utils.hardware import describe_machine
 from longbert.utils.logs import main_process_logger
 
@@ -122,7 +122,7 @@ def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, record: 
     if accelerator.is_main_process:
         write_run_metrics(run_dir, record)
         page = metrics_markdown(record.test, corpus.label_names, f"{recipe.name}: test",
-                                run_dir / "confusion-matrix.png") if record.test is not None else ""
+                                run_dir / RUN_CONFUSION_FILE) if record.test is not None else ""
         if write_training_curves(record, run_dir / CURVES_FILE):
             page += f"\n## Training\n\n![training loss and validation {recipe.train.best_metric}]({CURVES_FILE})\n"
         write_text_atomically(run_dir / METRICS_PAGE, page)

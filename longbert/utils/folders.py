@@ -19,6 +19,12 @@ RECIPE_FILE = "recipe.yaml"  # the recipe the run was trained with, overrides ap
 BEST = "best"  # the kept model: a model folder, read wherever a run folder means a model
 CHECKPOINT = "checkpoint"  # the last checkpoint, removed when the run finishes
 STATE_FILE = "state.json"  # in the checkpoint: the loop's counters and the recipe's fingerprint
+CHECKPOINT_MODEL = "model.safetensors"  # in the checkpoint: the trainable weights at its step
+CHECKPOINT_BEST = "best.safetensors"  # the kept weights so far
+CHECKPOINT_STRATEGY = "strategy.safetensors"  # a strategy's own state (strategies with checkpoint_state)
+CHECKPOINT_OPTIMIZER = "optimizer.safetensors"  # the optimiser's tensors ...
+CHECKPOINT_OPTIMIZER_STATE = "optimizer.json"  # ... and the rest of its state and the scheduler's
+CHECKPOINT_READING = "reading.safetensors"  # train.reading's unit cache
 METRICS_FILE = "metrics.json"  # the run's record (training/run_record.py)
 METRICS_PAGE = "metrics.md"  # the same record as a page to read
 CURVES_FILE = "training-curves.png"
@@ -46,13 +52,26 @@ def metrics_file(name: str, suffix: str = "json") -> str:
     return f"metrics-{name}.{suffix}"
 
 
+CONFUSION_PREFIX, RELIABILITY_PREFIX = "confusion-matrix", "reliability-diagram"
+RUN_CONFUSION_FILE = f"{CONFUSION_PREFIX}.png"  # a run's test page's (metrics.md): no evaluation name
+
+
 def confusion_file(name: str) -> str:
-    return f"confusion-matrix-{name}.png"
+    return f"{CONFUSION_PREFIX}-{name}.png"
+
+
+def reliability_beside(confusion_path: str | Path) -> Path:
+    """Where a page's reliability diagram goes: beside its confusion matrix, named as it is
+    (confusion-matrix-test.png -> reliability-diagram-test.png; confusion-matrix.png -> reliability-diagram.png)."""
+    confusion_path = Path(confusion_path)
+    if not confusion_path.name.startswith(CONFUSION_PREFIX):
+        raise ValueError(f"{confusion_path} is not named as a confusion matrix ({CONFUSION_PREFIX}*)")
+    return confusion_path.with_name(RELIABILITY_PREFIX + confusion_path.name[len(CONFUSION_PREFIX):])
 
 
 # What a run writes into its folder; a folder holding anything else is not cleared to start a run again.
 RUN_ENTRIES = (RECIPE_FILE, CHECKPOINT, BEST, "metrics*.json", "metrics*.md", "predictions-*.jsonl",
-               "confusion-matrix*.png", "reliability-diagram*.png", CURVES_FILE, SPLIT_FILE, TRACKER_LOGS,
+               f"{CONFUSION_PREFIX}*.png", f"{RELIABILITY_PREFIX}*.png", CURVES_FILE, SPLIT_FILE, TRACKER_LOGS,
                PRETRAINED_BACKBONE, HEAD_STAGE, CONTRASTIVE_STAGE, SELF_TRAINING, START)
 
 # A model folder (`best/`, an ensemble, a hybrid): what `from_pretrained` reads.
@@ -67,6 +86,8 @@ CARD_FILE = "README.md"  # the model card
 FACTS_FILE = "training.json"  # the facts the card is written from
 MEMBERS_DIR = "members"  # an ensemble's member models
 ENSEMBLE_FILE = "ensemble.json"  # an ensemble's members and how their probabilities are combined
+LEXICAL_WEIGHTS = "lexical.safetensors"  # a model's lexical half (modeling/lexical.py): its weights ...
+LEXICAL_CONFIG = "lexical.json"  # ... and its vocabulary and settings
 LEXICAL_DIR = "ensemble_lexical"  # an ensemble's lexical member (not its first member's own lexical half)
 ENSEMBLE_SUMMARY = "ensemble-summary.json"  # beside an ensemble's model files: how its members were chosen
 
@@ -78,6 +99,14 @@ PARITY_FILE = "parity.json"
 # A report folder (`longbert compare`, `--train-sizes`).
 RESULTS_FILE = "results.json"  # every number of the report; what says a folder is an earlier report
 REPORT_FILES = ("report.md", "report.html")
+# The file each plot is written to beside report.md (report.html embeds the same bytes).
+REPORT_PLOTS = {
+    "accuracy_by_length": "accuracy-by-length.png",
+    "speed_by_length": "speed-by-length.png",
+    "confusion_matrices": "confusion-matrices.png",
+    "reliability": "reliability-diagram.png",
+    "coverage": "coverage-curve.png",
+}
 BASELINE_FILE = "tfidf-baseline.json"
 SPEED_FILE = "speed-by-length.json"
 CURVE_FILE = "curve.json"  # in a learning-curve folder: what says a folder is an earlier curve

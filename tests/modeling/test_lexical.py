@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from longbert.errors import LongbertError
-from longbert.modeling.lexical import LEXICAL_CONFIG, LexicalModel, fit_lexical, ngram_keys
+from longbert.modeling.lexical import LexicalModel, fit_lexical, ngram_keys
+from longbert.utils.folders import LEXICAL_CONFIG
 
 VOCAB = 40
 
