@@ -31,6 +31,7 @@ def test_the_checkout_recipes_folder_is_the_packaged_one():
     assert {Path(name).parent.name for name in recipe_files(PACKAGED)} == {"", "pretrain", "compare"}
 
 
+@pytest.mark.slow  # builds a wheel; CI's .ci/package checks the same of the wheel it builds and installs
 def test_the_wheel_ships_every_recipe_and_compare_finds_its_default_in_it(tmp_path):
     # Build from a copy, so neither a stale build/ folder nor the checkout's recipes/ link can help.
     source = tmp_path / "source"

@@ -17,7 +17,7 @@ from pathlib import Path
 # A run folder (`longbert train`, `longbert pretrain`): what training writes into output_dir.
 RECIPE_FILE = "recipe.yaml"  # the recipe the run was trained with, overrides applied
 BEST = "best"  # the kept model: a model folder, read wherever a run folder means a model
-CHECKPOINT = "checkpoint"  # the last checkpoint, removed when the run finishes
+CHECKPOINT = "checkpoint"  # the last checkpoint, kept when the run finishes (`--resume` reads it)
 STATE_FILE = "state.json"  # in the checkpoint: the loop's counters and the recipe's fingerprint
 CHECKPOINT_MODEL = "model.safetensors"  # in the checkpoint: the trainable weights at its step
 CHECKPOINT_BEST = "best.safetensors"  # the kept weights so far

@@ -32,7 +32,8 @@ def test_what_the_writer_writes_the_reader_reads_back_and_absent_stages_stay_abs
 def test_a_train_result_is_a_result_and_cannot_be_changed(tmp_path):
     result = TrainResult.from_run(tmp_path, run_record())
     assert isinstance(result, Result) and [f.name for f in dataclasses.fields(result)] == [
-        "folder", "metrics", "model", "record"]
+        "folder", "metrics", "model", "record", "classifier"]
+    assert result.classifier is None, "read from a folder: no model in memory"
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.folder = tmp_path / "elsewhere"
     assert not hasattr(result, "run_dir")
