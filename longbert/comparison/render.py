@@ -28,7 +28,7 @@ from longbert.data.lengths import BUCKET_SHORT_TITLES
 from longbert.errors import LongbertError, first_line
 from longbert.utils.atomic import json_text
 from longbert.utils.folders import REPORT_FILES, RESULTS_FILE
-from longbert.utils.outputs import atomic_folder
+from longbert.utils.outputs import atomic_folder, finish_swaps
 from longbert.utils.pages import render_html, render_markdown
 
 
@@ -63,6 +63,7 @@ def render_again(folder: str | Path) -> None:
     cannot be read or lacks what the pages show (another version's, or one edited by hand), is one LongbertError line,
     and the folder is left as it was."""
     folder = Path(folder)
+    finish_swaps(folder)  # a report whose replacement was killed mid-swap is put back first
     file = folder / RESULTS_FILE
     if not folder.is_dir():
         raise LongbertError(f"{folder} is not a folder: give a report folder that `longbert compare` wrote")

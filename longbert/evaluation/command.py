@@ -28,7 +28,7 @@ from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.evaluation.split_pass import evaluate_split
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.utils.atomic import write_bytes_atomically, write_json, write_text_atomically
-from longbert.utils.destinations import folder_to_write, locked
+from longbert.utils.destinations import locked
 from longbert.utils.folders import (
     CONFIG_FILE,
     RunFolder,
@@ -38,6 +38,7 @@ from longbert.utils.folders import (
     reliability_beside,
 )
 from longbert.utils.hardware import check_precision, process_state
+from longbert.utils.outputs import atomic_folder, replaceable_folder
 
 EVALUATE_SECTIONS = ("data", "eval")  # what `evaluate --set` may change: the rest describes how the run was trained
 OVERRIDDEN = "with-overrides"  # the file names' tag for an evaluation of other documents than the run's own
@@ -147,13 +148,15 @@ def evaluate_model(model: str | Path | LongDocumentClassifier, documents: Any, b
                    precision: str = "auto", output: str | Path | None = None, calibrated: bool = True) -> dict:
     """A model (a LongDocumentClassifier, run where it is; or a saved model folder, loaded onto this process's
     device) on `documents` (see `documents_to_evaluate`) -> the metrics. Writes nothing, unless `output` names a
-    folder (made if need be, checked before any work): then metrics-documents.json/.md,
-    reliability-diagram-documents.png and predictions-documents.jsonl there (and, with many classes,
-    confusion-matrix-documents.png)."""
+    folder: then metrics-documents.json/.md, reliability-diagram-documents.png and predictions-documents.jsonl there
+    (and, with many classes, confusion-matrix-documents.png), written as every output folder is (utils/outputs.py):
+    the folder must be new, empty or an earlier evaluation's (checked before any work), and only that evaluation's
+    own files are replaced."""
     check_precision(precision, "precision")
     if documents is None:
         raise LongbertError("evaluate: no documents to evaluate the model on; give them: evaluate(model, documents)")
-    folder = None if output is None else folder_to_write(output, "output")
+    marker = metrics_file(DOCUMENTS)  # what says a folder holds an earlier evaluation of documents
+    folder = None if output is None else replaceable_folder(output, marker, "output")
     process = process_state()
     if not isinstance(model, LongDocumentClassifier):
         model = LongDocumentClassifier.from_pretrained(model).to(process.device)
@@ -164,8 +167,8 @@ def evaluate_model(model: str | Path | LongDocumentClassifier, documents: Any, b
                                   process=process, precision=precision)
     metrics["precision"] = precision
     if folder is not None and process.is_main_process:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_evaluation(folder, DOCUMENTS, f"{len(dataset)} documents", metrics, raw, dataset, model)
+        with atomic_folder(folder, marker, "output") as staging:
+            write_evaluation(staging, DOCUMENTS, f"{len(dataset)} documents", metrics, raw, dataset, model)
     return metrics
 
 

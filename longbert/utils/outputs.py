@@ -6,9 +6,11 @@ checkpoint), with the rules that keep what it did not write:
 - the folder is written beside its place and swapped in when complete (`atomic_folder`), so it appears whole or not at
   all; at the swap, what the place holds is checked again, so a folder that appeared while the command ran is refused,
   not replaced (`swap_in`);
-- a replacement removes only what the command wrote there before (each output folder lists its entries in
-  .longbert-written); a user's own files beside an output are moved back into the new folder, never deleted
-  (`keep_others`); `recover` finishes a swap that a kill interrupted.
+- a replacement removes only what the command wrote there before (each output folder lists every path it wrote, at
+  every depth, in .longbert-written); a user's own files in or beside an output, at any depth, are moved back into
+  the new folder, never deleted (`keep_others`); a damaged list is refused before anything moves;
+- a swap that a kill interrupted is finished by the next command that writes or reads that folder (`finish_swaps`),
+  and by `recover` for what a run folder holds; each says so in one line.
 
 Files (a page, a predictions file) are written whole by longbert.utils.atomic.
 """
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Iterator
 
 from longbert.errors import LongbertError
-from longbert.utils.atomic import LEFTOVER, disk_error, os_error_of, public_mode, sweep
+from longbert.utils.atomic import LEFTOVER, _alive, disk_error, os_error_of, public_mode, sweep
+from longbert.utils.logs import get_logger
 
 
 def named_folder(target: str | Path, what: str) -> Path:
@@ -44,6 +47,7 @@ def replaceable_folder(target: str | Path, marker: str, what: str = "output fold
     LongbertError line: a folder named by mistake (the run folder itself, a folder of other files) is not an output.
     A path that names no folder of its own ('' or '.', '..') is refused too."""
     path = named_folder(target, what)
+    finish_swaps(path)
     if not path.exists() and not path.is_symlink():
         return path
     if not path.is_dir():
@@ -68,6 +72,7 @@ def atomic_folder(target: str | Path, marker: str | None = None, what: str = "ou
     block and again at the swap. Without a marker, only a `target` that does not exist or is empty is written: a
     folder that appeared with files in it while the block ran is refused, not replaced."""
     target = replaceable_folder(target, marker, what) if marker is not None else named_folder(target, what)
+    finish_swaps(target)
     if target.is_symlink():  # written where the link points, which stays a link (no swapped-out link left behind)
         target = target.resolve()
     try:
@@ -90,7 +95,32 @@ def atomic_folder(target: str | Path, marker: str | None = None, what: str = "ou
         raise disk_error(failed, target) from None
 
 
-WRITTEN = ".longbert-written"  # in an output folder: the names of the entries the command that wrote it wrote
+WRITTEN = ".longbert-written"  # in an output folder: {"paths": every path, at every depth, its writer wrote}
+
+
+def written_paths(staging: Path) -> list[str]:
+    """Every path under `staging`, relative to it, folders and files, in order: what the folder's writer wrote."""
+    return sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
+
+
+def read_written(folder: Path) -> tuple[set[str], bool] | None:
+    """What the writer of `folder` wrote, from its WRITTEN list: (the paths, whether they go below the top level: a
+    list of every path, as written since it went to every depth, or the top-level names of older folders); None
+    when the folder has no list. A list that is not one of these raises a LongbertError naming it."""
+    file = folder / WRITTEN
+    if not file.is_file():
+        return None
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise LongbertError(f"{file} is damaged ({error}); nothing was moved: put it back, or remove the folder's "
+                            "own files by hand") from None
+    deep = isinstance(raw, dict)
+    paths = raw.get("paths") if deep else raw
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        raise LongbertError(f"{file} is damaged (not a list of the paths its writer wrote); nothing was moved: put "
+                            "it back, or remove the folder's own files by hand")
+    return set(paths), deep
 
 
 def swap_in(staging: Path, target: Path, marker: str | None, what: str) -> None:
@@ -99,8 +129,7 @@ def swap_in(staging: Path, target: Path, marker: str | None, what: str) -> None:
     output of this kind. Then two renames swap the folders, and every entry of the old one that its writer did not
     write (its WRITTEN list; without one, every entry the new folder does not hold) is moved back: only this
     command's earlier files go. A kill between the renames leaves the old folder aside, which `recover` puts back."""
-    written = sorted(p.name for p in staging.iterdir())
-    (staging / WRITTEN).write_text(json.dumps(written))
+    (staging / WRITTEN).write_text(json.dumps({"paths": written_paths(staging)}))
     if not target.exists() and not target.is_symlink():
         try:
             os.rename(staging, target)
@@ -111,6 +140,7 @@ def swap_in(staging: Path, target: Path, marker: str | None, what: str) -> None:
     if not target.is_dir() or (any(target.iterdir()) and (marker is None or not (target / marker).is_file())):
         raise LongbertError(f"{what} {target} appeared or changed while this command ran and holds files it did not "
                             "write; nothing was replaced: name a new folder")
+    read_written(target)  # a damaged list is refused now, before anything moves
     old = target.with_name(f".{target.name}.old-{os.getpid()}")
     os.replace(target, old)
     try:
@@ -123,19 +153,60 @@ def swap_in(staging: Path, target: Path, marker: str | None, what: str) -> None:
 
 
 def keep_others(old: Path, target: Path) -> list[str]:
-    """Move back into `target` every entry of the swapped-out folder `old` that its writer did not write and that
-    `target` does not hold, then remove `old`. Returns the names moved back."""
-    try:
-        ours = set(json.loads((old / WRITTEN).read_text())) | {WRITTEN}
-    except (OSError, ValueError):
-        ours = {p.name for p in target.iterdir()}  # written before the list existed: what the new folder holds
-    moved = []
-    for entry in sorted(old.iterdir()):
-        if entry.name not in ours and not (target / entry.name).exists() and not (target / entry.name).is_symlink():
-            os.replace(entry, target / entry.name)
-            moved.append(entry.name)
+    """Move back into `target` every entry of the swapped-out folder `old`, at any depth, that its writer did not
+    write and that `target` does not hold, then remove `old`. Returns the paths moved back (relative to the
+    folder)."""
+    recorded = read_written(old)
+    if recorded is None:  # written before the list existed: what the new folder holds is the writer's
+        ours, deep = {p.name for p in target.iterdir()}, False
+    else:
+        ours, deep = recorded
+    ours |= {WRITTEN}
+    moved: list[str] = []
+
+    def walk(folder: Path) -> None:
+        for entry in sorted(folder.iterdir()):
+            relative = str(entry.relative_to(old))
+            if relative in ours:
+                if deep and entry.is_dir() and not entry.is_symlink():
+                    walk(entry)  # the writer's folder: a user's file inside it goes back too
+                continue
+            place = target / relative
+            if place.exists() or place.is_symlink():
+                continue
+            place.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(entry, place)
+            moved.append(relative)
+
+    walk(old)
     shutil.rmtree(old, ignore_errors=True)
     return moved
+
+
+def finish_swaps(target: Path) -> list[str]:
+    """Finish the swaps of `target` that a kill interrupted (`.NAME.old-PID` beside it, its process gone): where the
+    new folder never arrived, the old one is put back; where it did, what was not the old folder's writer's is moved
+    back into it and the old one removed. Each is said in one line; returns those lines."""
+    target = Path(target)
+    done = []
+    if not target.parent.is_dir():
+        return done
+    for path in sorted(target.parent.iterdir()):
+        match = LEFTOVER.match(path.name)
+        if match is None or not match["old"] or match["target"] != target.name or not path.is_dir():
+            continue
+        if _alive(int(match["old"].split("-")[1])):
+            continue  # a live process is between its two renames
+        if not target.exists() and not target.is_symlink():
+            os.replace(path, target)
+            done.append(f"{target}: put back as it was before a write that was killed mid-swap")
+        elif target.is_dir():
+            moved = keep_others(path, target)
+            done.append(f"{target}: finished a swap that was killed"
+                        + (f"; moved back into it: {', '.join(moved)}" if moved else ""))
+    for line in done:
+        get_logger(__name__).info(line)
+    return done
 
 
 def recover(parent: str | Path) -> list[str]:

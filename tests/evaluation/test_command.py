@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from longbert.errors import LongbertError
 from longbert.evaluation.command import evaluation_name, metrics_markdown, write_predictions
 from longbert.evaluation.metrics import MANY_CLASSES
 
@@ -134,12 +135,25 @@ def test_a_model_is_evaluated_on_documents_in_memory_and_writes_nothing(tiny_bac
     assert longbert.evaluate(tmp_path / "model", file, precision="fp32")["accuracy"] == metrics["accuracy"]
     # Asked to, it writes the evaluation's files into a folder of its own.
     longbert.evaluate(model, file, precision="fp32", output=tmp_path / "evaluation")
-    written = sorted(p.name for p in (tmp_path / "evaluation").iterdir())
+    written = sorted(p.name for p in (tmp_path / "evaluation").iterdir() if p.name != ".longbert-written")
     assert written == ["metrics-documents.json", "metrics-documents.md", "predictions-documents.jsonl"]
     page = (tmp_path / "evaluation" / "metrics-documents.md").read_text()
     assert f"No reliability diagram: {len(labels)} documents are too few to fill its bins" in page
     lines = (tmp_path / "evaluation" / "predictions-documents.jsonl").read_text().splitlines()
     assert [json.loads(line)["label_name"] for line in lines] == labels
+    # Written as every output folder is: a folder of a user's files is refused before any work; an earlier
+    # evaluation's folder is replaced, its own files only.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "predictions-documents.jsonl").write_text("my own")
+    with pytest.raises(LongbertError, match=r"^output .*mine already holds files this command did not write \(it "
+                                            r"has no metrics-documents.json\); name a new or empty folder$"):
+        longbert.evaluate(model, file, precision="fp32", output=tmp_path / "mine")
+    assert (tmp_path / "mine" / "predictions-documents.jsonl").read_text() == "my own"
+    (tmp_path / "evaluation" / "notes.txt").write_text("mine")
+    longbert.evaluate(model, file, precision="fp32", output=tmp_path / "evaluation")
+    assert (tmp_path / "evaluation" / "notes.txt").read_text() == "mine"
+    again = sorted(p.name for p in (tmp_path / "evaluation").iterdir())
+    assert again == sorted([".longbert-written", *written, "notes.txt"])
 
 
 @pytest.mark.parametrize("call, expected", [

@@ -81,11 +81,11 @@ def test_save_replaces_what_an_earlier_save_wrote_and_keeps_a_users_file_beside_
     model = build_model(tiny_backbone_dir, "chunk")
     target = tmp_path / "m"
     model.save_pretrained(target)
-    written = json.loads((target / ".longbert-written").read_text())
+    written = json.loads((target / ".longbert-written").read_text())["paths"]
     assert "head.safetensors" in written and "longbert_config.json" in written
     # a file the earlier save wrote (listed) and this one does not write goes; the user's notes stay
     (target / "lexical.safetensors").write_text("stale")
-    (target / ".longbert-written").write_text(json.dumps([*written, "lexical.safetensors"]))
+    (target / ".longbert-written").write_text(json.dumps({"paths": [*written, "lexical.safetensors"]}))
     (target / "notes.txt").write_text("mine")
     model.save_pretrained(target)
     assert not (target / "lexical.safetensors").exists() and (target / "notes.txt").read_text() == "mine"

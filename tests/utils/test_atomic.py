@@ -5,6 +5,7 @@ and files readable by others as the umask says."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ from safetensors import SafetensorError
 from longbert.errors import LongbertError
 from longbert.utils.atomic import atomic_stream, guarded_stdout, write_text_atomically
 from longbert.utils.destinations import writable_destination, writable_folder
-from longbert.utils.outputs import atomic_folder, recover, replaceable_folder
+from longbert.utils.outputs import atomic_folder, finish_swaps, recover, replaceable_folder
 
 
 def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
@@ -343,3 +344,63 @@ def test_an_output_named_through_a_link_is_written_where_it_points_and_the_link_
         (staging / "out.json").write_text("second")
     assert link.is_symlink() and (real / "out.json").read_text() == "second" and (real / "mine.txt").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]  # no .link.old-PID left
+
+
+def test_a_swap_killed_between_its_renames_is_finished_by_the_next_write_and_said(tmp_path, capfd):
+    """kill -9 after the first rename: the old folder (with the user's notes) lies aside as .ens.old-PID and ens is
+    gone. The next write of ens puts it back first, then replaces only its writer's files; the notes stay."""
+    target = tmp_path / "ens"
+    with atomic_folder(target, "summary.json") as staging:
+        (staging / "summary.json").write_text("first")
+    (target / "notes.txt").write_text("mine")
+    aside = tmp_path / ".ens.old-999999"  # no such process
+    target.rename(aside)
+    with atomic_folder(target, "summary.json") as staging:
+        (staging / "summary.json").write_text("second")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ens"], "nothing left hidden"
+    assert (target / "notes.txt").read_text() == "mine" and (target / "summary.json").read_text() == "second"
+    assert f"{target}: put back as it was before a write that was killed mid-swap" in capfd.readouterr().err
+    # killed after both renames: the new folder is in place and the old one aside; a reader finishes it too
+    (target / "notes.txt").rename(tmp_path / "notes.txt")
+    aside.mkdir()
+    (aside / ".longbert-written").write_text('{"paths": ["summary.json"]}')
+    (aside / "summary.json").write_text("first")
+    (tmp_path / "notes.txt").rename(aside / "notes.txt")
+    assert finish_swaps(target) == [f"{target}: finished a swap that was killed; moved back into it: notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ens"] and (target / "notes.txt").read_text() == "mine"
+
+
+def test_a_users_file_inside_a_written_subfolder_survives_a_replacement(tmp_path):
+    target = tmp_path / "ens"
+    with atomic_folder(target, "summary.json") as staging:
+        (staging / "summary.json").write_text("first")
+        (staging / "best").mkdir()
+        (staging / "best" / "head.safetensors").write_text("first")
+        (staging / "best" / "old-only.json").write_text("first")
+    assert json.loads((target / ".longbert-written").read_text()) == {
+        "paths": ["best", "best/head.safetensors", "best/old-only.json", "summary.json"]}
+    (target / "best" / "mynote.txt").write_text("mine")
+    (target / "best" / "mine").mkdir()
+    (target / "best" / "mine" / "a.txt").write_text("mine")
+    with atomic_folder(target, "summary.json") as staging:
+        (staging / "summary.json").write_text("second")
+        (staging / "best").mkdir()
+        (staging / "best" / "head.safetensors").write_text("second")
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == [
+        ".longbert-written", "best", "best/head.safetensors", "best/mine", "best/mine/a.txt", "best/mynote.txt",
+        "summary.json"], "the writer's old-only file went; the user's, at any depth, stayed"
+    assert (target / "best" / "head.safetensors").read_text() == "second"
+
+
+@pytest.mark.parametrize("manifest", ["null", "[1, 2]", '{"paths": null}', "{not json"])
+def test_a_damaged_list_of_what_was_written_is_refused_before_anything_moves(tmp_path, manifest):
+    target = tmp_path / "ens"
+    with atomic_folder(target, "summary.json") as staging:
+        (staging / "summary.json").write_text("first")
+    (target / "notes.txt").write_text("mine")
+    (target / ".longbert-written").write_text(manifest)
+    with pytest.raises(LongbertError, match=r"ens/\.longbert-written is damaged .*nothing was moved"):
+        with atomic_folder(target, "summary.json") as staging:
+            (staging / "summary.json").write_text("second")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ens"], "no staging or swapped-out folder left"
+    assert (target / "summary.json").read_text() == "first" and (target / "notes.txt").read_text() == "mine"
