@@ -146,16 +146,23 @@ def verdict(results: dict) -> list[str]:
                       if n != fastest and s[n]["relative_cost"]["inference"])
     lines.append(f"Cheapest at inference: {fastest} ({number(s[fastest]['speed']['documents_per_second'])} "
                  "documents/s)" + (f"; the others need {costs} its time per document" if costs else "") + ".")
+    # One verdict: where compare chose a model to deploy (on validation, the sentence after this), this line says
+    # what the test shows of the cost and gain and recommends nothing of its own.
+    deploys = results.get("deployable")
     if decision.gain_is_real is not None:
+        within = "that gain is within the noise of this test set (Holm-adjusted paired test p ≥ 0.05)"
         lines.append(
             f"Choice: {best} gains {100 * (s[best]['accuracy'] - s[fastest]['accuracy']):.1f} accuracy points over "
             f"{fastest} for {s[best]['relative_cost']['inference']:.1f}× the inference time; "
             + ("that gain is unlikely to be noise (Holm-adjusted paired test p < 0.05)." if decision.gain_is_real
-               else "that gain is within the noise of this test set (Holm-adjusted paired test p ≥ 0.05): prefer the "
-               f"cheaper {fastest} unless a larger evaluation says otherwise.")
+               else f"{within}; the test cannot tell them apart." if deploys
+               else f"{within}: prefer the cheaper {fastest} unless a larger evaluation says otherwise.")
         )
     elif best == fastest:
-        lines.append(f"Choice: {best} is both the most accurate and the cheapest here.")
+        lines.append(f"Choice: {best} is both the most accurate and the cheapest here."
+                     if not deploys or deploys["row"] == best else
+                     f"Choice: on test, {best} is both the most accurate and the cheapest strategy trained; the model "
+                     "to deploy is chosen on validation, not on test.")
     return lines + _deployable_sentences(results, decision) + [CORRECTION]
 
 

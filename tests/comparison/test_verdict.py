@@ -145,3 +145,25 @@ def test_a_gain_significant_alone_but_not_after_the_correction_is_said_to_be_noi
     said = verdict(results)
     assert f"vs {cheap} p = 0.06 (not significant), vs {middle} p = 0.06 (not significant)" in said[1]
     assert "within the noise of this test set" in said[-2]
+
+
+def test_the_choice_line_does_not_contradict_the_model_to_deploy():
+    """compare named one model on test ('prefer the cheaper truncate') and deployed another, chosen on validation;
+    with a model to deploy, the choice line says only what the test shows."""
+    cheap, dear = OTHERS
+    better = {cheap: row(0.80, 0.70, 1.0), dear: row(0.82, 0.75, 4.0)}
+    results = synthetic_results([cheap, dear], better, [pair(dear, cheap, "all", 0.4)])
+    assert "prefer the cheaper" in verdict(results)[-2], "without a model to deploy the test's advice stands"
+    results["deployable"] = {"row": dear, "metric": "macro_f1", "folder": "runs/x", "validation": {cheap: 0.8,
+                                                                                                   dear: 0.9}}
+    lines = verdict(results)
+    choice = next(line for line in lines if line.startswith("Choice:"))
+    assert choice.endswith("(Holm-adjusted paired test p ≥ 0.05); the test cannot tell them apart.")
+    assert not any("prefer" in line for line in lines)
+    tied = {cheap: row(0.80, 0.70, 1.0), dear: row(0.80, 0.70, 4.0)}
+    results = synthetic_results([dear, cheap], tied, [])
+    results["deployable"] = {"row": dear, "metric": "macro_f1", "folder": "runs/x", "validation": {cheap: 0.8,
+                                                                                                   dear: 0.9}}
+    choice = next(line for line in verdict(results) if line.startswith("Choice:"))
+    assert choice == (f"Choice: on test, {cheap} is both the most accurate and the cheapest strategy trained; the "
+                      "model to deploy is chosen on validation, not on test.")
