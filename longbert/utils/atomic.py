@@ -51,7 +51,7 @@ def public_mode(path: Path) -> None:
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -72,7 +72,7 @@ def sweep(target: Path) -> list[str]:
         if match is None or match["target"] != target.name or match["old"]:
             continue
         pid = match["spid"] or match["tpid"]
-        if pid is None or _alive(int(pid.rstrip("-"))):
+        if pid is None or process_alive(int(pid.rstrip("-"))):
             continue
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(True)
         done.append(f"removed {path.name} (left by a killed write)")
@@ -86,7 +86,7 @@ def live_writer(target: Path) -> int | None:
     for path in target.parent.iterdir():
         match = LEFTOVER.match(path.name)
         pid = match and match["target"] == target.name and match["tpid"]
-        if pid and int(pid) != os.getpid() and _alive(int(pid)):
+        if pid and int(pid) != os.getpid() and process_alive(int(pid)):
             return int(pid)
     return None
 

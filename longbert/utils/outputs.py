@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from longbert.errors import LongbertError
-from longbert.utils.atomic import LEFTOVER, _alive, disk_error, os_error_of, public_mode, sweep
+from longbert.utils.atomic import LEFTOVER, disk_error, os_error_of, process_alive, public_mode, sweep
 from longbert.utils.logs import get_logger
 
 
@@ -195,7 +195,7 @@ def finish_swaps(target: Path) -> list[str]:
         match = LEFTOVER.match(path.name)
         if match is None or not match["old"] or match["target"] != target.name or not path.is_dir():
             continue
-        if _alive(int(match["old"].split("-")[1])):
+        if process_alive(int(match["old"].split("-")[1])):
             continue  # a live process is between its two renames
         if not target.exists() and not target.is_symlink():
             os.replace(path, target)

@@ -59,10 +59,25 @@ def test_a_rows_calibration_comes_from_its_test_metrics_or_else_from_its_predict
     assert numbers.test_summary([], test, 512)["calibration"] is None
 
 
+def before_calibration(results: dict) -> dict:
+    """A report's results as compare wrote them before it measured calibration: no row's calibration or abstention,
+    no reliability diagram or coverage curve."""
+    rows = [*results["strategies"].values(), *(results.get(k) for k in ("ensemble", "hybrid", "baseline")),
+            *(results.get("seed_ensembles") or {}).values()]
+    for entry in rows:
+        if isinstance(entry, dict):
+            entry.pop("calibration", None)
+            entry.pop("abstention", None)
+    results.pop("target_accuracy", None)
+    for key in ("reliability", "coverage"):
+        (results.get("plots") or {}).pop(key, None)
+    return results
+
+
 def calibrated_results() -> dict:
-    """The committed compare_imdb report's results, each strategy given a calibration (measured from rows whose
-    uncalibrated probabilities say 0.99) and an abstention, its chunk row deployed."""
-    results = json.loads((COMMITTED / "results.json").read_text())
+    """The committed compare_imdb report's results as before calibration, each strategy then given a calibration
+    (measured from rows whose uncalibrated probabilities say 0.99) and an abstention, its chunk row deployed."""
+    results = before_calibration(json.loads((COMMITTED / "results.json").read_text()))
     rng = np.random.default_rng(0)
     for entry in results["strategies"].values():
         confidence = rng.uniform(0.6, 1.0, 300)
@@ -138,6 +153,10 @@ def test_the_figures_show_the_deployed_model_first_and_every_rows_coverage(monke
 def test_a_report_from_before_calibration_renders_again_without_its_sections(tmp_path):
     report = tmp_path / "compare_imdb"
     shutil.copytree(COMMITTED, report)
+    (report / "results.json").write_text(json.dumps(before_calibration(json.loads((report / "results.json")
+                                                                                   .read_text()))))
+    for plot in ("reliability-diagram.png", "coverage-curve.png"):
+        (report / plot).unlink(missing_ok=True)
     before = copy.deepcopy(json.loads((report / "results.json").read_text()))
     render_again(report)
     page = (report / "report.md").read_text()
