@@ -94,8 +94,7 @@ def answered_probabilities(settings, logits: torch.Tensor, calibrated: bool = Tr
     """(B, C) logits -> the (B, C) probabilities a model with these settings (ModelSettings) answers: softmax
     (single-label) or one sigmoid per label, of the logits divided by its calibration temperatures when it has them
     (and `calibrated`). The one place where logits become probabilities, for every way of running a model."""
-    multi_label = is_multi_label(settings.problem_type)
-    return answered(logits.float(), settings.temperatures if calibrated else None, multi_label)
+    return answered(calibrated_logits(settings, logits, calibrated), None, is_multi_label(settings.problem_type))
 
 
 def logits_of(probabilities: np.ndarray, multi_label: bool) -> np.ndarray:

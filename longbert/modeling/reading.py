@@ -19,6 +19,7 @@ from longbert.data.lengths import longest_first_order
 from longbert.errors import LongbertError
 from longbert.modeling.ensemble import refuse_ensemble
 from longbert.modeling.settings import ModelSettings
+from longbert.utils.checked import short_repr
 
 
 class ReadsTexts:
@@ -113,20 +114,14 @@ def check_texts(texts: list, batch_size: int = 1) -> None:
     one character a text."""
     if isinstance(texts, (str, bytes)):
         raise LongbertError(f"texts must be a list of strings, got one {type(texts).__name__} "
-                            f"({short_text(texts)}); pass [text] to predict one text")
+                            f"({short_repr(texts, 40)}); pass [text] to predict one text")
     for row, text in enumerate(texts):
         if not isinstance(text, str):
-            raise LongbertError(f"text {row} is a {type(text).__name__} ({short_text(text)}), not a string")
+            raise LongbertError(f"text {row} is a {type(text).__name__} ({short_repr(text, 40)}), not a string")
         if not text.strip():
             raise LongbertError(f"text {row} is empty or whitespace-only")
     if batch_size < 1:
         raise LongbertError(f"batch_size must be >= 1, got {batch_size}")
-
-
-def short_text(value, most: int = 40) -> str:
-    """`value` as an error message shows it: its repr, cut to `most` characters."""
-    shown = repr(value)
-    return shown if len(shown) <= most else shown[: most - 3] + "..."
 
 
 def prediction_row(settings: ModelSettings, probabilities: list[float], n_tokens: int,

@@ -71,8 +71,11 @@ def atomic_folder(target: str | Path, marker: str | None = None, what: str = "ou
     when `replaceable_folder` allows it (one LongbertError line naming it as `what` otherwise), checked before the
     block and again at the swap. Without a marker, only a `target` that does not exist or is empty is written: a
     folder that appeared with files in it while the block ran is refused, not replaced."""
-    target = replaceable_folder(target, marker, what) if marker is not None else named_folder(target, what)
-    finish_swaps(target)
+    if marker is not None:
+        target = replaceable_folder(target, marker, what)  # which finishes an interrupted swap first
+    else:
+        target = named_folder(target, what)
+        finish_swaps(target)
     if target.is_symlink():  # written where the link points, which stays a link (no swapped-out link left behind)
         target = target.resolve()
     try:
