@@ -67,7 +67,7 @@ def train(
     """Train a recipe; writes a run folder with the kept model, metrics and the resolved recipe."""
     from longbert.config import load_recipe
     from longbert.evaluation.metrics import headline
-    from longbert.training.finetune import train as run_training
+    from longbert.training.trainer import train as run_training
 
     def action():
         if recipe is None and not set_:

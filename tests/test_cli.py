@@ -371,7 +371,7 @@ def test_version():
 
 
 def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, tmp_path):
-    import longbert.training.finetune
+    import longbert.training.trainer
     from helpers import run_record
     from longbert.training.run_record import TrainResult
 
@@ -381,7 +381,7 @@ def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, t
         seen["recipe"] = recipe
         return TrainResult.from_run(tmp_path / "run", run_record())
 
-    monkeypatch.setattr(longbert.training.finetune, "train", fake_train)
+    monkeypatch.setattr(longbert.training.trainer, "train", fake_train)
     result = run("train", "--set", "data.path=imdb", "--set", "strategy.name=sliding", "--set", "train.epochs=3")
     assert result.exit_code == 0, result.output
     recipe = seen["recipe"]
@@ -403,12 +403,12 @@ def test_train_takes_every_setting_from_set_without_a_recipe_file(monkeypatch, t
 ], ids=["proc", "a-file", "a-file-resumed", "below-a-file"])
 def test_an_output_dir_that_cannot_be_a_folder_is_one_line_before_any_work(tiny_recipe, tmp_path, monkeypatch, where,
                                                                           resume, fragments):
-    import longbert.training.finetune
+    import longbert.training.trainer
 
     def no_work(*args, **kwargs):
         raise AssertionError("the run started")
 
-    monkeypatch.setattr(longbert.training.finetune, "_train", no_work)
+    monkeypatch.setattr(longbert.training.trainer, "load_inputs", no_work)
     (tmp_path / "a-file").write_text("not a folder\n")
     output_dir = where if where.startswith("/") else str(tmp_path / where)
     overrides = [o for o in tiny_recipe if not o.startswith("output_dir=")] + [f"output_dir={output_dir}"]

@@ -12,9 +12,9 @@ from longbert.comparison.formatting import say
 from longbert.comparison.plan import plan_runs
 from longbert.data.carving import check_run_data_unchanged
 from longbert.errors import LongbertError
-from longbert.training.finetune import train
 from longbert.training.run_record import RunMetrics, read_run_metrics
 from longbert.training.stopping import TrainingInterrupted
+from longbert.training.trainer import train
 from longbert.utils.destinations import locked
 
 # How a strategy's row came to be, as the report's settings table says: its run reused, resumed or trained.

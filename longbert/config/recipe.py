@@ -225,7 +225,7 @@ class TrainConfig(Validated):
                                                   "model.finetune frozen (null: 30)")
     head_first: bool = option(True, "with model.finetune full or lora: first train the pooler and head alone on the "
                                     "frozen backbone's cached unit vectors (the head stage: frozen_head_epochs epochs, "
-                                    "in the run's head_stage/), then the whole model from there (linear probe, then "
+                                    "in the same run), then the whole model from there (linear probe, then "
                                     "fine-tune); with model.finetune frozen the run is that stage and nothing is added")
     log_every_steps: int = option(10, "every N optimiser steps: print and record the mean training loss, learning rate "
                                   "and tokens/s")

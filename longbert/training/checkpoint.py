@@ -6,10 +6,14 @@ A checkpoint folder (written whole through `atomic_folder`; safetensors and JSON
     best.safetensors        the kept weights (best validation metric so far), when they are not the current ones
     strategy.safetensors    the strategy's own state outside its weights (its `checkpoint_state` hook), if any
     reading.safetensors     train.reading's cache of unit vectors and its counts (longbert.training.selective), if any
+    start.safetensors       the weights the stage started from that an earlier stage of the run trained (the head
+                            stage's pooler and head, for the end-to-end stage), if any
     optimizer.safetensors   the optimiser's tensors and the torch random states (CPU, and CUDA where present)
     optimizer.json          the optimiser's layout, the scheduler, Python's random state
-    state.json              the loop state, the fingerprint of the recipe that wrote it and the number of processes
-                            that trained it; written last, so a folder with state.json is a finished checkpoint
+    state.json              the loop state (with the stage that wrote it and what the stages before it did), the
+                            fingerprint of the run's recipe and the number of processes that trained it; written
+                            last, so a folder with state.json is a finished checkpoint
+One run has one checkpoint folder, which each of its stages writes in turn (longbert.training.trainer).
 Nothing in training draws from numpy's random state, so it is not saved.
 """
 
@@ -35,12 +39,14 @@ from longbert.utils.folders import (
     CHECKPOINT_OPTIMIZER,
     CHECKPOINT_OPTIMIZER_STATE,
     CHECKPOINT_READING,
+    CHECKPOINT_START,
     CHECKPOINT_STRATEGY,
     STATE_FILE,
 )
 from longbert.utils.outputs import atomic_folder
 
 FORMAT_VERSION = 1
+END_TO_END = "end_to_end"  # the stage that trains the recipe's model as it asks (the run's last)
 
 
 @dataclass
@@ -62,6 +68,8 @@ class LoopState:
     validations_without_improvement: int = 0  # for early stopping ...
     trained_best: float | None = None  # ... counted against the best validation after step 0, not the start's
     stopped_early_at_step: int | None = None
+    stage: str = END_TO_END  # the stage of the run this loop trains (HEAD_STAGE, END_TO_END)
+    earlier: dict = dataclasses.field(default_factory=dict)  # what the run's stages before it did, by stage name
 
 
 def recipe_fingerprint(recipe) -> str:
@@ -90,11 +98,13 @@ def load_trainable_weights(model, weights: dict[str, torch.Tensor], source: str 
 
 def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopState, fingerprint: str,
                     best: dict[str, torch.Tensor] | None, processes: int = 1,
-                    reading: dict[str, torch.Tensor] | None = None) -> None:
+                    reading: dict[str, torch.Tensor] | None = None, start: dict[str, torch.Tensor] | None = None
+                    ) -> None:
     """Write a checkpoint of `model` (the unwrapped LongDocumentClassifier) into `directory`, whole or not at all.
     `best`: the kept weights (from `trainable_weights`), or None before the first validation. `processes`: how many
     processes train the run (a resume must have as many; see runs.check_processes). `reading`: the state of the
-    loop's UnitReader (`UnitReader.state`), when it has one."""
+    loop's UnitReader (`UnitReader.state`), when it has one. `start`: the weights the stage started from that an
+    earlier stage trained (a resumed stage builds its model from them again)."""
     with atomic_folder(directory, STATE_FILE, "checkpoint folder") as staging:
         save_file(trainable_weights(model), staging / CHECKPOINT_MODEL)
         if best is not None and state.best_step != state.global_step:  # else the kept weights are the current ones
@@ -104,6 +114,8 @@ def save_checkpoint(directory: Path, model, optimizer, scheduler, state: LoopSta
                       staging / CHECKPOINT_STRATEGY)
         if reading is not None:
             save_file(reading, staging / CHECKPOINT_READING)
+        if start is not None:
+            save_file(start, staging / CHECKPOINT_START)
         tensors, layout = _flatten_optimizer(optimizer.state_dict())
         tensors["rng.torch"] = torch.get_rng_state()
         if torch.cuda.is_available():
@@ -122,6 +134,16 @@ def read_reading(directory: Path) -> dict[str, torch.Tensor] | None:
     """The UnitReader state a checkpoint holds (None: it holds none)."""
     file = Path(directory) / CHECKPOINT_READING
     return load_file(file) if file.is_file() else None
+
+
+def read_stage(directory: Path) -> tuple[LoopState, dict[str, torch.Tensor] | None] | None:
+    """The loop state of the checkpoint in `directory` (its `stage`, and `earlier`: what the stages before it did) and
+    the weights that stage started from (None: it started from none an earlier stage trained); None where the
+    directory holds no finished checkpoint."""
+    if not is_finished(directory):
+        return None
+    start = Path(directory) / CHECKPOINT_START
+    return LoopState(**_read_state(Path(directory))["loop"]), (load_file(start) if start.is_file() else None)
 
 
 def read_fingerprint(directory: Path) -> str | None:

@@ -1,44 +1,28 @@
-"""Training: one loop, read top to bottom, for every fine-tuning mode. accelerate does device placement, mixed
-precision and distribution, so the same code runs on a CPU, one GPU, or many through `accelerate launch`.
-Frozen mode runs the same loop; only a batch differs (each document's cached unit vectors instead of its token ids),
-and only the strategy's pooler and the head train.
+"""The fine-tuning loop, read top to bottom, for every stage that trains a model (longbert.training.trainer runs
+them). accelerate does device placement, mixed precision and distribution, so the same code runs on a CPU, one GPU, or
+many through `accelerate launch`. Frozen mode (and the head stage) runs the same loop; only a batch differs (each
+document's cached unit vectors instead of its token ids), and only the strategy's pooler and the head train.
 
-A run folder holds:
-    recipe.yaml                the resolved recipe (what ran)
-    checkpoint/                the last resumable state (see longbert.training.checkpoint); written whole or not at all
-    best/                      the kept model (best validation metric), loadable by LongDocumentClassifier and by
-                               transformers' Auto classes; written when training ends, its model card (README.md)
-                               refreshed with the test metrics
-    metrics.json, metrics.md   training log (loss, learning rate, tokens/s), validation history, test metrics, timing,
-                               data statistics, what train.init_from loaded
-    predictions-test.jsonl     per-document test predictions (for error analysis)
-    predictions-validation.jsonl  the kept model's validation predictions (compare's ensembles are chosen on them)
-    logs/                      the tracker's files, when train.report_to names one that writes here (tensorboard)
-    start/                     the model given to `train(model=...)`, which train.init_from names
-One process writes a run folder at a time (longbert.training.start_or_resume locks it); what a killed run left there (a
-half-written checkpoint, a swap cut between its two renames) is put right when the next run starts, with or without
---resume. The scaffolding this loop shares with pretraining's lives in the training package's other modules.
+    model, started_from, class_weights = build_stage_model(recipe, corpus, (backbone, tokenizer), source)
+    state, model, best, reader = fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop, ...)
+
+`fit` validates, keeps the best weights, stops early, and writes the run's checkpoint (run_dir/checkpoint); the
+scaffolding it shares with pretraining's loop lives in the training package's other modules.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from accelerate.utils import set_seed
 from transformers import get_linear_schedule_with_warmup
 
 from longbert.config import Recipe, head_epochs, is_multi_label
-from longbert.data.carving import check_run_data_unchanged
 from longbert.evaluation.metrics import HISTORY_METRICS, improves
 from longbert.evaluation.split_pass import evaluate_split, model_inputs, split_loader
-from longbert.modeling.card import TrainingFacts
-from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
 from longbert.training.checkpoint import (
     LoopState,
     load_checkpoint,
@@ -48,21 +32,12 @@ from longbert.training.checkpoint import (
     trainable_weights,
 )
 from longbert.training.class_weights import class_weights_for
-from longbert.training.contrastive import train_contrastive_stage
-from longbert.training.finishing import restore_kept_model, run_metrics, test_and_write_results
-from longbert.training.frozen import cache_splits
-from longbert.training.head_stage import train_head_stage
-from longbert.training.init_from import build_model, check_labels, open_init_from
+from longbert.training.init_from import build_model
 from longbert.training.optim import optimizer_step, param_groups
-from longbert.training.run_inputs import RunInputs, load_inputs, say_what_is_read
-from longbert.training.run_record import RunMetrics, TrainResult
 from longbert.training.selective import UnitReader, unit_reader
-from longbert.training.self_training import add_pseudo_labelled, train_teacher
-from longbert.training.start_or_resume import open_run, write_recipe
 from longbert.training.stopping import StopRequest, finite_loss, interrupted
-from longbert.training.train_inputs import as_recipe, recipe_and_documents, recipe_for_model, save_start
 from longbert.training.train_log import close_log_window, speed
-from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, TRACKER_LOGS
+from longbert.utils.folders import CHECKPOINT
 from longbert.utils.hardware import adamw
 from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
@@ -70,115 +45,12 @@ from longbert.utils.progress import progress
 log = main_process_logger(__name__)  # on the main process only
 
 
-
-def train(recipe: Recipe | str | Path | None = None, *, model: LongDocumentClassifier | None = None,
-          train_dataset=None, eval_dataset=None, data=None, resume: bool = False, command: str | None = None,
-          stop: StopRequest | None = None) -> TrainResult:
-    """Train `recipe` (a Recipe, a recipe file or packaged name; None: the defaults) into its run folder and evaluate
-    the kept model on the test split, if any. Returns a TrainResult (`folder`, `metrics`, `model`: <folder>/best).
-    `model`: a LongDocumentClassifier to fine-tune; its backbone, strategy, problem type and classes are the run's,
-    and it is saved as the run's start (see longbert.training.train_inputs). `train_dataset`, `eval_dataset`:
-    documents in memory (Dataset, DataFrame, (texts, labels), rows, columns) to train and validate on (none: carved
-    from train); `data`: documents by split instead of data.path (see longbert.data.objects). `resume`: continue from
-    the last checkpoint (same recipe, documents and model). `stop`: checked after every optimiser step; once set, a
-    checkpoint is written and TrainingInterrupted raised (Ctrl-C and SIGTERM set it; a second Ctrl-C stops at once)."""
-    recipe, data = recipe_and_documents(as_recipe(recipe), train_dataset, eval_dataset, data)
-    if model is not None:
-        recipe = recipe_for_model(recipe, model)
-    run_dir = Path(recipe.output_dir)
-    stop = threading.Event() if stop is None else stop
-    check_tracker(recipe.train.report_to)
-    source = open_init_from(recipe) if model is None else None  # checked before the run folder is touched
-    if resume:  # a resumed run reads the documents its split was made of, or none
-        check_run_data_unchanged(run_dir, f"train --resume {run_dir}")
-    with open_run(run_dir, recipe, resume, stop) as resuming:
-        if model is not None:
-            save_start(model, recipe)
-            source = open_init_from(recipe)
-        return _train_in_stages(recipe, run_dir, resuming, command, stop, data, source)
-
-
-def _train_in_stages(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest, data,
-                     source, inputs: RunInputs | None = None, last: bool = True) -> TrainResult:
-    """The stages a recipe asks for, in order, each starting from what the one before left, then the run itself:
-    contrastive tuning of the backbone (train.contrastive_pairs), a teacher that pseudo-labels unlabelled documents
-    (train.self_training_documents; itself trained in stages), the pooler and head alone (train.head_first). Every
-    stage reads `inputs` (loaded here when None): one split for the run. `last`: this run is the outermost one, whose
-    main stage may train the loaded backbone itself."""
-    loading = inputs is None
-    inputs = load_inputs(recipe, data) if loading else inputs
-    if source is not None:  # the data's classes must be the earlier model's: one error line, nothing printed before
-        check_labels(source, inputs.corpus.label_names)
-    if loading:
-        say_what_is_read(recipe, inputs.corpus)
-    stages, corpus = {}, inputs.corpus
-    if recipe.train.contrastive_pairs:  # the backbone first tuned on pairs of documents (SetFit); the rest from it
-        stages["contrastive_stage"], source = train_contrastive_stage(recipe, run_dir, source, stop, corpus,
-                                                                      (inputs.backbone_for_stage(), inputs.tokenizer))
-    if recipe.train.self_training_documents:  # a teacher from the same start; its confident labels join training
-        teacher_inputs = RunInputs(inputs.backbone, inputs.tokenizer, corpus.without("test"))
-
-        def run_teacher(teacher: Recipe, resume_teacher: bool, source) -> RunMetrics:
-            return _train_in_stages(teacher, Path(teacher.output_dir), resume_teacher, command, stop, data,
-                                    source, teacher_inputs, last=False).record
-
-        stages["self_training"] = train_teacher(recipe, run_dir, source, stop, run_teacher, data)
-        corpus = add_pseudo_labelled(corpus.without(), run_dir / SELF_TRAINING / PSEUDO_FILE, inputs.tokenizer,
-                                     recipe.data)
-    # The pooler and head first, on the frozen backbone; the whole model from there (a frozen run is that stage).
-    if recipe.train.head_first and not recipe.model.backbone_frozen:
-        def run_head_stage(head: Recipe, resume_head: bool, source) -> RunMetrics:
-            return _train(head, Path(head.output_dir), resume_head, command, stop, source, corpus.without("test"),
-                          (inputs.backbone_for_stage(), inputs.tokenizer), untrained_allowed=True).record
-
-        stages["head_stage"], source = train_head_stage(recipe, run_dir, source, stop, run_head_stage)
-    return _train(recipe, run_dir, resume, command, stop, source, corpus,
-                  (inputs.backbone_for_stage(last), inputs.tokenizer), stages)
-
-
-def _train(recipe: Recipe, run_dir: Path, resume: bool, command: str | None, stop: StopRequest, source, corpus,
-           loaded: tuple, stages: dict | None = None, untrained_allowed: bool = False) -> TrainResult:
-    """One stage trained into `run_dir`: the model built around `loaded` (backbone, tokenizer), trained and validated
-    on `corpus` (the run's documents), kept, tested when the corpus has a test split, and written."""
-    cfg = recipe.train
-    tracker = None if cfg.report_to == "none" else cfg.report_to
-    accelerator, precision = start_accelerator(cfg.mixed_precision, cfg.gradient_accumulation, tracker, run_dir)
-    set_seed(recipe.seed)
-    model, started_from, class_weights = _build_model(recipe, corpus, loaded, source)
-    cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed)
-    if accelerator.is_main_process:
-        write_recipe(run_dir, recipe, corpus.file_split)
-    accelerator.wait_for_everyone()
-
-    if tracker is not None:
-        accelerator.init_trackers(TRACKER_LOGS, config=tracker_config(recipe))
-    try:
-        state, model, best, reading = _fit(recipe, model, corpus, cached, accelerator, run_dir, resume, stop,
-                                           class_weights, started_trained=source is not None and source.head_trained)
-    finally:
-        if tracker is not None:
-            accelerator.end_training()
-
-    core, validation_raw, calibration = restore_kept_model(recipe, model, best, corpus, cached, accelerator)
-    # The model card in best/ says what this run knew: written with the model, refreshed once the test metrics exist.
-    validation = next((entry for entry in state.history if entry["step"] == state.best_step), None)
-    core.training_facts = TrainingFacts.from_run(recipe, corpus.stats, command, cfg.best_metric, validation,
-                                                 started_from)
-    if accelerator.is_main_process:
-        core.save_pretrained(run_dir / BEST)
-    record = run_metrics(recipe, core, corpus, state, command, started_from, precision, cache_seconds, stages or {})
-    record.calibration = None if calibration is None else calibration.to_dict()
-    record.reading = None if reading is None else {**reading.record(), "seconds": round(state.train_seconds, 2)}
-    test_and_write_results(recipe, run_dir, core, corpus, record, validation_raw, accelerator)
-    return TrainResult.from_run(run_dir, record, core.eval())
-
-
-def _build_model(recipe: Recipe, corpus, loaded: tuple, source) -> tuple:
+def build_stage_model(recipe: Recipe, corpus, loaded: tuple, source) -> tuple:
     """The model around the loaded backbone, for the corpus's classes. Returns the model, what train.init_from
     loaded (None without it) and the loss's class weights (None without model.class_weights)."""
     multi_label = is_multi_label(recipe.model.problem_type)
     # With train.init_from, the earlier model's weights replace the new ones where they fit (training/init_from.py);
-    # a resumed run loads its checkpoint over them in _fit.
+    # a resumed run loads its checkpoint over them in fit.
     model, started_from = build_model(recipe, corpus.label_names, loaded, source)
     for note in model.notes:
         log.info(note)
@@ -193,17 +65,17 @@ def _build_model(recipe: Recipe, corpus, loaded: tuple, source) -> tuple:
     return model, started_from, class_weights
 
 
-def _fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest,
-         class_weights: torch.Tensor | None = None, started_trained: bool = False):
-    """The loop. `cached`: frozen mode's unit vectors per split (None when the backbone trains). `class_weights`:
-    (C,) loss weights or None. `started_trained`: the model starts from trained weights (train.init_from, or the head
-    stage of train.head_first), which are then validated at step 0 and kept unless training beats them. Returns the
-    loop state, the prepared model and the kept weights (from `trainable_weights`)."""
+def fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest, class_weights=None,
+        started_trained: bool = False, *, fingerprint=None, fresh: LoopState | None = None, start: dict | None = None):
+    """The loop. `cached`: frozen mode's unit vectors (None: the backbone trains). `started_trained`: the start is
+    validated at step 0 and kept unless training beats it. Checkpoints carry `fingerprint` (None: this recipe's) and
+    `start`; a loop that does not resume starts at `fresh`. Returns (state, prepared model, kept weights, reader)."""
     cfg = recipe.train
     epochs = head_epochs(cfg, head_stage=False) if cached is not None else cfg.epochs
     total_steps = _total_steps(cfg, epochs, len(corpus.splits["train"]), accelerator.num_processes)
     reader = None if cached is not None else unit_reader(recipe, model, corpus, accelerator)  # before the optimiser
-    loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps, reader)
+    loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps, reader,
+                       fingerprint or recipe_fingerprint(recipe), fresh or LoopState(), start)
     state, model, core = loop.state, loop.model, loop.core
     if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
         loop.evaluate_and_keep()
@@ -266,8 +138,10 @@ def _total_steps(cfg, epochs: int, train_documents: int, processes: int) -> int:
 
 
 def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_dir: Path, resume: bool,
-                total_steps: int, reader: UnitReader | None = None) -> _Loop:
-    """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them."""
+                total_steps: int, reader: UnitReader | None, fingerprint: str, fresh: LoopState,
+                start: dict | None) -> _Loop:
+    """The optimiser and the schedule, prepared with the model; with `resume`, the checkpoint loaded over them (else
+    the loop starts at `fresh`)."""
     cfg = recipe.train
     optimizer = adamw(param_groups(model, cfg))  # the backbone's parameters apart from the strategy's and the head's
     # A prepared scheduler takes one step per process at every optimiser step (accelerate counts the batches of all
@@ -278,15 +152,14 @@ def _start_loop(recipe: Recipe, model, corpus, cached: dict, accelerator, run_di
                                                 total_steps * per_step)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     core = accelerator.unwrap_model(model)
-    fingerprint = recipe_fingerprint(recipe)
-    state, best = LoopState(), None
+    state, best = fresh, None
     if resume:
         state, best = load_checkpoint(run_dir / CHECKPOINT, core, optimizer, scheduler, fingerprint)
         log.info(f"resuming {run_dir} at step {state.global_step} (epoch {state.epoch + 1})")
         if reader is not None and (saved := read_reading(run_dir / CHECKPOINT)) is not None:
             reader.load_state(saved)
     return _Loop(recipe, corpus, cached, accelerator, run_dir, model, core, optimizer, scheduler, fingerprint, state,
-                 best, reader)
+                 best, reader, start)
 
 
 def _batch_loss(model, core, batch: dict, class_weights: torch.Tensor | None, unit_loss_weight: float,
@@ -301,7 +174,7 @@ def _batch_loss(model, core, batch: dict, class_weights: torch.Tensor | None, un
 
 @dataclass
 class _Loop:
-    """What the steps of _fit's loop share: the prepared model, optimiser and scheduler, the loop state, and the kept
+    """What the steps of fit's loop share: the prepared model, optimiser and scheduler, the loop state, and the kept
     weights (`best`: a CPU copy of them, taken when validation improves)."""
 
     recipe: Recipe
@@ -317,6 +190,7 @@ class _Loop:
     state: LoopState
     best: dict | None
     reader: UnitReader | None = None  # how the end-to-end stage reads documents (train.reading)
+    start: dict | None = None  # the weights an earlier stage trained that this one started from (checkpointed)
     started: float = 0.0  # the loop's start (time.perf_counter), less the training time before a resume
 
     def epoch_loader(self):
@@ -383,4 +257,4 @@ class _Loop:
         if self.accelerator.is_main_process:
             save_checkpoint(self.run_dir / CHECKPOINT, self.core, self.optimizer, self.scheduler, self.state,
                             self.fingerprint, self.best, self.accelerator.num_processes,
-                            None if self.reader is None else self.reader.state())
+                            None if self.reader is None else self.reader.state(), self.start)

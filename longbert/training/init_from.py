@@ -44,6 +44,20 @@ class InitSource:
     # Whether its pooler and head were trained (a contrastive stage's were not): a run starting from trained ones
     # validates them at step 0 as a candidate to keep.
     head_trained: bool = True
+    # A start an earlier stage of this run trained, held in memory (`in_memory`): (backbone tensors, strategy and
+    # head tensors, False), and whether its backbone's weights are no longer those backbone.name loads. None: read
+    # from `folder`.
+    weights: tuple | None = None
+    backbone_changed: bool = False
+
+
+def in_memory(model, name: str) -> InitSource:
+    """A start held in memory: `model`'s weights (a model an earlier stage of this run trained, named `name` in the
+    run's record), from which a later stage's model is built as from a folder (`build_model`), without one."""
+    backbone = {k: v.detach().cpu().clone() for k, v in model.backbone.state_dict().items()}
+    head = {k: v.clone() for k, v in model.head_state().items()}
+    return InitSource(name, None, model.settings, weights=(backbone, head, False),
+                      backbone_changed=model.backbone_weights_changed)
 
 
 def open_init_from(recipe) -> InitSource | None:
@@ -113,23 +127,29 @@ def build_model(recipe, label_names: list[str], loaded: tuple, source: InitSourc
     into_head = {k for k, v in earlier_head.items() if k in head and head[k].shape == v.shape}
     model.load_head_state({**head, **{k: earlier_head[k] for k in into_head}})
     # The earlier backbone's own weights (fine-tuned, pretrained, or LoRA merged), not its name's: saved with the model.
-    model.backbone_weights_changed = bool(into_backbone) and (merged or backbone_is_saved(source.settings))
+    changed = source.backbone_changed if source.weights is not None else backbone_is_saved(source.settings)
+    model.backbone_weights_changed = bool(into_backbone) and (merged or changed)
     kept = ([f"backbone.{k}" for k in model.backbone.state_dict() if k not in into_backbone]
             + [k for k in head if k not in into_head])
     if lora:
         model.backbone = wrap_lora(model.backbone, recipe.model.lora, None, lora_modules_to_save(model.strategy))
         model.settings.finetune = "lora"
-    report = {"path": source.path, "model": str(source.folder), "strategy": source.settings.strategy.name,
-              "merged_lora": merged, "loaded": len(into_backbone) + len(into_head),
+    report = {"path": source.path, "model": None if source.folder is None else str(source.folder),
+              "strategy": source.settings.strategy.name, "merged_lora": merged,
+              "loaded": len(into_backbone) + len(into_head),
               "head_loaded": all(k in into_head for k in head if k.startswith("head.")), "kept_new": kept}
     shown = f": {', '.join(kept[:6])}{', ...' if len(kept) > 6 else ''}" if kept else ""
-    model.notes.append(f"{FIELD}: {report['loaded']} tensors loaded from {source.folder} (a {report['strategy']} "
-                       f"model{', LoRA merged' if merged else ''}); {len(kept)} kept as initialised{shown}")
+    where = f"{FIELD}: {report['loaded']} tensors loaded from {source.folder}" if source.folder is not None else (
+        f"{source.path}: {report['loaded']} tensors loaded from this run's {source.path}")
+    model.notes.append(f"{where} (a {report['strategy']} model{', LoRA merged' if merged else ''}); {len(kept)} kept "
+                       f"as initialised{shown}")
     return model, report
 
 
 def earlier_weights(source: InitSource) -> tuple[dict, dict, bool]:
     """(the earlier model's backbone tensors, its strategy and head tensors, whether LoRA adapters were merged)."""
+    if source.weights is not None:
+        return source.weights
     earlier = LongDocumentClassifier.from_pretrained(source.folder)
     refuse_ensemble(earlier, str(source.folder), "train.init_from starts from one model: name one member's run")
     merged = earlier.settings.trains_lora

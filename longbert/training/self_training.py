@@ -29,11 +29,10 @@ from datasets import Dataset, concatenate_datasets
 from longbert.data.documents import tokenize_cached
 from longbert.data.sources import load_raw_splits
 from longbert.errors import LongbertError
-from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.checkpoint import is_finished
 from longbert.training.start_or_resume import open_run
 from longbert.utils.atomic import atomic_stream, json_text, write_text_atomically
-from longbert.utils.folders import BEST, CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, SELF_TRAINING_SUMMARY
+from longbert.utils.folders import CHECKPOINT, PSEUDO_FILE, SELF_TRAINING, SELF_TRAINING_SUMMARY
 from longbert.utils.logs import get_logger
 
 
@@ -77,9 +76,9 @@ def unlabelled_texts(data, count: int, seed: int, documents=None) -> list[str]:
 
 def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None) -> dict:
     """Train the teacher (or read it where a resumed run finished it) and write its pseudo-labels. `run(recipe,
-    resume, source) -> RunMetrics` trains a recipe with the fine-tuning loop. Returns what the run records of the
-    stage: {train_seconds (the teacher's training and labelling), unlabelled, kept, per_class, threshold,
-    teacher_validation}. `data`: the documents in memory that `train` was given, if any."""
+    resume, source) -> TrainResult` trains a recipe through the run's Trainer; the teacher labels in memory. Returns
+    what the run records of the stage: {train_seconds (the teacher's training and labelling), unlabelled, kept,
+    per_class, threshold, teacher_validation}. `data`: the documents in memory that `train` was given, if any."""
     teacher = teacher_recipe(recipe, run_dir)
     folder = Path(teacher.output_dir)
     if (folder / SELF_TRAINING_SUMMARY).is_file():
@@ -88,10 +87,10 @@ def train_teacher(recipe, run_dir: Path, source, stop, run: Callable, data=None)
     log.info(f"train.self_training_documents: a teacher first, in {folder}; its confident labels then join the "
              "training documents")
     with open_run(folder, teacher, is_finished(folder / CHECKPOINT), stop) as resuming:
-        record = run(teacher, resuming, source)
+        result = run(teacher, resuming, source)
+    record, model = result.record, result.classifier
     started = time.perf_counter()
     texts = unlabelled_texts(recipe.data, recipe.train.self_training_documents, recipe.seed, data)
-    model = LongDocumentClassifier.from_pretrained(folder / BEST)
     rows = model.predict(texts, batch_size=recipe.eval.batch_size)
     names = model.label_names
     probabilities = np.array([[row["probabilities"][name] for name in names] for row in rows])  # (N, C)

@@ -25,6 +25,7 @@ CHECKPOINT_STRATEGY = "strategy.safetensors"  # a strategy's own state (strategi
 CHECKPOINT_OPTIMIZER = "optimizer.safetensors"  # the optimiser's tensors ...
 CHECKPOINT_OPTIMIZER_STATE = "optimizer.json"  # ... and the rest of its state and the scheduler's
 CHECKPOINT_READING = "reading.safetensors"  # train.reading's unit cache
+CHECKPOINT_START = "start.safetensors"  # the weights a stage started from that an earlier stage of the run trained
 METRICS_FILE = "metrics.json"  # the run's record (training/run_record.py)
 METRICS_PAGE = "metrics.md"  # the same record as a page to read
 CURVES_FILE = "training-curves.png"

@@ -1,7 +1,8 @@
-"""train.head_first: the pooler and head trained alone on the frozen backbone's cached units (run_dir/head_stage),
-then the whole model from there. The main stage starts from the head stage's head, its time counts in the run's, a
-resumed run does not train the head stage again, and a strategy weight used while reading (recurrence's distance
-bias) waits for the main stage instead of being refused."""
+"""train.head_first: the pooler and head trained alone on the frozen backbone's cached units, then the whole model
+from there, in one run: the head stage is a step of the run's Trainer and writes no folder of its own. The main stage
+starts from the head stage's head, its time counts in the run's, a run resumed in either stage ends as one that was
+not stopped, and a strategy weight used while reading (recurrence's distance bias) waits for the main stage instead of
+being refused."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from safetensors.torch import load_file
 
 import longbert
 import longbert.training.finetune as finetune
-from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps
+import longbert.training.trainer as trainer
+from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run
 from longbert.training.stopping import TrainingInterrupted
 
 pytestmark = pytest.mark.heavy
@@ -22,28 +24,55 @@ pytestmark = pytest.mark.heavy
 HEAD_FIRST = ["train.head_first=true", "train.frozen_head_epochs=2", "train.epochs=1", "strategy.pooling=attention"]
 
 
-def test_the_whole_model_starts_from_the_head_stage_which_a_resumed_run_keeps(tiny_recipe):
-    recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)
-    with pytest.raises(TrainingInterrupted):
-        longbert.train(recipe, stop=StopAfterSteps(12 + 3))  # the head stage's 12 steps, then 3 of the main stage
-    head_stage = Path(recipe.output_dir) / "head_stage"
-    written = (head_stage / "metrics.json").stat().st_mtime_ns
-    metrics = longbert.train(recipe, resume=True).metrics
-    assert (head_stage / "metrics.json").stat().st_mtime_ns == written, "the finished head stage is not trained again"
+def head_stage_weights(monkeypatch) -> dict:
+    """Filled with the head stage's kept pooler and head when it hands them on: {"weights": {name: tensor}}."""
+    handed = {}
+    real = trainer.in_memory
 
-    stage = json.loads((head_stage / "metrics.json").read_text())
-    assert stage["steps"] == 12 and "test" not in stage, "2 epochs of 6 batches over the cache, no test pass"
-    assert longbert.load_recipe(head_stage / "recipe.yaml").model.finetune == "frozen"
-    assert metrics["head_stage"]["steps"] == 12 and metrics["init_from"]["path"] == str(head_stage)
+    def recording(model, name):
+        source = real(model, name)
+        handed["weights"] = source.weights[1]
+        return source
+
+    monkeypatch.setattr(trainer, "in_memory", recording)
+    return handed
+
+
+def test_the_whole_model_starts_from_the_head_stage_in_memory_and_no_stage_writes_a_folder(tiny_recipe, monkeypatch):
+    handed = head_stage_weights(monkeypatch)
+    recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)
+    metrics = longbert.train(recipe).metrics
+    run = Path(recipe.output_dir)
+    assert not (run / "head_stage").exists(), "the head stage is a step of the run, not a run of its own"
+    assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["best", "checkpoint"]
+    assert metrics["head_stage"]["steps"] == 12, "2 epochs of 6 batches over the cache"
+    assert metrics["init_from"]["path"] == "head_stage" and metrics["init_from"]["head_loaded"]
     assert metrics["train_seconds"] > metrics["head_stage"]["train_seconds"] > 0
     assert metrics["steps"] == 6 and "test" in metrics
     # The main stage started from the head stage's weights, validated them at step 0 as a candidate, and trained them
     # on: its kept head is the head stage's when nothing later beat step 0 on validation, and differs otherwise.
     assert metrics["validation_history"][0]["step"] == 0
-    head = load_file(head_stage / "best" / "head.safetensors")
-    final = load_file(Path(recipe.output_dir) / "best" / "head.safetensors")
+    head = {k: v for k, v in handed["weights"].items() if k.startswith("head.")}
+    final = load_file(run / "best" / "head.safetensors")
     same = all(torch.equal(head[k], final[k]) for k in head)
-    assert set(head) == set(final) and same == (metrics["best_step"] == 0)
+    assert head and set(head) <= set(final) and same == (metrics["best_step"] == 0)
+
+
+@pytest.mark.parametrize("stopped_after", [5, 12 + 3], ids=["in-the-head-stage", "in-the-end-to-end-stage"])
+def test_a_run_stopped_in_either_stage_and_resumed_ends_as_one_that_was_not(tiny_recipe, tmp_path, stopped_after):
+    """One checkpoint folder for the run, which names the stage that wrote it: a run stopped in the head stage
+    continues it, one stopped after it rebuilds the head stage's model from the checkpoint and continues the
+    end-to-end stage; both end with the same model, predictions and record as a run never stopped."""
+    overrides = [o for o in tiny_recipe if not o.startswith("output_dir=")] + HEAD_FIRST + ["train.eval_every_steps=2"]
+    whole = longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'whole'}"])
+    longbert.train(whole)
+    parts = longbert.load_recipe(None, overrides + [f"output_dir={tmp_path / 'parts'}"])
+    with pytest.raises(TrainingInterrupted):
+        longbert.train(parts, stop=StopAfterSteps(stopped_after))
+    stage = json.loads((tmp_path / "parts" / "checkpoint" / "state.json").read_text())["loop"]["stage"]
+    assert stage == ("head_stage" if stopped_after < 12 else "end_to_end")
+    longbert.train(parts, resume=True)
+    assert_same_run(tmp_path / "whole", tmp_path / "parts")
 
 
 def test_max_steps_caps_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny_recipe):
@@ -51,8 +80,7 @@ def test_max_steps_caps_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny
     (a bigbird run on the depth probe with max_steps=105 stopped its head stage at 105 of 630 cached steps)."""
     recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST + ["train.max_steps=3"])
     metrics = longbert.train(recipe).metrics
-    stage = json.loads((Path(recipe.output_dir) / "head_stage" / "metrics.json").read_text())
-    assert stage["steps"] == 12, "2 epochs of 6 batches over the cache, whatever max_steps says"
+    assert metrics["head_stage"]["steps"] == 12, "2 epochs of 6 batches over the cache, whatever max_steps says"
     assert metrics["steps"] == 3
 
 
@@ -69,8 +97,7 @@ def test_early_stopping_bounds_the_main_stage_and_leaves_the_head_stage_its_epoc
     recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST + ["train.early_stopping_patience=1",
                                                                     "train.epochs=3", "train.frozen_head_epochs=3"])
     metrics = longbert.train(recipe).metrics
-    stage = json.loads((Path(recipe.output_dir) / "head_stage" / "metrics.json").read_text())
-    assert stage["steps"] == 18 and stage.get("stopped_early_at_step") is None, "all 3 epochs of the head stage"
+    assert metrics["head_stage"]["steps"] == 18, "all 3 epochs of the head stage: patience did not stop it"
     assert metrics["stopped_early_at_step"] is not None and metrics["steps"] < 18, "patience stops the main stage"
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import longbert
-import longbert.training.finetune as finetune
+import longbert.modeling.backbone as backbone
+import longbert.modeling.folder as folder_module
 import longbert.training.run_inputs as run_inputs
+import longbert.training.trainer as trainer
 
 pytestmark = pytest.mark.heavy
 
@@ -32,21 +34,23 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture
 def seen(monkeypatch):
-    """What each stage's loop was given: {stage folder name: {role: set of texts}}."""
+    """What each stage's loop was given: {stage: {role: set of texts}}, a stage named by its run folder's name, or
+    head_stage."""
     stages = {}
-    fit = finetune._fit
+    fit = trainer.fit
 
-    def recording(recipe, model, corpus, *args, **kwargs):
-        stages[Path(recipe.output_dir).name] = {role: set(split["text"]) for role, split in corpus.splits.items()}
-        return fit(recipe, model, corpus, *args, **kwargs)
+    def recording(recipe, model, corpus, *args, fresh, **kwargs):
+        name = fresh.stage if fresh.stage != "end_to_end" else Path(recipe.output_dir).name
+        stages[name] = {role: set(split["text"]) for role, split in corpus.splits.items()}
+        return fit(recipe, model, corpus, *args, fresh=fresh, **kwargs)
 
-    monkeypatch.setattr(finetune, "_fit", recording)
+    monkeypatch.setattr(trainer, "fit", recording)
     return stages
 
 
 @pytest.fixture
 def loads(monkeypatch):
-    """How often the backbone and the corpus were loaded: {"backbone": n, "corpus": n}."""
+    """How often a backbone's weights and the corpus were loaded, anywhere: {"backbone": n, "corpus": n}."""
     counts = {"backbone": 0, "corpus": 0}
 
     def counted(name, function):
@@ -55,7 +59,9 @@ def loads(monkeypatch):
             return function(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(run_inputs, "load_backbone", counted("backbone", run_inputs.load_backbone))
+    encoder = counted("backbone", backbone.load_encoder)  # every backbone loaded: by name, or from a model folder
+    monkeypatch.setattr(backbone, "load_encoder", encoder)
+    monkeypatch.setattr(folder_module, "load_encoder", encoder)
     monkeypatch.setattr(run_inputs, "load_corpus", counted("corpus", run_inputs.load_corpus))
     return counts
 

@@ -226,6 +226,6 @@ def test_the_head_stage_reads_as_a_frozen_run_does(tmp_path):
     from longbert.training.head_stage import head_stage_recipe
 
     recipe = load_recipe(None, ["train.reading.grad_units=1", "train.reading.frozen_layers=2"])
-    head = head_stage_recipe(recipe, tmp_path)
+    head = head_stage_recipe(recipe)
     assert head.model.finetune == "frozen" and head.train.reading == ReadingConfig()
     assert recipe.train.reading.grad_units == 1  # the end-to-end stage keeps its own
