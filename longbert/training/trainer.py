@@ -45,6 +45,7 @@ from accelerate.utils import set_seed
 
 from longbert.config import Recipe
 from longbert.data.carving import check_run_data_unchanged
+from longbert.errors import LongbertError
 from longbert.modeling.card import TrainingFacts
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
@@ -161,6 +162,10 @@ class Trainer:
         model, _, class_weights = build_stage_model(head, corpus, loaded, source)
         if finished:
             state, weights = saved
+            if weights is None or HEAD_STAGE not in state.earlier:  # an earlier longbert kept the stage in a folder
+                raise LongbertError(f"--resume: the checkpoint in {run_dir / CHECKPOINT} does not hold the head "
+                                    "stage's weights (an earlier longbert wrote it); start the run again in another "
+                                    "output_dir")
             model.load_head_state(weights)
             return HeadStage(in_memory(model, HEAD_STAGE), state.earlier[HEAD_STAGE]), True
         cached, cache_seconds = cache_splits(head, model, corpus, accelerator, untrained_allowed=True)

@@ -75,6 +75,16 @@ def test_a_run_stopped_in_either_stage_and_resumed_ends_as_one_that_was_not(tiny
     assert_same_run(tmp_path / "whole", tmp_path / "parts")
 
 
+def test_a_checkpoint_without_the_head_stages_weights_is_refused_in_one_line(tiny_recipe):
+    recipe = longbert.load_recipe(None, tiny_recipe + HEAD_FIRST)
+    with pytest.raises(TrainingInterrupted):
+        longbert.train(recipe, stop=StopAfterSteps(12 + 3))
+    (Path(recipe.output_dir) / "checkpoint" / "start.safetensors").unlink()  # as an earlier longbert wrote it
+    with pytest.raises(longbert.LongbertError, match="does not hold the head stage's weights") as error:
+        longbert.train(recipe, resume=True)
+    assert "\n" not in str(error.value)
+
+
 def test_max_steps_caps_the_main_stage_and_leaves_the_head_stage_its_epochs(tiny_recipe):
     """train.max_steps is the end-to-end budget: a head stage cut to it would leave the pooler near its uniform start
     (a bigbird run on the depth probe with max_steps=105 stopped its head stage at 105 of 630 cached steps)."""
