@@ -27,7 +27,6 @@ from longbert.training.checkpoint import (
     LoopState,
     load_checkpoint,
     read_reading,
-    recipe_fingerprint,
     save_checkpoint,
     trainable_weights,
 )
@@ -66,16 +65,16 @@ def build_stage_model(recipe: Recipe, corpus, loaded: tuple, source) -> tuple:
 
 
 def fit(recipe, model, corpus, cached, accelerator, run_dir: Path, resume: bool, stop: StopRequest, class_weights=None,
-        started_trained: bool = False, *, fingerprint=None, fresh: LoopState | None = None, start: dict | None = None):
+        started_trained: bool = False, *, fingerprint: str, fresh: LoopState, start: dict | None = None):
     """The loop. `cached`: frozen mode's unit vectors (None: the backbone trains). `started_trained`: the start is
-    validated at step 0 and kept unless training beats it. Checkpoints carry `fingerprint` (None: this recipe's) and
+    validated at step 0 and kept unless training beats it. Checkpoints carry `fingerprint` (the run recipe's) and
     `start`; a loop that does not resume starts at `fresh`. Returns (state, prepared model, kept weights, reader)."""
     cfg = recipe.train
     epochs = head_epochs(cfg, head_stage=False) if cached is not None else cfg.epochs
     total_steps = _total_steps(cfg, epochs, len(corpus.splits["train"]), accelerator.num_processes)
     reader = None if cached is not None else unit_reader(recipe, model, corpus, accelerator)  # before the optimiser
     loop = _start_loop(recipe, model, corpus, cached or {}, accelerator, run_dir, resume, total_steps, reader,
-                       fingerprint or recipe_fingerprint(recipe), fresh or LoopState(), start)
+                       fingerprint, fresh, start)
     state, model, core = loop.state, loop.model, loop.core
     if started_trained and not state.history:  # the start is a candidate: fine-tuning must beat it to replace it
         loop.evaluate_and_keep()

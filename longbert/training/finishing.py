@@ -31,10 +31,7 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
     thresholds are tuned on them, its calibration is fitted on them, and compare chooses its ensembles on them (never
     on the test split). Returns the unwrapped model, those predictions as the calibrated model answers them (None
     without a validation split) and the calibration (None without one)."""
-    accelerator.wait_for_everyone()
-    core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-    if best is not None:
-        load_trainable_weights(core, best, "the kept weights")
+    core = kept_model(model, best, accelerator)
     core.settings.temperatures = None  # fitted below for these weights (a model given to train may hold one)
     validation_raw = None
     if "validation" in corpus.splits:
@@ -54,6 +51,16 @@ def restore_kept_model(recipe: Recipe, model, best, corpus, cached, accelerator)
         log.info("multi-label thresholds tuned on validation: " + ", ".join(
             f"{n} {t:.3f}" for n, t in zip(corpus.label_names, core.settings.thresholds)))
     return core, validation_raw, calibration
+
+
+def kept_model(model, best, accelerator):
+    """The unwrapped model (no autocast wrapper from training left on) with the kept weights (`best`, from
+    `trainable_weights`; None: the current ones) loaded back, once every process has finished training."""
+    accelerator.wait_for_everyone()
+    core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    if best is not None:
+        load_trainable_weights(core, best, "the kept weights")
+    return core
 
 
 def calibrate_kept_model(core, validation_raw: dict, choice: str) -> tuple[dict, Calibration]:

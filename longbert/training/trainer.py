@@ -49,10 +49,10 @@ from longbert.errors import LongbertError
 from longbert.modeling.card import TrainingFacts
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.training.accelerator import check_tracker, start_accelerator, tracker_config
-from longbert.training.checkpoint import END_TO_END, LoopState, load_trainable_weights, read_stage, recipe_fingerprint
+from longbert.training.checkpoint import END_TO_END, LoopState, read_stage, recipe_fingerprint
 from longbert.training.contrastive import train_contrastive_stage
 from longbert.training.finetune import build_stage_model, fit
-from longbert.training.finishing import restore_kept_model, run_metrics, test_and_write_results
+from longbert.training.finishing import kept_model, restore_kept_model, run_metrics, test_and_write_results
 from longbert.training.frozen import cache_splits
 from longbert.training.head_stage import HeadStage, head_stage_recipe
 from longbert.training.init_from import check_labels, in_memory, open_init_from
@@ -172,10 +172,7 @@ class Trainer:
         state, model, best, _ = fit(head, model, corpus, cached, accelerator, run_dir, resume, self.stop,
                                     class_weights, started_trained=source is not None and source.head_trained,
                                     fingerprint=recipe_fingerprint(recipe), fresh=LoopState(stage=HEAD_STAGE))
-        accelerator.wait_for_everyone()
-        core = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-        if best is not None:  # the kept epoch's pooler and head; no calibration: the end-to-end model is calibrated
-            load_trainable_weights(core, best, "the head stage's kept weights")
+        core = kept_model(model, best, accelerator)  # no calibration: the end-to-end model is calibrated
         summary = {"train_seconds": cache_seconds + state.train_seconds, "steps": state.global_step,
                    "best_validation": state.best_metric, "best_metric": head.train.best_metric}
         return HeadStage(in_memory(core, HEAD_STAGE), summary), False
