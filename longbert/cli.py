@@ -20,6 +20,8 @@ PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, b
                   "quantize`)")
 
 # Options of the commands that answer with a model (predict, serve; evaluate and export take the first).
+RUNTIME = typer.Option("torch", "--runtime", help="torch, or openvino: the backbone's passes in OpenVINO on the CPU "
+                       "(window strategies; fp32, bf16 or auto; pip install 'longbert[openvino]')")
 CALIBRATION = typer.Option(True, "--calibration/--no-calibration", help="the model's calibration (temperatures fitted "
                            "on validation) on, or off: the probabilities its logits give")
 MIN_CONFIDENCE = typer.Option(None, "--min-confidence", metavar="P", help="abstain below confidence P in (0, 1) (the "
@@ -149,6 +151,7 @@ def predict(
         "highlighting the decisive passage (a .html file, or a folder that gets explain.html)")),
     calibrated: bool = CALIBRATION,
     min_confidence: Optional[float] = MIN_CONFIDENCE,
+    runtime: str = RUNTIME,
 ):
     """Predict labels for new texts; JSON lines out, in input order, with the id, the label, the class probabilities
     and the length in tokens. Several processes: accelerate launch -m longbert.cli predict ..."""
@@ -157,7 +160,7 @@ def predict(
     def action():
         check_counts({"--batch-size": batch_size})
         message = predict_file(model_dir, input, output, batch_size, text_column, id_column, tuple(keep), precision,
-                               split, explain, calibrated, min_confidence).report()
+                               split, explain, calibrated, min_confidence, runtime).report()
         if message:
             typer.echo(message, err=True)
 
@@ -238,6 +241,7 @@ def serve(
     precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP + "; PyTorch models only"),
     calibrated: bool = CALIBRATION,
     min_confidence: Optional[float] = MIN_CONFIDENCE,
+    runtime: str = RUNTIME,
 ):
     """Serve a model over HTTP: POST /predict {"texts": [...]} or {"text": ...}, GET /health."""
     from longbert.inference.serve import serve as run_server
@@ -247,7 +251,8 @@ def serve(
                       "--max-request-texts": max_request_texts, "--max-request-tokens": max_request_tokens})
         run_server(model_dir, host, port, max_batch, max_wait_ms, announce=typer.echo, precision=precision,
                    max_request_bytes=max_request_bytes, max_request_texts=max_request_texts,
-                   max_request_tokens=max_request_tokens, calibrated=calibrated, min_confidence=min_confidence)
+                   max_request_tokens=max_request_tokens, calibrated=calibrated, min_confidence=min_confidence,
+                   runtime=runtime)
 
     run_command(action)
 

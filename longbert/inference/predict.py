@@ -34,7 +34,8 @@ from longbert.data.documents import count_cut
 from longbert.data.files import is_data_file, load_table, text_lines
 from longbert.errors import LongbertError
 from longbert.inference.explain import explained, page_path, write_page
-from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
+from longbert.inference.exported import ExportedClassifier
+from longbert.inference.openvino_runtime import OpenVINOModel, check_export_runtime, check_runtime, openvino_precision
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.reading import check_min_confidence
 from longbert.utils.atomic import atomic_stream
@@ -59,6 +60,7 @@ class Prediction:
     main_process: bool = True  # False on the other processes of a multi-process run: the main one reports
     abstained: int | None = None  # None: no minimum confidence was asked for
     min_confidence: float | None = None
+    runtime: str | None = None  # what read them, when it was not PyTorch or an exported folder
 
     def cut_message(self) -> str | None:
         """The line that says how many texts were cut; None when none was, or on a process other than the main one."""
@@ -69,7 +71,7 @@ class Prediction:
     def report(self) -> str | None:
         """What predict says on stderr when it is done: the cut line, and with a minimum confidence how many documents
         it abstained on (every time, 0 too); None when there is nothing to say or on another process than the main."""
-        lines = [self.cut_message()]
+        lines = [self.cut_message(), self.runtime if self.main_process else None]
         if self.abstained is not None and self.main_process:
             lines.append(f"{self.abstained} of {self.documents} documents abstained (confidence below "
                          f"--min-confidence {self.min_confidence:g}): 'abstained': true, no label")
@@ -185,7 +187,7 @@ def model_files(model_dir: str | Path | None) -> Path | None:
 def predict_file(model_dir: str | Path, source: str, output: Path | None = None, batch_size: int = 16,
                  text_column: str = "text", id_column: str | None = None, keep: tuple[str, ...] = (),
                  precision: str = "auto", split: str | None = None, explain: str | Path | None = None,
-                 calibrated: bool = True, min_confidence: float | None = None) -> Prediction:
+                 calibrated: bool = True, min_confidence: float | None = None, runtime: str = "torch") -> Prediction:
     """Predict a label for each document of `source` (see `read_documents`) with the model in `model_dir` (a run
     folder or a saved model folder, on the accelerator when there is one; or an exported folder, in onnxruntime), and
     write one JSON line per document to `output` (None: stdout), in input order, each as soon as it and every row
@@ -199,13 +201,12 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     which decided, and an HTML page shows it (longbert/inference/explain.py; one process only).
     `calibrated=False`: the probabilities the model's logits give, its calibration taken off (`without_calibration`).
     `min_confidence` (in (0, 1)): a document whose confidence is below it is answered 'abstained': true with no label
-    (`longbert.modeling.reading.with_abstention`); the others 'abstained': false."""
+    (`longbert.modeling.reading.with_abstention`); the others 'abstained': false. `runtime`: torch, or openvino (the
+    backbone's passes in OpenVINO on the CPU: longbert/inference/openvino_runtime.py)."""
     check_min_confidence(min_confidence, "--min-confidence")
-    page, process, exported = _check_options(model_dir, source, output, batch_size, precision, explain)
+    page, process, exported = _check_options(model_dir, source, output, batch_size, precision, explain, runtime)
     documents = read_documents(source, text_column, id_column, tuple(keep), split)
-    # An exported folder runs in onnxruntime, on the CPU, at the precision it was exported with; int8, on the CPU.
-    model = ExportedClassifier(model_dir) if exported else LongDocumentClassifier.from_pretrained(model_dir).to(
-        "cpu" if precision == "int8" else process.device)
+    model = load_model(model_dir, exported, precision, runtime, process.device)
     if not calibrated:
         model.without_calibration()
     rows = rows_in_input_order(model, documents, process, batch_size, precision, text_column, id_column, tuple(keep),
@@ -218,16 +219,35 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
         write_page(page, shown, model.tokenizer, f"longbert predict --explain: {model_dir}",
                    "the rows were written to stdout" if output is None else f"the rows were kept at {output}")
     return Prediction(len(documents), cut, model.settings.max_document_tokens, process.is_main_process,
-                      None if min_confidence is None else abstained, min_confidence)
+                      None if min_confidence is None else abstained, min_confidence,
+                      f"read with OpenVINO ({model.precision})" if runtime == "openvino" else None)
+
+
+def load_model(model_dir: str | Path, exported: bool, precision: str, runtime: str, device):
+    """The model predict reads with: an exported folder in onnxruntime (on the CPU, at the precision it was exported
+    with); a PyTorch model on `device` (int8: on the CPU), or with `runtime` openvino its backbone's passes in
+    OpenVINO on the CPU."""
+    if exported:
+        return ExportedClassifier(model_dir)
+    model = LongDocumentClassifier.from_pretrained(model_dir)
+    if runtime == "openvino":
+        return OpenVINOModel(model, precision)
+    return model.to("cpu" if precision == "int8" else device)
 
 
 def _check_options(model_dir: str | Path, source: str, output: Path | None, batch_size: int, precision: str,
-                   explain: str | Path | None):
+                   explain: str | Path | None, runtime: str = "torch"):
     """The checks `predict_file` makes before reading the documents. Returns (the --explain page's path or None,
     this process's state, whether `model_dir` is an exported folder)."""
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")
+    check_runtime(runtime)
+    if runtime == "openvino":
+        openvino_precision(precision)  # refuses int8 before anything loads
+        if explain is not None:
+            raise LongbertError("--explain reads with --runtime torch (it reads inside the PyTorch model); predict "
+                                "without --runtime openvino to explain")
     check_output(output, source, model_dir)
     page = None
     if explain is not None:
@@ -241,9 +261,8 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
         raise LongbertError("stdin reaches only one process; give the input as a file to predict with several")
     if page is not None and process.num_processes > 1:
         raise LongbertError("--explain runs in one process; predict without accelerate launch or torchrun")
-    exported = is_export_folder(model_dir)
+    exported = check_export_runtime(model_dir, precision, runtime)
     if exported:
-        check_auto_precision(model_dir, precision)
         if page is not None:
             raise LongbertError(f"--explain needs a PyTorch model folder; {model_dir} is an exported folder")
     return page, process, exported

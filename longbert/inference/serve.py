@@ -1,7 +1,7 @@
 """`longbert serve`: classify texts over HTTP (FastAPI on uvicorn) with a saved model, a run folder's kept model, or
 an exported folder (onnxruntime, see exported.py). Concurrent requests are grouped into batches.
 
-    GET  /health   -> {"status": "ok", "model", "backend": pytorch | onnx-fp32 | onnx-int8, "labels", "max_batch"}
+    GET  /health   -> {"status": "ok", "model", "backend" (pytorch, onnx-int8, openvino-bf16, ...), "labels", ...}
     GET  /metrics  -> requests by status, errors, documents, tokens and latency, in Prometheus' text format
     GET  /docs     -> the OpenAPI page: both request forms and every answer declared, so a request can be tried
     POST /predict  {"text": "..."}            -> one prediction: label (labels when multi-label), probabilities,
@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from longbert.errors import LongbertError
-from longbert.inference.exported import ExportedClassifier, check_auto_precision, is_export_folder
+from longbert.inference.exported import ExportedClassifier, is_export_folder
+from longbert.inference.openvino_runtime import OpenVINOModel, check_export_runtime, check_runtime
 from longbert.inference.serve_api import BadRequest, Counters, Limits, openapi_schemas, parse_request
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.reading import check_min_confidence, with_abstention
@@ -211,17 +212,18 @@ def _settle(piece: Piece, rows: list[dict] | None = None, error: Exception | Non
     piece.future.set_exception(error) if error is not None else piece.future.set_result(rows)
 
 
-def load_predictor(model_dir: str | Path, precision: str = "auto", calibrated: bool = True):
+def load_predictor(model_dir: str | Path, precision: str = "auto", calibrated: bool = True, runtime: str = "torch"):
     """(the model, its backend name) for a run folder, a saved model folder or an exported folder (which runs as it
-    was exported). A PyTorch model's `precision` is checked, and its int8 wrapper made, before the first request.
-    `calibrated=False`: the model answers without its calibration (`without_calibration`)."""
+    was exported). Before the first request: a PyTorch model's `precision` checked, its int8 wrapper made, or with
+    `runtime` openvino its encoder compiled. `calibrated=False`: without its calibration (`without_calibration`)."""
     check_precision(precision, "--precision")
-    if is_export_folder(model_dir):
-        check_auto_precision(model_dir, precision)
-        predictor = ExportedClassifier(model_dir)
+    check_runtime(runtime)
+    if is_export_folder(model_dir) or runtime == "openvino":
+        predictor = (OpenVINOModel(LongDocumentClassifier.from_pretrained(model_dir), precision)
+                     if not check_export_runtime(model_dir, precision, runtime) else ExportedClassifier(model_dir))
         if not calibrated:
             predictor.without_calibration()
-        return predictor, f"onnx-{predictor.precision}"
+        return predictor, f"{'onnx' if runtime == 'torch' else runtime}-{predictor.precision}"
     # On the machine's accelerator where there is one, as `predict` runs; int8 runs on the CPU only.
     device = "cpu" if precision == "int8" else process_state().device
     model = LongDocumentClassifier.from_pretrained(model_dir).to(device)
@@ -372,7 +374,7 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_
           max_wait_ms: float = 5.0, announce: Callable[[str], None] = print, *,
           max_request_bytes: int = Limits.body_bytes, max_request_texts: int = Limits.texts,
           max_request_tokens: int = Limits.tokens, precision: str = "auto", calibrated: bool = True,
-          min_confidence: float | None = None) -> None:
+          min_confidence: float | None = None, runtime: str = "torch") -> None:
     """Serve the model in `model_dir` until interrupted (see the module docstring); a request may carry at most
     `max_request_bytes` of body, `max_request_texts` texts and `max_request_tokens` tokens (`Limits`). Every user
     error (a missing extra, a folder that is not a model or holds a damaged graph, a port in use, bad batching
@@ -388,7 +390,7 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_
     limits.check()
     sock = listen(host, port)
     try:
-        predictor, backend = load_predictor(model_dir, precision, calibrated)
+        predictor, backend = load_predictor(model_dir, precision, calibrated, runtime)
         app = build_app(predictor, max_batch, max_wait_ms, name=str(model_dir), backend=backend, limits=limits,
                         precision=precision, min_confidence=min_confidence)
         bound_host, bound_port = sock.getsockname()[:2]

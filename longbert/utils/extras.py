@@ -3,6 +3,7 @@ which extra brings them. Nothing here imports them when longbert is imported: ea
 
     export   onnx, onnxruntime, onnxscript (torch.onnx's exporter)   `longbert export`, exported folders
     serve    fastapi, uvicorn                                         `longbert serve`
+    openvino openvino                                                 `--runtime openvino` (predict, serve)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from longbert.errors import LongbertError
 EXTRAS = {
     "export": ("onnx", "onnxruntime", "onnxscript"),
     "serve": ("fastapi", "uvicorn"),
+    "openvino": ("openvino",),
 }
 
 
