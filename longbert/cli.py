@@ -8,28 +8,22 @@ from typing import List, Optional
 
 import typer
 
-from longbert.commands import OneLineUsageErrors, classic_metavars, command_line, run_command, start_up
+from longbert.commands import (
+    CALIBRATION,
+    INPUT_HELP,
+    MIN_CONFIDENCE,
+    PRECISION_HELP,
+    RUNTIME,
+    OneLineUsageErrors,
+    classic_metavars,
+    command_line,
+    run_command,
+    start_up,
+)
 from longbert.config.limits import check_counts  # standard library and errors only: no torch at start-up
 from longbert.errors import LongbertError
 from longbert.inference.serve_api import Limits  # standard library only: the serve options' defaults
 from longbert.utils.folders import BEST, METRICS_PAGE
-
-# The inference precisions (longbert.utils.hardware.INFERENCE_PRECISIONS, not imported here: it loads torch).
-PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, bf16, or int8 (the backbone's Linear "
-                  "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
-                  "quantize`)")
-
-# Options of the commands that answer with a model (predict, serve; evaluate and export take the first).
-RUNTIME = typer.Option("torch", "--runtime", help="torch, or openvino: the backbone's passes in OpenVINO on the CPU "
-                       "(window strategies; fp32, bf16 or auto; pip install 'longbert[openvino]')")
-CALIBRATION = typer.Option(True, "--calibration/--no-calibration", help="the model's calibration (temperatures fitted "
-                           "on validation) on, or off: the probabilities its logits give")
-MIN_CONFIDENCE = typer.Option(None, "--min-confidence", metavar="P", help="abstain below confidence P in (0, 1) (the "
-                              "top probability; multi-label: the least sure label's max(p, 1-p)): no label given")
-
-# What predict and embed read (longbert.inference.predict.read_documents).
-INPUT_HELP = ("a .txt file (one text per line) or - for stdin lines; a csv, jsonl, jsonl.gz, json or parquet file; a "
-              "save_to_disk folder; or a hub dataset id")
 
 app = typer.Typer(cls=OneLineUsageErrors, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"max_content_width": 120},

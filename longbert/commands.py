@@ -1,6 +1,6 @@
 """How every `longbert` command runs (`run_command`): a user error is one line on stderr and exit 2, a command stopped
 by Ctrl-C exits 130 and by SIGTERM 143, and a process group joined under torchrun is torn down; and how its help
-reads (`classic_metavars`)."""
+reads (`classic_metavars`); and the options of the commands that answer with a model."""
 
 from __future__ import annotations
 
@@ -166,3 +166,21 @@ def start_up(quiet: bool, verbose: bool) -> None:
     if quiet or verbose:
         set_verbosity("warning" if quiet else "debug")
     keep_freed_memory()  # large activations reused rather than mapped fresh per pass (faster on the CPU)
+
+
+# The inference precisions (longbert.utils.hardware.INFERENCE_PRECISIONS, not imported here: it loads torch).
+PRECISION_HELP = ("auto (bf16 where the device runs it fast, else fp32), fp32, bf16, or int8 (the backbone's Linear "
+                  "layers dynamically quantized, close calls read again in fp32: CPU only, measured by `longbert "
+                  "quantize`)")
+
+# Options of the commands that answer with a model (predict, serve; evaluate and export take the first).
+RUNTIME = typer.Option("torch", "--runtime", help="torch, or openvino: the backbone's passes in OpenVINO on the CPU "
+                       "(window strategies; fp32, bf16 or auto; pip install 'longbert[openvino]')")
+CALIBRATION = typer.Option(True, "--calibration/--no-calibration", help="the model's calibration (temperatures fitted "
+                           "on validation) on, or off: the probabilities its logits give")
+MIN_CONFIDENCE = typer.Option(None, "--min-confidence", metavar="P", help="abstain below confidence P in (0, 1) (the "
+                              "top probability; multi-label: the least sure label's max(p, 1-p)): no label given")
+
+# What predict and embed read (longbert.inference.predict.read_documents).
+INPUT_HELP = ("a .txt file (one text per line) or - for stdin lines; a csv, jsonl, jsonl.gz, json or parquet file; a "
+              "save_to_disk folder; or a hub dataset id")

@@ -93,11 +93,18 @@ print(config_class.__name__, AutoModelForSequenceClassification._model_mapping[c
 
 
 def test_import_longbert_loads_nothing_heavy_and_registers_when_transformers_loads():
+    """`import longbert` loads neither torch nor transformers; the commands' modules, which do, load no optional
+    extra (export's, serve's, OpenVINO's) until a command asks; and longbert registers once transformers loads. One
+    interpreter for the three: each fresh one costs seconds of the suite."""
     out = run_python("import sys, longbert\n"
                      "print(sorted(m for m in ('torch', 'transformers', 'longbert.hf.model', "
                      "'longbert.modeling.hf_config') if m in sys.modules))\n"
+                     "import longbert.cli, longbert.inference.export, longbert.inference.exported, "
+                     "longbert.inference.serve, longbert.inference.explain, longbert.inference.predict\n"
+                     "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                     "('onnx', 'onnxruntime', 'onnxscript', 'fastapi', 'uvicorn', 'starlette', 'openvino')))\n"
                      + CHECK_REGISTERED)
-    assert out.splitlines() == ["[]", "LongbertConfig LongbertForSequenceClassification"]
+    assert out.splitlines() == ["[]", "[]", "LongbertConfig LongbertForSequenceClassification"]
 
 
 def test_registration_when_transformers_was_loaded_before_longbert():
