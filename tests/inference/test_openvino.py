@@ -145,3 +145,13 @@ def test_predict_and_serve_take_the_runtime(tiny_backbone_dir, tmp_path):
         got = client.post("/predict", json={"texts": TEXTS}).json()["predictions"]
     for a, b in zip(got, want):
         assert a["probabilities"] == pytest.approx(b["probabilities"], abs=1e-5)
+
+
+def test_an_ensemble_is_refused(tiny_backbone_dir):
+    from types import SimpleNamespace
+
+    model = build_model(tiny_backbone_dir, "chunk")
+    model.ensemble = SimpleNamespace(facts=SimpleNamespace(members=["chunk", "sliding"]))  # what refusal reads
+    with pytest.raises(LongbertError, match=r"this model is an ensemble of 2 models \(chunk, sliding\); --runtime "
+                                            "openvino runs one network"):
+        OpenVINOModel(model)
