@@ -155,3 +155,13 @@ def test_an_ensemble_is_refused(tiny_backbone_dir):
     with pytest.raises(LongbertError, match=r"this model is an ensemble of 2 models \(chunk, sliding\); --runtime "
                                             "openvino runs one network"):
         OpenVINOModel(model)
+
+
+def test_an_exported_folder_is_refused_before_it_loads(tmp_path):
+    from longbert.inference.openvino_runtime import check_export_runtime
+
+    (tmp_path / "export.json").write_text("{}")  # what marks an exported folder; nothing is read before the refusal
+    with pytest.raises(LongbertError, match=rf"{tmp_path} is an exported folder, which runs in onnxruntime; "
+                                            "--runtime openvino reads a run folder or a saved model folder"):
+        check_export_runtime(tmp_path, "auto", "openvino")
+    assert not check_export_runtime(tmp_path / "elsewhere", "fp32", "openvino")  # not an exported folder: go on
