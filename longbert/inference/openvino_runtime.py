@@ -68,10 +68,10 @@ def openvino_precision(requested: str) -> str:
 
 
 class OpenVINOModel(ReadsTexts):
-    """`model` (a LongDocumentClassifier of a window strategy) with its encoder passes in OpenVINO at `precision`
-    (auto, fp32 or bf16; `self.precision` says what auto picked). `threads`: OpenVINO's inference threads (None: its
-    default, every core). Reads as the model does: `predict`, `predictions_as_done`, `embed`, and `__call__(documents)`
-    -> the model's ClassifierOutput."""
+    """`model` (a LongDocumentClassifier of a window strategy, moved to the CPU) with its encoder passes in OpenVINO at
+    `precision` (auto, fp32 or bf16; `self.precision` says what auto picked). `threads`: OpenVINO's inference
+    threads (None: its default, every core). Reads as the model does: `predict`, `predictions_as_done`, `embed`, and
+    `__call__(documents)` -> the model's ClassifierOutput."""
 
     def __init__(self, model: LongDocumentClassifier, precision: str = "auto", threads: int | None = None):
         require("openvino", "--runtime openvino")
