@@ -53,6 +53,9 @@ def parse_strategies(value: Sequence[str] | str) -> list[str]:
     """'truncate,chunk' or ['truncate', 'chunk'] -> checked names (order kept); a name given twice is refused."""
     items = value.split(",") if isinstance(value, str) else [part for v in value for part in str(v).split(",")]
     given = [s.strip() for s in items if s.strip()]
+    if given and len(given) < len(items):  # ',truncate' or 'truncate,,chunk': a name left out, or a comma too many
+        raise LongbertError(f"--strategies {','.join(items)!r} has an empty name between its commas; name each "
+                            "strategy once, e.g. truncate,chunk")
     names = list(dict.fromkeys(given))
     if len(names) < len(given):
         twice = next(s for i, s in enumerate(given) if s in given[:i])

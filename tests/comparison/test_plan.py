@@ -86,6 +86,9 @@ def test_a_strategy_named_twice_or_an_empty_report_name_is_refused_not_guessed()
     with pytest.raises(LongbertError, match="^--strategies names truncate twice; each strategy is one row"):
         parse_strategies("truncate,chunk,truncate")
     assert parse_strategies("truncate, chunk") == ["truncate", "chunk"]
+    for gap in (",truncate", "truncate,,chunk", "truncate,"):  # accepted silently once, as if the gap were not there
+        with pytest.raises(LongbertError, match=rf"^--strategies '{gap}' has an empty name between its commas"):
+            parse_strategies(gap)
     for empty in ("", "  "):
         with pytest.raises(LongbertError, match="^--name is empty; give the report a name"):
             report_name(empty, None)
