@@ -242,6 +242,9 @@ def _check_options(model_dir: str | Path, source: str, output: Path | None, batc
     if batch_size < 1:
         raise LongbertError(f"--batch-size must be >= 1, got {batch_size}")
     check_precision(precision, "--precision")
+    if output is not None and output.suffix.lower() in (".csv", ".tsv", ".parquet"):
+        raise LongbertError(f"--output {output}: predict writes JSON lines, not a {output.suffix} table; name a .jsonl "
+                            "file (pandas.read_json(path, lines=True) reads it)")
     check_runtime(runtime)
     if runtime == "openvino":
         openvino_precision(precision)  # refuses int8 before anything loads

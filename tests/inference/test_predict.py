@@ -348,3 +348,14 @@ def test_predictions_say_how_many_texts_the_cap_cut(model_dir, tmp_path):
     assert result.cut == 2 and result.cut_message() == "2 of 3 documents were cut at max_document_tokens=20"
     (tmp_path / "short.txt").write_text("a short text\n")
     assert predict_file(model_dir, str(tmp_path / "short.txt")).cut_message() is None
+
+
+@pytest.mark.parametrize("name", ["rows.csv", "rows.TSV", "rows.parquet"])
+def test_an_output_named_as_a_table_is_refused_before_the_model_loads(tmp_path, name):
+    """`predict -o rows.csv` wrote JSON lines into a file named .csv."""
+    source = tmp_path / "texts.txt"
+    source.write_text("A fine film.\n")
+    with pytest.raises(LongbertError, match=rf"^--output .*{name}: predict writes JSON lines, not a "
+                                            rf"\.{name.split('.')[1]} table; name a \.jsonl file"):
+        predict_file(tmp_path / "no-model", str(source), tmp_path / name)
+    assert not (tmp_path / name).exists()
