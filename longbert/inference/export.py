@@ -177,18 +177,25 @@ def _quiet_exporter():
             logger.setLevel(level)
 
 
-def write_graphs(model, folder: Path, quantize: str | None) -> dict:
-    """Write encoder.onnx, head.onnx (and encoder.int8.onnx) into `folder`; returns export.json's file entries."""
+def window_encoder(model) -> tuple[WindowEncoder, tuple[torch.Tensor, torch.Tensor]]:
+    """The model's encoder graph as a module in eval mode, and example inputs to trace it with (export's ONNX graph,
+    the OpenVINO runtime's). LoRA is folded into a copy of the weights: a plain encoder, as fast as the base. The
+    example is two windows of different lengths (sizes of at least 2 that differ), so no axis is taken for a constant
+    and every one stays dynamic."""
     backbone = model.backbone
-    if model.settings.trains_lora:  # LoRA folded into the weights: a plain encoder, as fast as the base
+    if model.settings.trains_lora:
         backbone = copy.deepcopy(backbone).merge_and_unload()
-    encoder = WindowEncoder(backbone, model.strategy).eval()
-    head = UnitHead(model.strategy, model.head).eval()
-    hidden = model.backbone.config.hidden_size
-    # Example inputs: sizes of at least 2 that differ from each other, so the exporter keeps every axis dynamic.
     input_ids = torch.full((2, 7), model.tokenizer.cls_token_id or 0, dtype=torch.long)
     attention_mask = torch.ones_like(input_ids)
     attention_mask[1, 5:] = 0
+    return WindowEncoder(backbone, model.strategy).eval(), (input_ids, attention_mask)
+
+
+def write_graphs(model, folder: Path, quantize: str | None) -> dict:
+    """Write encoder.onnx, head.onnx (and encoder.int8.onnx) into `folder`; returns export.json's file entries."""
+    encoder, (input_ids, attention_mask) = window_encoder(model)
+    head = UnitHead(model.strategy, model.head).eval()
+    hidden = model.backbone.config.hidden_size
     windows, tokens = Dim("windows"), Dim("tokens")
     documents, units = Dim("documents"), Dim("units")
     vectors = torch.zeros((2, 3, hidden))

@@ -44,7 +44,7 @@ from longbert.modeling.reading import (
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import ReadsWindows, SpecialTokens
 from longbert.strategies.registry import build_strategy
-from longbert.strategies.windows import run_passes, units_of_cuts
+from longbert.strategies.windows import run_cuts
 from longbert.utils.extras import require
 from longbert.utils.folders import EXPORT_FILE
 
@@ -115,13 +115,11 @@ class ExportedClassifier:
     def logits(self, documents: list[torch.Tensor]) -> torch.Tensor:
         """B documents' content ids -> (B, C) logits, through both graphs."""
         cuts = [self.strategy.windows(ids) for ids in documents]  # (windows, sizes) of each document
-        flat = [w for windows, _ in cuts for w in windows]
 
         def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:  # (W, L) -> (W, H)
             return self.encoder.run({"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
 
-        vectors = run_passes(flat, self.special, self.settings.budget, run)  # (W, H)
-        units = units_of_cuts(vectors, cuts)  # (B, N, H)
+        units = run_cuts(cuts, self.special, self.settings.budget, run)  # (B, N, H)
         sizes = units.mask.float() if units.sizes is None else units.sizes  # (B, N); 1 = every unit counts the same
         return self.head.run({"vectors": units.vectors.numpy(), "mask": units.mask.numpy(), "sizes": sizes.numpy()})
 

@@ -18,20 +18,19 @@ pick bf16 on such a CPU even when asked for nothing; the precision is always set
 
 from __future__ import annotations
 
-import copy
 import warnings
 from typing import Callable, Iterator
 
 import torch
 
 from longbert.errors import LongbertError
-from longbert.inference.export import WindowEncoder, check_exportable
+from longbert.inference.export import check_exportable, window_encoder
 from longbert.inference.exported import check_auto_precision, is_export_folder
 from longbert.modeling.classifier import ClassifierOutput, LongDocumentClassifier
 from longbert.modeling.ensemble import refuse_ensemble
 from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
 from longbert.strategies.base import Units
-from longbert.strategies.windows import run_passes, units_of_cuts
+from longbert.strategies.windows import run_cuts
 from longbert.utils.extras import require
 from longbert.utils.hardware import fast_bf16
 
@@ -82,7 +81,7 @@ class OpenVINOModel(ReadsTexts):
         check_exportable(model.strategy, model.settings.strategy.name)
         self.precision = openvino_precision(precision)
         self.model = model.to("cpu").eval()
-        self.encoder = compiled_encoder(openvino, model, self.precision, threads)
+        self.encoder = compiled_encoder(openvino, converted_encoder(openvino, model), self.precision, threads)
 
     # What `predict`'s loop and its callers read of the model that runs (longbert.modeling.reading).
     @property
@@ -124,9 +123,7 @@ class OpenVINOModel(ReadsTexts):
         """B documents' content ids -> Units (B, N, H): the strategy's windows, in the passes the model would lay out
         (`run_passes`, the same budget), each pass through the compiled encoder."""
         cuts = [self.strategy.windows(ids) for ids in documents]
-        flat = [w for windows, _ in cuts for w in windows]
-        vectors = run_passes(flat, self.strategy.special, self.settings.budget, self.encoder)  # (W, H)
-        return units_of_cuts(vectors, cuts)
+        return run_cuts(cuts, self.strategy.special, self.settings.budget, self.encoder)  # (B, N, H)
 
     def __call__(self, documents: list[torch.Tensor]) -> ClassifierOutput:
         """The model's forward over units from `encode` (pooling, head, a hybrid's TF-IDF half in PyTorch)."""
@@ -144,23 +141,20 @@ class OpenVINOModel(ReadsTexts):
         yield from read_in_batches(self.model, texts, batch_size, disabled, lambda batch: compute(self, batch))
 
 
-def compiled_encoder(openvino, model: LongDocumentClassifier, precision: str,
-                     threads: int | None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The model's window encoder converted by OpenVINO and compiled for the CPU at `precision`: a function
-    (input_ids (W, L), attention_mask (W, L)) -> vectors (W, H) float32, as `run_passes` calls it. LoRA is merged
-    into a copy of the weights first, as export does."""
-    backbone = model.backbone
-    if model.settings.trains_lora:
-        backbone = copy.deepcopy(backbone).merge_and_unload()
-    encoder = WindowEncoder(backbone, model.strategy).eval()
-    # Two windows of different lengths, so that no axis is taken for a constant.
-    input_ids = torch.full((2, 7), model.tokenizer.cls_token_id or 0, dtype=torch.long)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 5:] = 0
+def converted_encoder(openvino, model: LongDocumentClassifier):
+    """The model's window encoder (`window_encoder`: what export writes, LoRA merged into a copy) converted by
+    OpenVINO, in memory: a graph of input_ids (W, L), attention_mask (W, L) -> vectors (W, H), both axes dynamic."""
+    encoder, example = window_encoder(model)
     dynamic = [openvino.PartialShape([-1, -1]), openvino.PartialShape([-1, -1])]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shape checks in transformers' mask code
-        graph = openvino.convert_model(encoder, example_input=(input_ids, attention_mask), input=dynamic)
+        return openvino.convert_model(encoder, example_input=example, input=dynamic)
+
+
+def compiled_encoder(openvino, graph, precision: str,
+                     threads: int | None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """An encoder `graph` (`converted_encoder`'s) compiled for the CPU at `precision` (fp32 or bf16): a function
+    (input_ids (W, L), attention_mask (W, L)) -> vectors (W, H) float32, as `run_passes` calls it."""
     config = {"INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads

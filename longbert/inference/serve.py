@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from longbert.errors import LongbertError
-from longbert.inference.exported import ExportedClassifier, is_export_folder
+from longbert.inference.exported import ExportedClassifier
 from longbert.inference.openvino_runtime import OpenVINOModel, check_export_runtime, check_runtime
 from longbert.inference.serve_api import BadRequest, Counters, Limits, openapi_schemas, parse_request
 from longbert.modeling.classifier import LongDocumentClassifier
@@ -218,12 +218,12 @@ def load_predictor(model_dir: str | Path, precision: str = "auto", calibrated: b
     `runtime` openvino its encoder compiled. `calibrated=False`: without its calibration (`without_calibration`)."""
     check_precision(precision, "--precision")
     check_runtime(runtime)
-    if is_export_folder(model_dir) or runtime == "openvino":
-        predictor = (OpenVINOModel(LongDocumentClassifier.from_pretrained(model_dir), precision)
-                     if not check_export_runtime(model_dir, precision, runtime) else ExportedClassifier(model_dir))
+    if (exported := check_export_runtime(model_dir, precision, runtime)) or runtime == "openvino":
+        predictor = ExportedClassifier(model_dir) if exported else OpenVINOModel(
+            LongDocumentClassifier.from_pretrained(model_dir), precision)
         if not calibrated:
             predictor.without_calibration()
-        return predictor, f"{'onnx' if runtime == 'torch' else runtime}-{predictor.precision}"
+        return predictor, f"{'onnx' if exported else runtime}-{predictor.precision}"
     # On the machine's accelerator where there is one, as `predict` runs; int8 runs on the CPU only.
     device = "cpu" if precision == "int8" else process_state().device
     model = LongDocumentClassifier.from_pretrained(model_dir).to(device)

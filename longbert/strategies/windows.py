@@ -239,6 +239,15 @@ def units_of_cuts(vectors: torch.Tensor, cuts: list[tuple[list[torch.Tensor], li
     return gather_units(vectors, counts, sizes)  # (B, N, H)
 
 
+def run_cuts(cuts: list[tuple[list[torch.Tensor], list[float] | None]], special: SpecialTokens, budget: PassBudget,
+             run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Units:
+    """Each document's windows and sizes (what a strategy's `windows` hook cut) -> Units (B, N, H), every window of
+    the batch laid out in the passes `run_passes` plans (on the CPU) and each pass run by `run`: an encoder outside
+    the PyTorch model (an exported graph in onnxruntime, an OpenVINO one)."""
+    flat = [w for windows, _ in cuts for w in windows]
+    return units_of_cuts(run_passes(flat, special, budget, run), cuts)  # (B, N, H)
+
+
 def encode_cuts(
     backbone: nn.Module,
     cuts: list[tuple[list[torch.Tensor], list[float] | None]],
