@@ -29,6 +29,7 @@ import gzip
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -89,11 +90,13 @@ def forward_flops(config, window_lengths: list[list[int]], padded: bool) -> floa
     return total
 
 
-def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repeats: int) -> dict:
-    """Time the model over `documents`: autocast to `dtype` (None: as the model's weights are), fastest round."""
-    passes: list[list[int]] = []
+@contextmanager
+def recorded_passes():
+    """While inside: every pass that longbert.strategies.windows plans is recorded, as the padded lengths of its
+    windows, in the list this yields (clear it between rounds)."""
     from longbert.strategies import windows as windows_module
 
+    passes: list[list[int]] = []
     original = windows_module.plan_passes
 
     def recording(lengths, budget):
@@ -102,8 +105,16 @@ def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repe
         return plan
 
     windows_module.plan_passes = recording
-    times = []
     try:
+        yield passes
+    finally:
+        windows_module.plan_passes = original
+
+
+def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repeats: int) -> dict:
+    """Time the model over `documents`: autocast to `dtype` (None: as the model's weights are), fastest round."""
+    times = []
+    with recorded_passes() as passes:
         for repeat in range(repeats + 1):
             passes.clear()
             start = time.perf_counter()
@@ -112,8 +123,6 @@ def run_chunk(model, documents, batch_size: int, dtype: torch.dtype | None, repe
                     model(documents[s : s + batch_size])
             if repeat:  # the first round is a warm-up
                 times.append(time.perf_counter() - start)
-    finally:
-        windows_module.plan_passes = original
     seconds = min(times)
     flops = forward_flops(model.backbone.config, passes, padded=True)
     useful = forward_flops(model.backbone.config, passes, padded=False)

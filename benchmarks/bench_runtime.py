@@ -21,7 +21,6 @@ Per row:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import time
@@ -29,46 +28,23 @@ from pathlib import Path
 
 import torch
 from bench_belt import agreement, fastest, long_reviews
-from bench_chunk import forward_flops, peak_matmul
+from bench_chunk import forward_flops, peak_matmul, recorded_passes
+from bench_serve import reviews as first_reviews
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def first_reviews(count: int) -> list[str]:
-    from longbert.data.sources import resolve_data_path
-
-    texts = []
-    with gzip.open(Path(resolve_data_path("imdb")) / "test.jsonl.gz", "rt") as f:
-        for line in f:
-            texts.append(json.loads(line)["text"])
-            if len(texts) == count:
-                break
-    return texts
-
-
 def encoder_rate(read, documents, batch_size: int, config, repeats: int) -> dict:
-    """`read(batch)` over pre-tokenized `documents`, the passes it lays out recorded: useful and executed FLOP/s of the
-    fastest round, and the padding share of the executed tokens."""
-    from longbert.strategies import windows as windows_module
-
-    passes: list[list[int]] = []
-    original = windows_module.plan_passes
-
-    def recording(lengths, budget):
-        plan = original(lengths, budget)
-        passes.extend([[lengths[i] for i in p] for p in plan])
-        return plan
+    """`read(batch)` over pre-tokenized `documents`, the passes it lays out recorded: the useful FLOP/s of the fastest
+    round (each window at its own length), and the padding share of the executed tokens."""
 
     def run():
         passes.clear()
         for s in range(0, len(documents), batch_size):
             read(documents[s : s + batch_size])
 
-    windows_module.plan_passes = recording
-    try:
+    with recorded_passes() as passes:
         seconds, _ = fastest(run, repeats)
-    finally:
-        windows_module.plan_passes = original
     padded = sum(max(p) * len(p) for p in passes)
     return {"encoder_seconds": seconds,
             "useful_flop_per_second": forward_flops(config, passes, padded=False) / seconds,

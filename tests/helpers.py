@@ -166,3 +166,14 @@ def unchecked(config_class, **settings):
 
     with building():
         return config_class(**settings)
+
+
+def assert_user_error(result, *fragments):
+    """A CLI result (typer's CliRunner) that is a user error: exit 2, one line starting 'error: ' holding every
+    fragment, no traceback."""
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

@@ -8,6 +8,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
+from helpers import assert_user_error
 from longbert.cli import app
 from longbert.result import Result
 from longbert.utils.folders import RUN_ENTRIES
@@ -21,15 +22,6 @@ def run(*args, input=None):
 
 def sets(overrides):
     return [x for o in overrides for x in ("--set", o)]
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_strategies_lists_the_registry():

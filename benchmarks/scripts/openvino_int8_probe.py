@@ -22,7 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_belt import fastest, long_reviews  # noqa: E402
-from bench_runtime import first_reviews, probabilities_of  # noqa: E402
+from bench_runtime import probabilities_of  # noqa: E402
+from bench_serve import reviews as first_reviews  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parents[1] / "results" / "openvino-int8-probe.json"
 
@@ -32,10 +33,9 @@ def main() -> None:
     import openvino
 
     from longbert.config import load_recipe
-    from longbert.inference.export import WindowEncoder
-    from longbert.inference.openvino_runtime import OpenVINOModel
+    from longbert.inference.openvino_runtime import OpenVINOModel, compiled_encoder, converted_encoder
     from longbert.modeling.classifier import LongDocumentClassifier
-    from longbert.strategies.windows import build_pass, plan_passes
+    from longbert.strategies.windows import run_passes
     from longbert.utils.hardware import describe_machine
 
     torch.set_num_threads(2)
@@ -60,28 +60,21 @@ def main() -> None:
 
     row("openvino bf16")
     documents, _ = model.tokenize(calibration)
-    flat = [w for d in documents for w in model.strategy.windows(d)[0]]
     feeds = []
-    for indices in plan_passes([w.shape[0] + 2 for w in flat], model.settings.budget.on("cpu")):
-        input_ids, attention_mask = build_pass([flat[i] for i in indices], model.strategy.special, "cpu")
+
+    def record(input_ids, attention_mask):  # each pass as predict lays it out, kept as a calibration sample
         feeds.append({0: input_ids.numpy(), 1: attention_mask.numpy()})
-    input_ids = torch.full((2, 7), model.tokenizer.cls_token_id, dtype=torch.long)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 5:] = 0
-    with torch.no_grad():
-        graph = openvino.convert_model(WindowEncoder(model.backbone, model.strategy).eval(),
-                                       example_input=(input_ids, attention_mask),
-                                       input=[openvino.PartialShape([-1, -1])] * 2)
+        return torch.zeros(input_ids.shape[0], 1)
+
+    run_passes([w for d in documents for w in model.strategy.windows(d)[0]], model.strategy.special,
+               model.settings.budget, record)
+    graph = converted_encoder(openvino, model)
     started = time.perf_counter()
     quantized = nncf.quantize(graph, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
                               subset_size=len(feeds))
     quantize_seconds = time.perf_counter() - started
-    for hint in ("bf16", "f32"):  # what runs outside the int8 matmuls
-        compiled = openvino.Core().compile_model(quantized, "CPU", {"INFERENCE_PRECISION_HINT": hint,
-                                                                   "PERFORMANCE_HINT": "LATENCY",
-                                                                   "INFERENCE_NUM_THREADS": 2})
-        request = compiled.create_infer_request()
-        runtime.encoder = lambda i, a, r=request: torch.from_numpy(r.infer({0: i.numpy(), 1: a.numpy()})[0].copy())
+    for precision, hint in (("bf16", "bf16"), ("fp32", "f32")):  # what runs outside the int8 matmuls
+        runtime.encoder = compiled_encoder(openvino, quantized, precision, threads=2)
         row(f"openvino int8 (rest {hint})")
     OUTPUT.write_text(json.dumps({
         "command": "python benchmarks/scripts/openvino_int8_probe.py", "machine": describe_machine(),

@@ -15,7 +15,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from helpers import build_model, random_documents
+from helpers import assert_user_error, build_model, random_documents
 from longbert.cli import app
 from longbert.errors import LongbertError
 
@@ -41,14 +41,6 @@ TEXTS = ["Short.", "A film about a long train journey, and rather too long itsel
 
 def run(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def fp32_logits(model, documents):

@@ -6,12 +6,13 @@ and `predict` and `serve` take the option."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from helpers import build_model, random_documents
+from helpers import assert_user_error, build_model, random_documents
 from longbert.cli import app
 from longbert.errors import LongbertError
 
@@ -86,27 +87,10 @@ def test_strategies_that_are_not_independent_windows_are_refused(tiny_backbone_d
 
 
 def test_a_missing_extra_is_one_line(tiny_backbone_dir, monkeypatch):
-    import importlib
-
-    real = importlib.import_module
-
-    def without_openvino(name, *args):
-        if name == "openvino":
-            raise ImportError("No module named 'openvino'")
-        return real(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", without_openvino)
+    monkeypatch.setitem(sys.modules, "openvino", None)  # `import openvino` now fails
     with pytest.raises(LongbertError, match=r"--runtime openvino needs openvino, which is not installed: pip install "
                                             r"'longbert\[openvino\]'"):
         OpenVINOModel(build_model(tiny_backbone_dir, "chunk"))
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_predict_and_serve_take_the_runtime(tiny_backbone_dir, tmp_path):

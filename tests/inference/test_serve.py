@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from typer.testing import CliRunner
 
-from helpers import build_model
+from helpers import assert_user_error, build_model
 from longbert.cli import app as cli
 from longbert.errors import LongbertError
 
@@ -144,14 +144,6 @@ def test_serve_wires_the_model_into_uvicorn(model_dir, monkeypatch):
     with TestClient(served["app"]) as client:
         assert client.get("/health").json()["max_batch"] == 2
         assert client.post("/predict", json={"text": "good"}).json()["label"] in ("neg", "pos")
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_user_errors_are_one_line(model_dir, tmp_path, monkeypatch):
