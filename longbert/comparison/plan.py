@@ -14,8 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal, Sequence
 
-import yaml
-
 from longbert.config import (
     PLAIN_NAME,
     Recipe,
@@ -23,12 +21,11 @@ from longbert.config import (
     load_recipe,
     parse_override,
     read_recipe_file,
-    read_yaml,
+    recipe_differences,
     recipe_from_dict,
     recipe_to_yaml,
     strategy_fields,
     strategy_sections,
-    yaml_problem,
 )
 from longbert.config.data import local_data_name
 from longbert.data.files import count_rows
@@ -251,7 +248,7 @@ def plan_runs(recipes: dict) -> dict[str, PlanAction]:
         elif not saved.is_file():
             problems.append(f"{run_dir} is not empty and holds no recipe.yaml; move it away or choose another --name")
         elif _read(saved) != recipe_to_yaml(recipe) and not _same_once_loaded(saved, recipe):
-            differing = _differences(saved, recipe)
+            differing = recipe_differences(saved, recipe)
             problems.append(f"{run_dir} holds a run with a different recipe ({differing}); choose another --name, "
                             "or delete that folder to train it again")
         elif run.metrics.is_file():
@@ -276,39 +273,11 @@ def _same_once_loaded(saved: Path, recipe) -> bool:
 
 
 def _read(saved: Path) -> str | None:
-    """A saved recipe.yaml's text; None when it cannot be read as text (`_differences` says why)."""
+    """A saved recipe.yaml's text; None when it cannot be read as text (`recipe_differences` says why)."""
     try:
         return saved.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _differences(saved: Path, recipe) -> str:
-    """'train.learning_rate: 0.001 -> 0.002': the first few settings a saved recipe.yaml and `recipe` differ in, or
-    why the saved one cannot be compared (not readable, not YAML within the loader's bounds, not a mapping)."""
-    def flat(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            if isinstance(v, dict):
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-
-    try:
-        saved_raw = read_yaml(saved.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        return f"its recipe.yaml is not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x})"
-    except OSError as error:
-        return f"its recipe.yaml cannot be read: {error.strerror or error}"
-    except yaml.YAMLError as error:
-        return f"its recipe.yaml is not a readable recipe: {yaml_problem(error)}"
-    if saved_raw is not None and not isinstance(saved_raw, dict):
-        return "its recipe.yaml does not hold a recipe (a mapping of settings)"
-    old, new = flat(saved_raw or {}), flat(recipe.to_dict())
-    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
-    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "") if keys else "formatting differs"
 
 
 def seed_recipes(recipes: dict, seeds: int, base_raw: dict, base_source: str, overrides: list[str], name: str,

@@ -18,6 +18,7 @@ from longbert.config.loader import (
     apply_overrides,
     parse_override,
     read_yaml,
+    recipe_differences,
     recipe_to_yaml,
     strategy_fields,
     strategy_sections,
@@ -77,8 +78,8 @@ __all__ = [
     "PRECISIONS",
     # reading, overrides, validation
     "Validated", "PLAIN_NAME", "RecipeLoader", "read_yaml", "yaml_problem", "parse_override", "apply_overrides",
-    "build", "build_strategy_config", "recipe_to_yaml", "short_repr", "strategy_fields", "strategy_sections",
-    "with_strategy_section",
+    "build", "build_strategy_config", "recipe_to_yaml", "recipe_differences", "short_repr", "strategy_fields",
+    "strategy_sections", "with_strategy_section",
     # recipe files and the packaged recipes
     "PACKAGED_RECIPES", "find_recipe", "packaged_recipes", "read_recipe_file",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -198,6 +199,34 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     mark = getattr(error, "problem_mark", None)
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def recipe_differences(saved: Path, recipe) -> str:
+    """'train.learning_rate: 0.001 -> 0.002': the first few settings a saved recipe.yaml and `recipe` differ in, or
+    why the saved one cannot be compared (not readable, not YAML within the loader's bounds, not a mapping)."""
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    try:
+        saved_raw = read_yaml(saved.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        return f"its recipe.yaml is not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x})"
+    except OSError as error:
+        return f"its recipe.yaml cannot be read: {error.strerror or error}"
+    except yaml.YAMLError as error:
+        return f"its recipe.yaml is not a readable recipe: {yaml_problem(error)}"
+    if saved_raw is not None and not isinstance(saved_raw, dict):
+        return "its recipe.yaml does not hold a recipe (a mapping of settings)"
+    old, new = flat(saved_raw or {}), flat(recipe.to_dict())
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4])
+    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "") if keys else "formatting differs"
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from accelerate.utils import broadcast_object_list
 
-from longbert.config import recipe_to_yaml
+from longbert.config import recipe_differences, recipe_to_yaml
 from longbert.errors import LongbertError
 from longbert.training.checkpoint import is_finished, read_fingerprint, read_processes, recipe_fingerprint
 from longbert.training.stopping import StopRequest, stop_on_signals
@@ -66,8 +66,8 @@ def prepare(run_dir: Path, recipe, resume: bool, processes: int = 1) -> bool:
     has_checkpoint = is_finished(run_dir / CHECKPOINT)
     if resume:
         if saved.is_file() and not same_recipe:
-            raise LongbertError(f"--resume: the recipe differs from the one {run_dir} was started with ({saved}); "
-                                "resume with the same recipe and overrides")
+            raise LongbertError(f"--resume: the recipe differs from the one {run_dir} was started with ({saved}: "
+                                f"{recipe_differences(saved, recipe)}); resume with the same recipe and overrides")
         if has_checkpoint:
             if read_fingerprint(run_dir / CHECKPOINT) != recipe_fingerprint(recipe):
                 raise LongbertError(f"--resume: the checkpoint in {run_dir / CHECKPOINT} was written by another "
