@@ -29,12 +29,18 @@ def label_names_from(dataset, column: str, local: Path | None) -> list[str] | No
     return None
 
 
+def whole(value: Any) -> Any:
+    """A label read as a whole float (JSON's 1.0; pandas reads an integer column holding an empty field as floats)
+    -> the integer it holds; any other value as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def infer_label_names(values: list, multi_label: bool) -> list[str]:
     """Class names from the training labels: integers 0..C-1 are indices (names "0".."C-1"); other integers (star
     ratings 1..10, say) are names themselves, in numeric order, so no empty class is made; strings sort."""
     if any(map(is_missing, values)):  # never a class named 'None' or 'nan'
         raise LongbertError("data: a label is missing (null); every document needs one")
-    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
+    flat = [whole(v) for value in values for v in (value if isinstance(value, list) else [value])]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
         if min(flat) < 0:
             raise LongbertError("data: negative label found (unlabelled rows?); drop them or set data.label_names")
@@ -66,6 +72,7 @@ def label_index(value: Any, names: list[str], where: str) -> int:
     """One label value (an index or a name) -> its index in `names`, or a LongbertError naming `where`."""
     if is_missing(value):
         raise LongbertError(f"{where}: the label is missing (null)")
+    value = whole(value)
     if isinstance(value, bool):
         raise LongbertError(f"{where}: label {value!r} is not an index or a label name")
     if isinstance(value, int):
@@ -114,6 +121,7 @@ def check_classes(labels: list, names: list[str], documents: str) -> None:
 
 
 def _is_number(value: Any) -> bool:
+    value = whole(value)
     return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str)
                                                                         and value.strip().lstrip("-").isdigit())
 
@@ -128,7 +136,10 @@ def check_label_values(values: list, place: Callable[[int], str]) -> None:
             if isinstance(item, str) and item != item.strip():
                 raise LongbertError(f"data: {place(row)}: label {item!r} has spaces around it; write it as "
                                     f"{item.strip()!r}, as the other labels of its class are")
-            if isinstance(item, (str, int)) and not isinstance(item, bool):
+            if isinstance(item, float) and not is_missing(item) and not item.is_integer():
+                raise LongbertError(f"data: {place(row)}: label {item!r} is not a whole number; a label is a class "
+                                    "name or a class index (0, 1, ...)")
+            if isinstance(whole(item), (str, int)) and not isinstance(item, bool):
                 first.setdefault("number" if _is_number(item) else "name", (row, item))
     if len(first) > 1:
         (number_row, number), (name_row, name) = first["number"], first["name"]

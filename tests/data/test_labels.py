@@ -122,7 +122,9 @@ def _write(path, labels, texts=None):
     (["pos", "neg"] * 20 + [1, 0] * 10, ["mix class names and numbers", "mixed.jsonl:1: 'pos'", "mixed.jsonl:41: 1"]),
     (["pos", "neg"] * 20 + ["1", "0"] * 10, ["mix class names and numbers", "mixed.jsonl:41: '1'"]),
     (["pos", "neg"] * 20 + ["pos "], ["mixed.jsonl:41: label 'pos ' has spaces around it", "write it as 'pos'"]),
-], ids=["names-and-integers", "names-and-digit-strings", "trailing-space"])
+    ([0.0, 1.0] * 20 + [0.5], ["mixed.jsonl:41: label 0.5 is not a whole number"]),
+    (["pos", "neg"] * 20 + [1.0], ["mix class names and numbers", "mixed.jsonl:41: 1.0"]),
+], ids=["names-and-integers", "names-and-digit-strings", "trailing-space", "a-fraction", "names-and-floats"])
 def test_labels_are_read_as_given_or_refused_in_one_line_naming_the_rows(tmp_path, tokenizer, labels, fragments):
     path = _write(tmp_path / "mixed.jsonl", labels)
     with pytest.raises(LongbertError) as raised:
@@ -131,6 +133,17 @@ def test_labels_are_read_as_given_or_refused_in_one_line_naming_the_rows(tmp_pat
     assert "\n" not in message and "mixed.jsonl" in message
     for fragment in fragments:
         assert fragment in message
+
+
+def test_whole_float_labels_are_the_integers_they_hold(tmp_path, tokenizer):
+    """JSON's 1.0 (or pandas' floats for an integer column with an empty field) is index 1, not a class '1.0'."""
+    assert infer_label_names([0.0, 1.0, 1.0], False) == ["0", "1"]
+    assert infer_label_names([1.0, 10.0, 4.0], False) == ["1", "4", "10"]
+    assert label_index(1.0, ["neg", "pos"], "row") == 1 and label_index(10.0, ["1", "4", "10"], "row") == 2
+    path = _write(tmp_path / "floats.jsonl", [0.0, 1.0] * 30)
+    corpus = load_corpus(DataConfig(path=str(path)), tokenizer, seed=0)
+    assert corpus.label_names == ["0", "1"]
+    assert sorted(set(corpus.splits["train"]["labels"])) == [0, 1]
 
 
 def test_texts_given_twice_across_splits_are_counted_in_one_warning(tmp_path, tokenizer, caplog):
