@@ -337,7 +337,8 @@ def calibration_markdown(metrics: dict, title: str, plot_path: Path | None = Non
     said = headline.replace("_", " ")
     lines = ["", "## Calibration: how far its probabilities can be trusted", "",
              ("Before: the probabilities as the network gives them; after: as the model answers them, divided by the "
-              "temperature fitted on validation." if before else "The model has no calibration: its probabilities "
+              "temperature fitted on validation." + (f" The temperature was {after['caveat']}.\n" if after.get(
+                  "caveat") else "") if before else "The model has no calibration: its probabilities "
               "are the network's." + (f" Why: {after['why_none']}.\n" if after.get("why_none") else "")),
              "ECE: the mean gap between how sure the model was and how often it was right (15 confidence bins, "
              "weighted by documents; 0 is perfect). NLL and Brier score: lower is better.", "",

@@ -43,7 +43,9 @@ class Calibration:
     temperatures: list[float]
     multi_label: bool
     documents: int  # validation documents it was fitted on
-    reason: str = ""  # with method none: why no temperature is kept, in a sentence a person reads
+    # With method none: why no temperature is kept; with a forced temperature: why it may not hold (`forced_fit_caveat`);
+    # a sentence a person reads
+    reason: str = ""
 
     def apply(self, probabilities: np.ndarray) -> np.ndarray:
         """(N, C) probabilities -> calibrated (N, C) probabilities, the same argmax (single-label) or the same side of
@@ -132,6 +134,21 @@ def fit_temperature(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
     return [best(probabilities, labels, False)]
 
 
+def forced_fit_caveat(temperatures: list[float], documents: int) -> str:
+    """Why a temperature that model.calibration: temperature forced may not carry over to new documents, in a
+    sentence; empty when nothing speaks against it. Said when it was fitted on fewer than AUTO_DOCUMENTS documents,
+    or when the fit stopped at the edge of its search (one document the model already gets right pushes T to 20)."""
+    edges = [t for t in temperatures if min(abs(np.log(t) - bound) for bound in LOG_TEMPERATURE_BOUNDS) < 0.01]
+    said = []
+    if documents < AUTO_DOCUMENTS:
+        said.append(f"fitted on {documents} validation document{'' if documents == 1 else 's'}, fewer than the "
+                    f"{AUTO_DOCUMENTS} model.calibration auto asks for")
+    if edges:
+        said.append(f"the fit stopped at the edge of its search (T = {edges[0]:.3f}; it considers "
+                    f"{np.exp(LOG_TEMPERATURE_BOUNDS[0]):.2f} to {np.exp(LOG_TEMPERATURE_BOUNDS[1]):.2f})")
+    return "; ".join(said) + ", so the temperature may not hold on new documents" if said else ""
+
+
 def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: bool, folds: int = FOLDS,
                     seed: int = 0, choice: str = "auto") -> Calibration:
     """Temperature scaling fitted on these (validation) documents. `choice` auto (a recipe's model.calibration):
@@ -140,7 +157,8 @@ def fit_calibration(probabilities: np.ndarray, labels: np.ndarray, multi_label: 
     probabilities, labels = np.asarray(probabilities, dtype=np.float64), np.asarray(labels)
     n = len(labels)
     if choice == "temperature" and n > 0:
-        return Calibration("temperature", fit_temperature(probabilities, labels, multi_label), multi_label, n)
+        temperatures = fit_temperature(probabilities, labels, multi_label)
+        return Calibration("temperature", temperatures, multi_label, n, forced_fit_caveat(temperatures, n))
     if n < max(folds, AUTO_DOCUMENTS) or choice == "none":
         reason = ("model.calibration is none" if choice == "none" else
                   f"validation holds {n} document{'' if n == 1 else 's'}, and model.calibration auto fits a "

@@ -73,6 +73,8 @@ def calibrate_kept_model(core, validation_raw: dict, choice: str) -> tuple[dict,
     if calibration.method != "none":
         log.info("calibration fitted on validation: temperature " + ", ".join(
             f"{t:.3f}" for t in calibration.temperatures))
+        if calibration.reason:
+            log.warning(f"calibration: the temperature was {calibration.reason}")
     else:
         log.info(f"no calibration: {calibration.reason}")
     return calibrated_raw(calibration, validation_raw), calibration
@@ -121,8 +123,9 @@ def test_and_write_results(recipe: Recipe, run_dir: Path, core, corpus, record: 
                                            process=accelerator.state)  # divided between the processes
         record.test = test_metrics
         calibration = record.calibration or {}
-        if calibration.get("method") == "none" and calibration.get("reason") and "calibration" in test_metrics:
-            test_metrics["calibration"]["why_none"] = calibration["reason"]  # metrics.md says it
+        if calibration.get("reason") and "calibration" in test_metrics:  # metrics.md says it
+            said = "why_none" if calibration.get("method") == "none" else "caveat"
+            test_metrics["calibration"][said] = calibration["reason"]
         if accelerator.is_main_process:
             write_predictions(run_dir / predictions_file("test"), corpus.splits["test"], raw,
                               corpus.label_names, multi_label, core.thresholds if multi_label else None)

@@ -137,3 +137,20 @@ def test_auto_fits_nothing_on_fewer_than_a_hundred_documents_and_temperature_sti
     assert fit_calibration(reported, labels, False, choice="temperature").method == "temperature"
     reported, labels = drawn(100, sharpen=3.0, seed=6)
     assert fit_calibration(reported, labels, False).method == "temperature"
+
+
+def test_a_forced_temperature_says_when_it_may_not_hold():
+    """model.calibration: temperature on one validation document: the fit runs to an edge of its search, e^3 = 20.09
+    where the model got it wrong (as sure as possible of nothing), e^-3 = 0.05 where right. It is kept, as asked,
+    and says why it may not hold; a fit on enough documents that stops inside the search says nothing."""
+    wrong = fit_calibration(np.array([[0.2, 0.8]]), np.array([0]), False, choice="temperature")
+    assert wrong.method == "temperature" and wrong.temperatures[0] == pytest.approx(np.exp(3.0), rel=1e-3)
+    assert wrong.reason.startswith("fitted on 1 validation document, fewer than the 100")
+    assert "the fit stopped at the edge of its search (T = 20.08" in wrong.reason
+    right = fit_calibration(np.array([[0.8, 0.2]]), np.array([0]), False, choice="temperature")
+    assert right.temperatures[0] == pytest.approx(np.exp(-3.0), rel=1e-2) and "(T = 0.050;" in right.reason
+    reported, labels = drawn(600, sharpen=3.0, seed=6)
+    assert fit_calibration(reported, labels, False, choice="temperature").reason == ""
+    reported, labels = drawn(40, sharpen=3.0, seed=6)
+    few = fit_calibration(reported, labels, False, choice="temperature").reason
+    assert few.startswith("fitted on 40 validation documents") and "edge" not in few

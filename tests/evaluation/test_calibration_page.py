@@ -137,3 +137,13 @@ def test_a_model_left_uncalibrated_says_why_on_its_page(documents, choice, said)
     page = metrics_markdown(metrics, NAMES, "small: test")
     assert f"The model has no calibration: its probabilities are the network's. Why: {calibration.reason}.\n\n" in page
 
+
+
+def test_a_forced_temperature_that_may_not_hold_says_so_on_its_page():
+    metrics = calibrated_metrics()
+    metrics["calibration"]["caveat"] = "fitted on 1 validation document, fewer than the 100 model.calibration auto " \
+        "asks for, so the temperature may not hold on new documents"  # as training's end records it
+    page = metrics_markdown(metrics, NAMES, "small: test")
+    assert ("divided by the temperature fitted on validation. The temperature was fitted on 1 validation document, "
+            "fewer than the 100") in page
+    assert "The temperature was" not in metrics_markdown(calibrated_metrics(), NAMES, "small: test")
