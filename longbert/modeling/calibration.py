@@ -43,8 +43,8 @@ class Calibration:
     temperatures: list[float]
     multi_label: bool
     documents: int  # validation documents it was fitted on
-    # With method none: why no temperature is kept; with a forced temperature: why it may not hold (`forced_fit_caveat`);
-    # a sentence a person reads
+    # With method none: why no temperature is kept; with a forced temperature: why it may not hold
+    # (`forced_fit_caveat`); a sentence a person reads
     reason: str = ""
 
     def apply(self, probabilities: np.ndarray) -> np.ndarray:
