@@ -113,15 +113,13 @@ def evaluate(
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md and predictions-<split>.jsonl into the
     run folder (with --set data.*: <split>-with-overrides, beside the run's own)."""
     from longbert.evaluation.command import evaluate as run_evaluation
-    from longbert.evaluation.command import evaluation_name
+    from longbert.evaluation.command import evaluation_page
     from longbert.evaluation.metrics import headline
 
     def action():
         check_counts({"--batch-size": batch_size})
         metrics = run_evaluation(run_dir, split, batch_size, set_, precision=precision, calibrated=calibrated)
-        name = evaluation_name(split, set_)
-        kept = "" if name == split else f" (other documents than the run's: its own {split} files are kept)"
-        typer.echo(f"{split}: {headline(metrics)}; details in {run_dir}/metrics-{name}.md{kept}")
+        typer.echo(f"{split}: {headline(metrics)}; details in {evaluation_page(run_dir, split, set_, calibrated)}")
 
     run_command(action)
 

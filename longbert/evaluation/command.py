@@ -57,6 +57,14 @@ def evaluation_name(split: str, overrides: list[str] | tuple[str, ...] = (), cal
     return name if calibrated else f"{name}-{UNCALIBRATED}"
 
 
+def evaluation_page(run_dir: Path, split: str, overrides: list[str], calibrated: bool) -> str:
+    """Where `longbert evaluate` wrote its page, and why beside the run's own files when it was not the run's own."""
+    other = ([] if evaluation_name(split, overrides) == split else ["other documents than the run's"]) + (
+        [] if calibrated else ["the model's calibration off"])
+    kept = f" ({' and '.join(other)}: its own {split} files are kept)" if other else ""
+    return f"{run_dir}/metrics-{evaluation_name(split, overrides, calibrated)}.md{kept}"
+
+
 def evaluate(model: str | Path | LongDocumentClassifier, split: Any = None, batch_size: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), data: Any = None, precision: str = "auto",
              output: str | Path | None = None, calibrated: bool = True) -> dict:

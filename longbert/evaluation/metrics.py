@@ -153,5 +153,10 @@ def headline(metrics: dict) -> str:
     macro-F1."""
     if "exact_match" in metrics:
         return (f"exact match {metrics['exact_match']:.4f}, micro-F1 {metrics['micro_f1']:.4f}, "
-                f"macro-F1 {metrics['macro_f1']:.4f} ({metrics['documents']} documents)")
-    return f"accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} ({metrics['documents']} documents)"
+                f"macro-F1 {metrics['macro_f1']:.4f} ({_documents(metrics['documents'])})")
+    return (f"accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
+            f"({_documents(metrics['documents'])})")
+
+
+def _documents(n: int) -> str:
+    return f"{n} document{'' if n == 1 else 's'}"

@@ -4,6 +4,7 @@ as a PNG heatmap) and one prediction row per document."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +214,18 @@ def test_a_runs_split_and_its_model_on_the_same_documents_measure_the_same(tiny_
         assert (alone["accuracy"], alone["confusion_matrix"]) == (run["accuracy"], run["confusion_matrix"])
         assert alone["loss"] == pytest.approx(run["loss"], rel=1e-6)
     assert longbert.evaluate(result.model, imdb_slice / "test.jsonl", precision="fp32")["accuracy"] == run["accuracy"]
+
+
+def test_the_cli_names_the_page_it_wrote_and_why_it_is_beside_the_runs_own():
+    from longbert.evaluation.command import evaluation_page
+    from longbert.evaluation.metrics import headline
+
+    run = Path("r")
+    assert evaluation_page(run, "test", [], True) == "r/metrics-test.md"
+    assert evaluation_page(run, "test", [], False) == ("r/metrics-test-uncalibrated.md (the model's calibration off: "
+                                                       "its own test files are kept)")
+    assert evaluation_page(run, "test", ["data.max_eval_documents=5"], False) == (
+        "r/metrics-test-with-overrides-uncalibrated.md (other documents than the run's and the model's calibration "
+        "off: its own test files are kept)")
+    assert evaluation_page(run, "validation", ["eval.batch_size=4"], True) == "r/metrics-validation.md"
+    assert headline({"accuracy": 1.0, "macro_f1": 1.0, "documents": 1}).endswith("(1 document)")
