@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from longbert.comparison.formatting import combined_rows, interval, percent
-from longbert.comparison.orchestrator import compare
+from longbert.comparison.orchestrator import EXAMPLES, SPEED_DOCUMENTS, Comparison
 from longbert.comparison.plan import report_name
 from longbert.comparison.verdict import baseline_p_values, decide
+from longbert.config import is_multi_label
+from longbert.data.documents import load_corpus
+from longbert.data.lengths import LONG_TOKENS
 from longbert.errors import LongbertError
 from longbert.evaluation.plots import learning_curve_png
+from longbert.modeling.backbone import load_tokenizer
 from longbert.utils.folders import CURVE_FILE, CURVE_PLOT
 from longbert.utils.outputs import atomic_folder, replaceable_folder
 
@@ -55,12 +59,19 @@ def learning_curve(strategies: Sequence[str] | str, sizes: Sequence[int], recipe
                                 "each size; leave them out")
     name = report_name(name, recipe, overrides)
     folder = replaceable_folder(Path(reports_dir) / name, CURVE_FILE, "learning-curve report folder")
-    per_size = {}
-    for size in sizes:
-        per_size[size] = compare(strategies, recipe, [*overrides, "data.nested_train=true",
-                                                      f"data.max_train_documents={size}"],
-                                 size_name(name, size), runs_dir=runs_dir, reports_dir=reports_dir,
-                                 command=command, seeds=seeds).metrics
+    # Every size's compare is set up (its checks run) before the smallest trains, and the largest size's training
+    # subset is drawn once: a size the training documents cannot hold is refused before any training.
+    comparisons = {size: Comparison(strategies, recipe, [*overrides, "data.nested_train=true",
+                                                         f"data.max_train_documents={size}"],
+                                    size_name(name, size), runs_dir=runs_dir, reports_dir=reports_dir,
+                                    command=command, speed_documents=SPEED_DOCUMENTS, examples=EXAMPLES,
+                                    long_tokens=LONG_TOKENS, data=None, seeds=seeds) for size in sizes}
+    for comparison in comparisons.values():
+        comparison.setup()
+    largest = comparisons[sizes[-1]].first
+    load_corpus(largest.data, load_tokenizer(largest.backbone.name), largest.seed,
+                is_multi_label(largest.model.problem_type), roles=[])
+    per_size = {size: comparison.run().metrics for size, comparison in comparisons.items()}
     curve = summarise(name, command, per_size)
     write_curve(curve, folder)
     return curve

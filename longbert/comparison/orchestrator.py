@@ -92,6 +92,9 @@ from longbert.utils.folders import HYBRID, RESULTS_FILE
 from longbert.utils.hardware import describe_machine, release_memory
 from longbert.utils.outputs import replaceable_folder
 
+SPEED_DOCUMENTS = 48  # at most this many test documents per length bucket timed for the speed plot
+EXAMPLES = 6  # at most this many long documents in the error analysis
+
 
 def compare(
     strategies: Sequence[str] | str,
@@ -102,8 +105,8 @@ def compare(
     runs_dir: str | Path = DEFAULT_RUNS_DIR,
     reports_dir: str | Path = DEFAULT_REPORTS_DIR,
     command: str | None = None,
-    speed_documents: int = 48,
-    examples: int = 6,
+    speed_documents: int = SPEED_DOCUMENTS,
+    examples: int = EXAMPLES,
     long_tokens: int = LONG_TOKENS,
     data=None,
     seeds: int = 1,

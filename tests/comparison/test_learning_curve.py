@@ -71,6 +71,17 @@ def test_the_curve_refuses_a_size_set_by_hand_and_a_folder_it_did_not_write(tmp_
     assert not (tmp_path / "runs").exists(), "refused before any training"
 
 
+def test_a_size_the_training_documents_cannot_hold_is_refused_before_the_smallest_trains(
+        tiny_backbone_dir, imdb_slice, tmp_path):
+    overrides = [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
+                 "data.max_document_tokens=400", "data.test_longer_than=0", "truncate.max_tokens=62",
+                 "truncate.head_tokens=16"]
+    with pytest.raises(LongbertError, match=r"data.max_train_documents=1000000: the training split has only \d+ "):
+        learning_curve("truncate", [8, 1_000_000], overrides=overrides, name="c", runs_dir=tmp_path / "runs",
+                       reports_dir=tmp_path / "reports")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists(), "refused before any training"
+
+
 @pytest.mark.heavy
 @pytest.mark.slow  # two whole compares (17 s); its report folder's writing is in CI's tests/test_nothing_lost.py
 def test_a_learning_curve_compares_at_every_size_and_reports_over_them(tiny_backbone_dir, imdb_slice, tmp_path):
