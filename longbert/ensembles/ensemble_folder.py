@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 from pathlib import Path
 
 from longbert.config import load_recipe
@@ -198,13 +199,18 @@ def member_names(runs: list[Path]) -> list[str]:
     return [str(r.resolve()) for r in runs]  # unreachable: check_runs refused a run named twice
 
 
+# What calibration sets in a model's settings: two folders that differ only there hold one network.
+CALIBRATION_KEYS = ("temperatures", "thresholds")
+
+
 def fingerprint(run: Path) -> str:
-    """What a run's kept model holds, as a hash of its settings and its weights outside the backbone (the head and
-    the strategy's; the backbone's fine-tuned weights change them too): two folders with the same fingerprint are
-    copies of one model."""
-    digest = hashlib.sha256()
-    for name in (CONFIG_FILE, HEAD_FILE):
-        digest.update((RunFolder(run).best / name).read_bytes())
+    """What a run's kept network holds, as a hash of its settings less its calibration (CALIBRATION_KEYS) and of its
+    weights outside the backbone (the head and the strategy's; the backbone's fine-tuned weights change them too):
+    two folders with the same fingerprint are copies of one network, whatever temperature each was given."""
+    best = RunFolder(run).best
+    settings = {k: v for k, v in json.loads((best / CONFIG_FILE).read_text()).items() if k not in CALIBRATION_KEYS}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    digest.update((best / HEAD_FILE).read_bytes())
     return digest.hexdigest()[:16]
 
 

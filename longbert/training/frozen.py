@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from longbert.data.documents import collate
 from longbert.errors import LongbertError
 from longbert.strategies.base import Units
+from longbert.training.stopping import stopped_before_checkpoint
 from longbert.utils.hardware import autocast_for
 from longbert.utils.logs import main_process_logger
 from longbert.utils.progress import progress
@@ -23,10 +24,11 @@ log = main_process_logger(__name__)  # on the main process only
 
 
 @torch.no_grad()
-def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]:
+def cache_units(model, dataset, batch_size: int, description: str, stop=None) -> list[dict]:
     """Each document of a tokenized split, run once through the frozen backbone: a list of
     {'unit_vectors': (N_i, H) float32 on the CPU, 'labels': the document's label}, and 'unit_sizes' (N_i,) where the
-    strategy weighs its units (`Units.sizes`)."""
+    strategy weighs its units (`Units.sizes`). `stop`: a stop request, checked after every batch; once set,
+    TrainingInterrupted is raised (nothing of the cache is kept: a resumed run caches again)."""
     was_training = model.training
     model.eval()
     cached = []
@@ -34,6 +36,8 @@ def cache_units(model, dataset, batch_size: int, description: str) -> list[dict]
     device = next(model.parameters()).device
     with autocast_for(model):
         for batch in progress(loader, description):
+            if stop is not None and stop.is_set():
+                raise stopped_before_checkpoint(description)
             units = model.encode([d.to(device) for d in batch["documents"]])  # (B, N, H)
             for b, label in enumerate(batch["labels"]):
                 row = {"unit_vectors": units.vectors[b][units.mask[b]].float().cpu(), "labels": label}
@@ -66,16 +70,17 @@ def refuse_untrainable(model) -> None:
         )
 
 
-def cache_splits(recipe, model, corpus, accelerator, untrained_allowed: bool) -> tuple:
+def cache_splits(recipe, model, corpus, accelerator, untrained_allowed: bool, stop=None) -> tuple:
     """Frozen mode: the backbone reads train and validation once; the loop trains on what it wrote. Returns the
-    unit vectors per split (None when the backbone trains) and the seconds that took."""
+    unit vectors per split (None when the backbone trains) and the seconds that took. `stop`: see cache_units."""
     if not model.frozen:
         return None, 0.0
     if not untrained_allowed:  # a head stage leaves such weights (recurrence's biases) to the stage after it
         refuse_untrainable(model)
     model.to(accelerator.device)
     started = time.perf_counter()
-    cached = {split: cache_units(model, corpus.splits[split], recipe.eval.batch_size, f"caching {split} embeddings")
+    cached = {split: cache_units(model, corpus.splits[split], recipe.eval.batch_size, f"caching {split} embeddings",
+                              stop)
               for split in ("train", "validation")}
     cache_seconds = time.perf_counter() - started
     log.info(f"cached {sum(map(len, cached.values()))} documents' embeddings in {cache_seconds:.1f}s")

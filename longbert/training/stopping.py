@@ -69,6 +69,16 @@ def interrupted(what: str, step: int, checkpoint_dir: Path) -> TrainingInterrupt
     return error
 
 
+def stopped_before_checkpoint(what: str) -> TrainingInterrupted:
+    """The error a phase before the first checkpoint (caching embeddings) raises once it stopped on request: nothing
+    of it was kept, and the same command starts the run's training again (a folder without a checkpoint is trained
+    again from the start)."""
+    error = TrainingInterrupted(f"training stopped on request while {what}, before its first checkpoint: nothing of "
+                                "it was kept; run the same command again to train from the start")
+    error.signum = _asked_by.get("signal")
+    return error
+
+
 def finite_loss(loss: float, what: str, step: int) -> float:
     """`loss`, or one LongbertError line naming the step where it stopped being a number: a loss of nan or inf has
     already made the weights nan, and every later step, checkpoint and prediction would be NaN (exit 0, a model of

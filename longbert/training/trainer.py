@@ -168,7 +168,8 @@ class Trainer:
                                     "output_dir")
             model.load_head_state(weights)
             return HeadStage(in_memory(model, HEAD_STAGE), state.earlier[HEAD_STAGE]), True
-        cached, cache_seconds = cache_splits(head, model, corpus, accelerator, untrained_allowed=True)
+        cached, cache_seconds = cache_splits(head, model, corpus, accelerator, untrained_allowed=True,
+                                              stop=self.stop)
         state, model, best, _ = fit(head, model, corpus, cached, accelerator, run_dir, resume, self.stop,
                                     class_weights, started_trained=source is not None and source.head_trained,
                                     fingerprint=recipe_fingerprint(recipe), fresh=LoopState(stage=HEAD_STAGE))
@@ -186,7 +187,8 @@ class Trainer:
         set_seed(recipe.seed)
         loaded = (self.inputs.backbone_for_stage(last), self.inputs.tokenizer)
         model, started_from, class_weights = build_stage_model(recipe, corpus, loaded, source)
-        cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed=False)
+        cached, cache_seconds = cache_splits(recipe, model, corpus, accelerator, untrained_allowed=False,
+                                              stop=self.stop)
         if accelerator.is_main_process:
             write_recipe(run_dir, recipe, corpus.file_split)
         accelerator.wait_for_everyone()

@@ -265,6 +265,14 @@ def test_members_that_share_their_last_path_parts_stay_apart_and_a_copy_of_one_m
     answer = runner.invoke(app, ["ensemble", str(a), str(c), "--output", str(tmp_path / "same")])
     assert answer.exit_code == 2 and "holds the same model as" in answer.output and "A/x/run" in answer.output
     assert not (tmp_path / "same").exists()
+    # The same network given another temperature is still the same network.
+    config = c / "best" / "longbert_config.json"
+    settings = json.loads(config.read_text())
+    settings["temperatures"] = [1.7]
+    config.write_text(json.dumps(settings))
+    answer = runner.invoke(app, ["ensemble", str(a), str(c), "--output", str(tmp_path / "same")])
+    assert answer.exit_code == 2 and "holds the same model as" in answer.output, answer.output
+    assert not (tmp_path / "same").exists()
 
 
 def _contents(folder):

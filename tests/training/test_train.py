@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -310,6 +311,23 @@ def test_frozen_backbone_trains_the_head_on_cached_embeddings(tiny_recipe, tiny_
     saved, original = (load_file(Path(d) / "model.safetensors")
                        for d in (result.folder / "best" / "backbone", tiny_backbone_dir))
     assert saved.keys() == original.keys() and all(torch.equal(saved[k], original[k]) for k in saved)
+
+
+def test_a_stop_request_while_embeddings_are_cached_stops_there_and_the_same_command_trains_again(
+        tiny_recipe, monkeypatch):
+    import longbert.training.frozen as frozen
+
+    batches = []
+    original = frozen.collate
+    monkeypatch.setattr(frozen, "collate", lambda rows: batches.append(len(rows)) or original(rows))
+    stop = threading.Event()
+    stop.set()  # asked before the first batch is read: the cache stops there, not once it is finished
+    recipe = longbert.load_recipe(None, tiny_recipe + ["model.finetune=frozen", "train.frozen_head_epochs=2"])
+    with pytest.raises(TrainingInterrupted, match="while caching train embeddings, before its first checkpoint"):
+        longbert.train(recipe, stop=stop)
+    assert len(batches) == 1, "stopped after the batch being read"
+    result = longbert.train(recipe)  # stopped before any checkpoint: the same command trains it from the start
+    assert len(result.metrics["validation_history"]) == 2
 
 
 def test_lora_run(tiny_recipe):
