@@ -63,6 +63,10 @@ def check_auto_precision(folder: str | Path, precision: str) -> None:
                             "--precision applies to PyTorch model folders")
 
 
+# The tokenizer files `longbert export` saves beside the graphs (the vocabulary, and which ids are [CLS], [SEP], [PAD]).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
 class ExportedClassifier:
     """Run an exported folder with onnxruntime. `precision`: 'fp32', 'int8', or None for the int8 encoder when the
     folder has one. `threads`: onnxruntime's intra-op threads (None: its default, every core)."""
@@ -208,7 +212,7 @@ def read_export_info(folder: Path) -> dict:
     missing = [k for k in ("settings", "hidden_size", "encoders", "head") if k not in info]
     if missing:
         raise LongbertError(f"{path} is damaged: no {', '.join(missing)}")
-    for name in [*info["encoders"].values(), info["head"]]:
+    for name in [*info["encoders"].values(), info["head"], *TOKENIZER_FILES]:
         if not (folder / name).is_file():
             raise LongbertError(f"{folder} is incomplete: no {name}")
     return info

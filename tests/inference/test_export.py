@@ -136,6 +136,15 @@ def test_a_tampered_temperature_in_export_json_is_refused(tiny_run, tmp_path):
         ExportedClassifier(folder)
 
 
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "tokenizer.json"])
+def test_an_exported_folder_without_its_tokenizer_files_is_named_in_one_line(tiny_run, tmp_path, name):
+    folder = tmp_path / "onnx"
+    shutil.copytree(tiny_run / "onnx", folder)
+    (folder / name).unlink()
+    with pytest.raises(LongbertError, match=rf"^{re.escape(str(folder))} is incomplete: no {re.escape(name)}$"):
+        ExportedClassifier(folder)
+
+
 @pytest.mark.parametrize("strategy, extra", [
     ("truncate", ["strategy.token_pooling=mean", "strategy.mode=head_tail"]),
     ("sliding", ["strategy.pooling=transformer", "model.finetune=lora"]),
