@@ -16,6 +16,7 @@ import torch
 from longbert.config import Recipe, is_multi_label
 from longbert.data.documents import load_corpus
 from longbert.modeling.backbone import load_backbone
+from longbert.training.selective import check_frozen_layers
 from longbert.utils.logs import main_process_logger
 
 log = main_process_logger(__name__)  # on the main process only
@@ -43,6 +44,8 @@ def load_inputs(recipe: Recipe, data) -> RunInputs:
     tokenizer and split once for the whole run (data errors are raised here, before any stage starts)."""
     backbone, tokenizer = load_backbone(recipe.backbone.name, recipe.backbone.attention_dropout,
                                         recipe.backbone.hidden_dropout)
+    if recipe.train.reading.frozen_layers:  # what the end-to-end stage freezes, checked before the first stage
+        check_frozen_layers(backbone, recipe.train.reading.frozen_layers)
     corpus = load_corpus(recipe.data, tokenizer, recipe.seed, is_multi_label(recipe.model.problem_type), source=data)
     return RunInputs(backbone, tokenizer, corpus)
 

@@ -96,15 +96,22 @@ def layers_between(backbone: nn.Module, start: int, stop: int | None):
         model.embeddings = embeddings
 
 
-def freeze_lower_layers(model, layers: int) -> None:
-    """Stop the embeddings and the first `layers` layers of `model`'s backbone from training."""
-    encoder_layers = getattr(getattr(base_model(model.backbone), "encoder", None), "layer", None)
+def check_frozen_layers(backbone: nn.Module, layers: int) -> list:
+    """The backbone's encoder layers, once `layers` (train.reading.frozen_layers) is known to leave one to train: a
+    LongbertError line otherwise. The run checks it as soon as the backbone is loaded, before any stage."""
+    encoder_layers = getattr(getattr(base_model(backbone), "encoder", None), "layer", None)
     total = len(encoder_layers) if isinstance(encoder_layers, nn.ModuleList) else 0
     if layers >= total:
         raise LongbertError(f"train.reading.frozen_layers must leave a layer to train: the backbone has {total} "
                             f"layers, got {layers}")
+    return list(encoder_layers)
+
+
+def freeze_lower_layers(model, layers: int) -> None:
+    """Stop the embeddings and the first `layers` layers of `model`'s backbone from training."""
+    encoder_layers = check_frozen_layers(model.backbone, layers)
     base_model(model.backbone).embeddings.requires_grad_(False)
-    for layer in list(encoder_layers)[:layers]:
+    for layer in encoder_layers[:layers]:
         layer.requires_grad_(False)
 
 
@@ -141,7 +148,7 @@ class UnitReader:
             if size > config.max_cache_gb * 1e9:
                 raise LongbertError(
                     f"train.reading.frozen_layers caches {per_token} bytes a token ({cache_dtype} states of "
-                    f"{model.backbone.config.hidden_size} values): the training documents need {size / 1e9:.1f} GB, "
+                    f"{model.backbone.config.hidden_size} values): the training documents need {size / 1e9:.3g} GB, "
                     f"more than train.reading.max_cache_gb ({config.max_cache_gb:g}); raise it where the memory is "
                     "there, or train on fewer or shorter documents (data.max_train_documents, "
                     "data.max_document_tokens)")

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import longbert
 from helpers import StopAfterSteps, assert_same_run, build_model, random_documents
 from longbert.config import load_recipe
 from longbert.config.reading import ReadingConfig
@@ -150,13 +151,23 @@ def test_frozen_layers_that_leave_no_layer_to_train_are_refused(tiny_backbone_di
         reader(model, frozen_layers=2)
 
 
+def test_frozen_layers_the_backbone_has_not_are_refused_before_the_head_stage(tiny_recipe, monkeypatch):
+    import longbert.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "cache_splits", lambda *a, **k: pytest.fail("the head stage started"))
+    recipe = load_recipe(None, [*tiny_recipe, "train.reading.frozen_layers=100"])
+    with pytest.raises(LongbertError, match="must leave a layer to train: the backbone has 2 layers, got 100"):
+        longbert.train(recipe)
+    assert not Path(recipe.output_dir).exists(), "nothing left behind"
+
+
 def test_a_cache_of_lower_states_larger_than_allowed_is_refused_with_its_size(tiny_backbone_dir):
     model = build_model(tiny_backbone_dir, "chunk")
     with pytest.raises(LongbertError) as e:
         reader(model, [100_000] * 10, dtype=torch.bfloat16, frozen_layers=1, max_cache_gb=0.001)
     said = str(e.value)
     # 2,500 windows of 40 tokens a document, each with [CLS] and [SEP]: 1,050,000 tokens of 64 bytes
-    assert "caches 64 bytes a token" in said and "need 0.1 GB" in said and "max_cache_gb (0.001)" in said
+    assert "caches 64 bytes a token" in said and "need 0.0672 GB" in said and "max_cache_gb (0.001)" in said
     assert all(p.requires_grad for p in model.backbone.parameters())  # refused before anything was frozen
 
 
