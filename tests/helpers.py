@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -82,16 +83,20 @@ def assert_same_run(a: Path, b: Path, weights=("checkpoint/model.safetensors", "
 
 
 class StopAfterSteps(threading.Event):
-    """A stop request that sets itself at its n-th check (the loop checks once after every optimiser step)."""
+    """A stop request that sets itself at the n-th check of a training loop (which checks once after every optimiser
+    step); the checks of other phases (caching embeddings, which checks after every batch) are answered, not counted."""
+
+    LOOPS = ("longbert.training.finetune", "longbert.training.contrastive", "longbert.training.pretraining.pretrain")
 
     def __init__(self, steps: int):
         super().__init__()
         self.steps, self.checks = steps, 0
 
     def is_set(self) -> bool:
-        self.checks += 1
-        if self.checks == self.steps:
-            self.set()
+        if sys._getframe(1).f_globals.get("__name__") in self.LOOPS:
+            self.checks += 1
+            if self.checks == self.steps:
+                self.set()
         return super().is_set()
 
 

@@ -91,14 +91,15 @@ def locked(run_dir: Path, what: str = "run folder", reading: bool = False) -> It
     one) that asks for it meanwhile gets a LongbertError naming the folder. The folder is made, and once locked
     checked writable (`writable_folder`, whose probe file no other holder can meet): a path that cannot be a folder
     (a file, a place that cannot be written) is one LongbertError line naming it as `what`. A folder made here and
-    still empty at the end (a run that failed before writing anything) is removed. Where the platform has no flock
-    (Windows), the folder is not locked. `reading`: the block only reads the run (an ensemble's member, a hybrid's
-    base): a shared lock, which a training's excludes and other readers share, on a folder that must exist and may be
-    read-only."""
+    still empty at the end (a run that failed before writing anything) is removed, with the parents made for it.
+    Where the platform has no flock (Windows), the folder is not locked. `reading`: the block only reads the run (an
+    ensemble's member, a hybrid's base): a shared lock, which a training's excludes and other readers share, on a
+    folder that must exist and may be read-only."""
     if reading:
         yield from _read_lock(run_dir)
         return
-    created = not run_dir.exists()
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # what mkdir makes, deepest first
+    created = bool(made)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -128,8 +129,18 @@ def locked(run_dir: Path, what: str = "run folder", reading: bool = False) -> It
         yield
     finally:
         if held and created and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+            remove_empty(made)
         os.close(handle)  # releases the lock
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove `folders` (deepest first: a folder, then the parents made with it) while each is empty; stop at the
+    first that holds anything, which another process may have put there meanwhile."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _read_lock(run_dir: Path) -> Iterator[None]:

@@ -426,3 +426,12 @@ def test_a_report_rendered_again_from_its_results_is_the_report_compare_wrote(co
     assert again["report"]["folder"] == str(moved)
     before = json.loads((written / "results.json").read_text())
     assert {k: v for k, v in again.items() if k != "report"} == {k: v for k, v in before.items() if k != "report"}
+
+
+@pytest.mark.parametrize("bad", ["data.label_names=[a, b]", "data.text_column=nope"])
+def test_a_compare_refused_by_its_data_leaves_no_empty_folder(tiny_backbone_dir, imdb_slice, tmp_path, bad):
+    overrides = [f"backbone.name={tiny_backbone_dir}", f"data.path={imdb_slice}", "data.label_names=[neg, pos]",
+                 "data.max_document_tokens=400", "truncate.max_tokens=62", "truncate.head_tokens=16", bad]
+    with pytest.raises(LongbertError, match="label 'neg' is not one of|data.text_column 'nope' not found"):
+        compare("truncate", None, overrides, "c", runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports")
+    assert list(tmp_path.iterdir()) == [], "the run folder and the folders made for it are removed"
