@@ -125,6 +125,19 @@ def cache_bytes(model, lengths: list[int], dtype: torch.dtype) -> int:
     return tokens * model.backbone.config.hidden_size * torch.finfo(dtype).bits // 8
 
 
+def check_cache_size(model, config, lengths: list[int], dtype: torch.dtype) -> None:
+    """Refuse, in one line, a cache of frozen_layers' token states (`config`: train.reading) for training documents
+    of `lengths` content tokens that would hold more than config.max_cache_gb."""
+    size = cache_bytes(model, lengths, dtype)
+    per_token = model.backbone.config.hidden_size * torch.finfo(dtype).bits // 8
+    if size > config.max_cache_gb * 1e9:
+        raise LongbertError(
+            f"train.reading.frozen_layers caches {per_token} bytes a token ({dtype} states of "
+            f"{model.backbone.config.hidden_size} values): the training documents need {size / 1e9:.3g} GB, more "
+            f"than train.reading.max_cache_gb ({config.max_cache_gb:g}); raise it where the memory is there, or "
+            "train on fewer or shorter documents (data.max_train_documents, data.max_document_tokens)")
+
+
 class UnitReader:
     """Reads a batch's documents as `train.reading` says (see the module docstring); called by the model's forward
     as `reader(model, documents) -> Units`."""
@@ -143,15 +156,7 @@ class UnitReader:
         if self.why_not:
             log.info(f"train.reading: {self.why_not}")
         if self.layers:
-            size = cache_bytes(model, lengths, cache_dtype)
-            per_token = model.backbone.config.hidden_size * torch.finfo(cache_dtype).bits // 8
-            if size > config.max_cache_gb * 1e9:
-                raise LongbertError(
-                    f"train.reading.frozen_layers caches {per_token} bytes a token ({cache_dtype} states of "
-                    f"{model.backbone.config.hidden_size} values): the training documents need {size / 1e9:.3g} GB, "
-                    f"more than train.reading.max_cache_gb ({config.max_cache_gb:g}); raise it where the memory is "
-                    "there, or train on fewer or shorter documents (data.max_train_documents, "
-                    "data.max_document_tokens)")
+            check_cache_size(model, config, lengths, cache_dtype)
             freeze_lower_layers(model, config.frozen_layers)
 
     @property
@@ -336,8 +341,20 @@ def upper_layers(model, states: list[torch.Tensor], frozen: int, budget: PassBud
 
 
 
+def cache_dtype(accelerator) -> torch.dtype:
+    """The precision frozen_layers' cache of token states is kept in: the one the run computes in."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(accelerator.mixed_precision, torch.float32)
+
+
 def unit_reader(recipe, model, corpus, accelerator) -> UnitReader:
     """The reader of an end-to-end stage (the model's own reading, counted, where train.reading changes nothing),
     its cache of lower-layer states in the precision the run computes in."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(accelerator.mixed_precision, torch.float32)
-    return UnitReader(model, recipe.train.reading, list(corpus.splits["train"]["n_tokens"]), dtype)
+    return UnitReader(model, recipe.train.reading, list(corpus.splits["train"]["n_tokens"]), cache_dtype(accelerator))
+
+
+def check_reading_before_training(recipe, model, corpus, accelerator) -> None:
+    """What the end-to-end stage's reader would refuse (a cache of frozen_layers' states over max_cache_gb), checked
+    on a model of the run's strategy before an earlier stage (the head stage) trains."""
+    if reading_applies(model, recipe.train.reading)[1]:
+        check_cache_size(model, recipe.train.reading, list(corpus.splits["train"]["n_tokens"]),
+                         cache_dtype(accelerator))

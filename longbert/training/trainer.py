@@ -58,6 +58,7 @@ from longbert.training.head_stage import HeadStage, head_stage_recipe
 from longbert.training.init_from import check_labels, in_memory, open_init_from
 from longbert.training.run_inputs import RunInputs, load_inputs, say_what_is_read
 from longbert.training.run_record import TrainResult
+from longbert.training.selective import check_reading_before_training
 from longbert.training.self_training import add_pseudo_labelled, train_teacher
 from longbert.training.start_or_resume import open_run, write_recipe
 from longbert.training.stopping import StopRequest
@@ -160,6 +161,7 @@ class Trainer:
         set_seed(head.seed)
         loaded = (self.inputs.backbone_for_stage(), self.inputs.tokenizer)
         model, _, class_weights = build_stage_model(head, corpus, loaded, source)
+        check_reading_before_training(recipe, model, corpus, accelerator)  # the end-to-end stage's, before this one
         if finished:
             state, weights = saved
             if weights is None or HEAD_STAGE not in state.earlier:  # an earlier longbert kept the stage in a folder

@@ -151,12 +151,18 @@ def test_frozen_layers_that_leave_no_layer_to_train_are_refused(tiny_backbone_di
         reader(model, frozen_layers=2)
 
 
-def test_frozen_layers_the_backbone_has_not_are_refused_before_the_head_stage(tiny_recipe, monkeypatch):
+@pytest.mark.parametrize("settings, refusal", [
+    (["train.reading.frozen_layers=100"], "must leave a layer to train: the backbone has 2 layers, got 100"),
+    (["train.reading.frozen_layers=1", "train.reading.max_cache_gb=1e-9"],
+     r"the training documents need 0.00\d+ GB, more than train.reading.max_cache_gb \(1e-09\)"),
+], ids=["frozen_layers", "max_cache_gb"])
+def test_reading_the_end_to_end_stage_cannot_do_is_refused_before_the_head_stage(tiny_recipe, monkeypatch, settings,
+                                                                                 refusal):
     import longbert.training.trainer as trainer
 
     monkeypatch.setattr(trainer, "cache_splits", lambda *a, **k: pytest.fail("the head stage started"))
-    recipe = load_recipe(None, [*tiny_recipe, "train.reading.frozen_layers=100"])
-    with pytest.raises(LongbertError, match="must leave a layer to train: the backbone has 2 layers, got 100"):
+    recipe = load_recipe(None, [*tiny_recipe, "train.head_first=true", *settings])
+    with pytest.raises(LongbertError, match=refusal):
         longbert.train(recipe)
     assert not Path(recipe.output_dir).exists(), "nothing left behind"
 
