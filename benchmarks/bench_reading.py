@@ -69,7 +69,7 @@ def run_one(spec: dict) -> dict:
     import torch
 
     from longbert.config import recipe_from_dict
-    from longbert.config.reading import ReadingConfig
+    from longbert.config.train_reading import ReadingConfig
     from longbert.modeling.classifier import LongDocumentClassifier
     from longbert.training.optim import param_groups
     from longbert.training.selective import UnitReader

@@ -49,7 +49,7 @@ _LAZY = {
     "train": ("longbert.training.trainer", "train"),
     "Trainer": ("longbert.training.trainer", "Trainer"),
     "TrainResult": ("longbert.training.run_record", "TrainResult"),
-    "evaluate": ("longbert.evaluation.command", "evaluate"),
+    "evaluate": ("longbert.evaluation.evaluate", "evaluate"),
     "compare": ("longbert.comparison.orchestrator", "compare"),
     "LongDocumentClassifier": ("longbert.modeling.classifier", "LongDocumentClassifier"),
     "LongbertConfig": ("longbert.modeling.hf_config", "LongbertConfig"),

@@ -112,8 +112,8 @@ def evaluate(
 ):
     """Evaluate a run's kept model on one split; writes metrics-<split>.json/.md and predictions-<split>.jsonl into the
     run folder (with --set data.*: <split>-with-overrides, beside the run's own)."""
-    from longbert.evaluation.command import evaluate as run_evaluation
-    from longbert.evaluation.command import evaluation_page
+    from longbert.evaluation.evaluate import evaluate as run_evaluation
+    from longbert.evaluation.evaluate import evaluation_page
     from longbert.evaluation.metrics import headline
 
     def action():

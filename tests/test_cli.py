@@ -245,7 +245,7 @@ def test_a_full_stdout_is_one_line_naming_stdout(capsys, monkeypatch, tmp_path, 
     import longbert.cli as cli
     import longbert.comparison.orchestrator
     import longbert.comparison.render
-    import longbert.evaluation.command
+    import longbert.evaluation.evaluate
     import longbert.evaluation.metrics
 
     def print_summary(results):
@@ -254,7 +254,7 @@ def test_a_full_stdout_is_one_line_naming_stdout(capsys, monkeypatch, tmp_path, 
         Console().print("a table of results")  # as the real summary prints: rich, to whatever sys.stdout is
 
     # The commands' work is replaced by what they print; printing is what is tested.
-    monkeypatch.setattr(longbert.evaluation.command, "evaluate", lambda *args, **kwargs: {})
+    monkeypatch.setattr(longbert.evaluation.evaluate, "evaluate", lambda *args, **kwargs: {})
     monkeypatch.setattr(longbert.evaluation.metrics, "headline", lambda metrics: "accuracy 50.0%")
     monkeypatch.setattr(longbert.comparison.orchestrator, "compare", lambda *args, **kwargs: Result(tmp_path, {}))
     monkeypatch.setattr(longbert.comparison.render, "print_summary", print_summary)

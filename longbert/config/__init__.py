@@ -4,7 +4,7 @@
     validation.py       settings checked however they are made: `build` from plain data, `Validated` in Python
     lookup.py           a recipe file, or a packaged recipe by bare name (recipes/, recipes/pretrain/, recipes/compare/)
     optimizer.py        the optimiser settings fine-tuning and pretraining share
-    reading.py          train.reading: gradient through the units that matter, lower layers cached
+    train_reading.py    train.reading: gradient through the units that matter, lower layers cached
     recipe.py           Recipe and its sections, load_recipe
     pretrain_recipe.py  PretrainRecipe and its sections, load_pretrain_recipe
 

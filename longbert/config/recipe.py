@@ -27,7 +27,7 @@ from longbert.config.optimizer import (
     optimiser_problems,
     weight_decay_option,
 )
-from longbert.config.reading import ReadingConfig
+from longbert.config.train_reading import ReadingConfig
 from longbert.config.validation import RecipeCompletion, StrategyConfig, Validated, short_repr
 from longbert.errors import LongbertError
 from longbert.utils.fields import one_of, option

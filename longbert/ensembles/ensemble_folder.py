@@ -36,7 +36,7 @@ from longbert.evaluation.predictions import PredictionRow, write_prediction_rows
 from longbert.modeling.calibration import Calibration
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import EnsembleFacts, assemble_ensemble
-from longbert.modeling.folder import save_model_folder
+from longbert.modeling.model_folder import save_model_folder
 from longbert.result import Result
 from longbert.utils.atomic import json_text
 from longbert.utils.destinations import locked

@@ -22,14 +22,14 @@ from longbert.config import load_recipe
 from longbert.data.carving import check_file_unchanged
 from longbert.data.documents import load_corpus
 from longbert.errors import LongbertError
-from longbert.evaluation.command import write_predictions
+from longbert.evaluation.evaluate import write_predictions
 from longbert.evaluation.metrics import compute_metrics
 from longbert.evaluation.predictions import read_prediction_rows
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.modeling.calibration import calibrated_raw, fit_calibration
 from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.modeling.folder import save_model_folder
 from longbert.modeling.lexical import fit_lexical
+from longbert.modeling.model_folder import save_model_folder
 from longbert.result import Result
 from longbert.utils.atomic import write_json
 from longbert.utils.destinations import locked

@@ -1,6 +1,6 @@
 """Every figure longbert draws: plain numbers in, PNG bytes out. matplotlib's object API on the Agg canvas (no display,
 no pyplot state, nothing set when this module is imported). The callers decide what to draw and where to write it:
-a run's training curves (training/curves.py), an evaluation's confusion matrix (evaluation/command.py), a comparison
+a run's training curves (training/curves.py), an evaluation's confusion matrix (evaluation/evaluate.py), a comparison
 report's figures (comparison/figures.py) and a learning curve (comparison/learning_curve.py)."""
 
 from __future__ import annotations

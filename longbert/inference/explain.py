@@ -34,7 +34,7 @@ from longbert.inference.attribution import (
 )
 from longbert.modeling.ensemble import alone, member_probabilities
 from longbert.modeling.int8 import Int8Model
-from longbert.modeling.reading import decision
+from longbert.modeling.reads_texts import decision
 from longbert.strategies.base import unit_spans
 from longbert.utils.atomic import disk_error, write_text_atomically
 from longbert.utils.destinations import writable_destination

@@ -35,7 +35,7 @@ from longbert.errors import LongbertError
 from longbert.inference.exported import ENCODER_FILES, EXPORT_FORMAT, ExportedClassifier
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import refuse_ensemble
-from longbert.modeling.reading import prediction_rows
+from longbert.modeling.reads_texts import prediction_rows
 from longbert.strategies.base import ReadsWindows, Units
 from longbert.strategies.registry import strategies_with
 from longbert.utils.destinations import writable_folder

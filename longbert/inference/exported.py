@@ -35,7 +35,7 @@ from longbert.data.documents import tokenize_documents
 from longbert.errors import LongbertError, first_line
 from longbert.modeling.backbone import load_tokenizer, prepare_tokenizer
 from longbert.modeling.calibration import answered_probabilities
-from longbert.modeling.reading import (
+from longbert.modeling.reads_texts import (
     check_min_confidence,
     check_texts,
     longest_first,

@@ -28,7 +28,7 @@ from longbert.inference.export import check_exportable, window_encoder
 from longbert.inference.exported import check_auto_precision, is_export_folder
 from longbert.modeling.classifier import ClassifierOutput, LongDocumentClassifier
 from longbert.modeling.ensemble import refuse_ensemble
-from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
+from longbert.modeling.reads_texts import ReadsTexts, check_texts, read_in_batches
 from longbert.strategies.base import Units
 from longbert.strategies.windows import run_cuts
 from longbert.utils.extras import require
@@ -83,7 +83,7 @@ class OpenVINOModel(ReadsTexts):
         self.model = model.to("cpu").eval()
         self.encoder = compiled_encoder(openvino, converted_encoder(openvino, model), self.precision, threads)
 
-    # What `predict`'s loop and its callers read of the model that runs (longbert.modeling.reading).
+    # What `predict`'s loop and its callers read of the model that runs (longbert.modeling.reads_texts).
     @property
     def settings(self):
         return self.model.settings

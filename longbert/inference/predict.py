@@ -37,7 +37,7 @@ from longbert.inference.explain import explained, page_path, write_page
 from longbert.inference.exported import ExportedClassifier
 from longbert.inference.openvino_runtime import OpenVINOModel, check_export_runtime, check_runtime, openvino_precision
 from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.modeling.reading import check_min_confidence
+from longbert.modeling.reads_texts import check_min_confidence
 from longbert.utils.atomic import atomic_stream
 from longbert.utils.destinations import writable_destination
 from longbert.utils.folders import BEST, CONFIG_FILE, EXPORT_FILE
@@ -201,7 +201,7 @@ def predict_file(model_dir: str | Path, source: str, output: Path | None = None,
     which decided, and an HTML page shows it (longbert/inference/explain.py; one process only).
     `calibrated=False`: the probabilities the model's logits give, its calibration taken off (`without_calibration`).
     `min_confidence` (in (0, 1)): a document whose confidence is below it is answered 'abstained': true with no label
-    (`longbert.modeling.reading.with_abstention`); the others 'abstained': false. `runtime`: torch, or openvino (the
+    (`longbert.modeling.reads_texts.with_abstention`); the others 'abstained': false. `runtime`: torch, or openvino (the
     backbone's passes in OpenVINO on the CPU: longbert/inference/openvino_runtime.py)."""
     check_min_confidence(min_confidence, "--min-confidence")
     page, process, exported = _check_options(model_dir, source, output, batch_size, precision, explain, runtime)

@@ -40,7 +40,7 @@ from longbert.inference.exported import ExportedClassifier
 from longbert.inference.openvino_runtime import OpenVINOModel, check_export_runtime, check_runtime
 from longbert.inference.serve_api import BadRequest, Counters, Limits, openapi_schemas, parse_request
 from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.modeling.reading import check_min_confidence, with_abstention
+from longbert.modeling.reads_texts import check_min_confidence, with_abstention
 from longbert.utils.extras import require
 from longbert.utils.hardware import autocast_for, check_precision, process_state
 

@@ -83,7 +83,7 @@ def parse_request(body: bytes, max_texts: int | None = None) -> PredictRequest:
 def _min_confidence(value) -> float | None:
     """A request's "min_confidence": null or absent (the server's), or a number in (0, 1), else 422."""
     # Here, not at the top: the CLI's start-up reads this module, which loads no torch until a request is read.
-    from longbert.modeling.reading import check_min_confidence  # noqa: PLC0415 (torch-free: see above)
+    from longbert.modeling.reads_texts import check_min_confidence  # noqa: PLC0415 (torch-free: see above)
 
     try:
         check_min_confidence(value, '"min_confidence"')

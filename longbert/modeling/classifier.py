@@ -1,8 +1,8 @@
 """LongDocumentClassifier: a BERT-family backbone + a long-document strategy + a classification head.
 
-Its folder on disk (what `save_pretrained` writes and `from_pretrained` reads) is longbert.modeling.folder's; the
+Its folder on disk (what `save_pretrained` writes and `from_pretrained` reads) is longbert.modeling.model_folder's; the
 settings saved in it are longbert.modeling.settings'; how it reads texts (`predict`, `embed`) is
-longbert.modeling.reading's, which its int8 wrapper (longbert.modeling.int8) shares.
+longbert.modeling.reads_texts's, which its int8 wrapper (longbert.modeling.int8) shares.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from longbert.modeling.backbone import (
 )
 from longbert.modeling.calibration import answered_probabilities
 from longbert.modeling.ensemble import load_ensemble
-from longbert.modeling.folder import (
+from longbert.modeling.int8 import Int8Model
+from longbert.modeling.model_folder import (
     adapter_of,
     load_folder_backbone,
     load_folder_head,
@@ -37,8 +38,7 @@ from longbert.modeling.folder import (
     save_model_folder,
     wrap_lora,
 )
-from longbert.modeling.int8 import Int8Model
-from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
+from longbert.modeling.reads_texts import ReadsTexts, check_texts, read_in_batches
 from longbert.modeling.settings import ModelSettings
 from longbert.strategies.base import Pooled, SpecialTokens, Units, lora_modules_to_save
 from longbert.strategies.registry import build_strategy
@@ -256,7 +256,7 @@ class LongDocumentClassifier(ReadsTexts, nn.Module):
     def save_pretrained(self, directory: str | Path) -> None:
         """Write the model folder atomically: it appears complete or not at all. The backbone's weights go in it
         (backbone/) when they were fine-tuned or came from a local folder; a frozen or LoRA backbone that is the
-        packaged MiniLM or a hub model is named instead (see `longbert.modeling.folder.save_model_folder`)."""
+        packaged MiniLM or a hub model is named instead (see `longbert.modeling.model_folder.save_model_folder`)."""
         save_model_folder(self, directory)
 
     def plain_backbone(self):

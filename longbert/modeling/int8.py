@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from longbert.errors import LongbertError
-from longbert.modeling.reading import ReadsTexts, check_texts, read_in_batches
+from longbert.modeling.reads_texts import ReadsTexts, check_texts, read_in_batches
 from longbert.utils.hardware import autocast_for
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from longbert.config import Recipe, is_multi_label
-from longbert.evaluation.command import metrics_markdown, write_predictions
+from longbert.evaluation.evaluate import metrics_markdown, write_predictions
 from longbert.evaluation.metrics import tune_thresholds
 from longbert.evaluation.split_pass import evaluate_split
 from longbert.modeling.calibration import Calibration, calibrated_raw, fit_calibration

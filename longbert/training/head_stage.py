@@ -21,7 +21,7 @@ import dataclasses
 import torch
 
 from longbert.config import head_epochs
-from longbert.config.reading import ReadingConfig
+from longbert.config.train_reading import ReadingConfig
 from longbert.training.init_from import InitSource
 
 

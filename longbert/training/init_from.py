@@ -27,7 +27,7 @@ from longbert.errors import LongbertError
 from longbert.modeling.backbone import clear_load_errors, resolve_backbone
 from longbert.modeling.classifier import LongDocumentClassifier
 from longbert.modeling.ensemble import refuse_ensemble
-from longbert.modeling.folder import backbone_is_saved, open_model_folder, wrap_lora
+from longbert.modeling.model_folder import backbone_is_saved, open_model_folder, wrap_lora
 from longbert.strategies.base import lora_modules_to_save
 from longbert.utils.folders import BACKBONE_DIR, BEST, CONFIG_FILE
 

@@ -1,5 +1,5 @@
-"""`train.reading` (longbert.config.reading): the end-to-end stage reads the units that decide a document with gradient
-and takes the rest from a cache.
+"""`train.reading` (longbert.config.train_reading): the end-to-end stage reads the units that decide a document with
+gradient and takes the rest from a cache.
 
 A fine-tuned pooler puts nearly all of a document's weight on one or two of its units (benchmarks/log.md), yet every
 unit goes forward and backward through every layer. `UnitReader` is what the training loop hands the model in their

@@ -51,7 +51,7 @@ def three_runs(tmp_path_factory, tiny_backbone_dir, imdb_slice):
 @pytest.mark.heavy
 def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_recipe, tmp_path):
     import longbert
-    from longbert.evaluation.command import evaluate
+    from longbert.evaluation.evaluate import evaluate
 
     out = tmp_path / "ensemble"
     answer = runner.invoke(app, ["ensemble", *map(str, three_runs.values()), "--output", str(out)])
@@ -130,7 +130,7 @@ def test_the_ensemble_folder_computes_the_mean_of_its_members(three_runs, tiny_r
 def test_a_hybrid_of_an_ensemble_mixes_tfidf_into_the_members_mean(three_runs, tiny_recipe, tmp_path):
     import longbert
     from longbert.ensembles.hybrid import mix_probabilities
-    from longbert.evaluation.command import evaluate
+    from longbert.evaluation.evaluate import evaluate
 
     ensemble = tmp_path / "ensemble"
     answer = runner.invoke(app, ["ensemble", str(three_runs["chunk"]), str(three_runs["truncate"]), "--output",

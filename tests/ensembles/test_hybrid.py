@@ -26,7 +26,7 @@ def rows(path):
 
 def test_the_hybrid_folder_runs_as_its_recorded_predictions_say(tiny_recipe, tmp_path):
     import longbert
-    from longbert.evaluation.command import evaluate
+    from longbert.evaluation.evaluate import evaluate
 
     result = longbert.train(longbert.load_recipe(None, tiny_recipe + ["train.epochs=1"]))
     answer = runner.invoke(app, ["hybrid", str(result.folder)])

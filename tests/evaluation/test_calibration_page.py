@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import longbert.evaluation.plots as plots
-from longbert.evaluation.command import metrics_markdown
+from longbert.evaluation.evaluate import metrics_markdown
 from longbert.evaluation.metrics import compute_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import build_model
-from longbert.evaluation.command import metrics_markdown
+from longbert.evaluation.evaluate import metrics_markdown
 from longbert.evaluation.metrics import compute_metrics, top_confusions, tune_thresholds
 from longbert.training.class_weights import class_weights_for
 

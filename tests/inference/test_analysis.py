@@ -10,7 +10,7 @@ from datasets import Dataset
 
 from helpers import build_model, random_documents
 from longbert.comparison.report_numbers import read_predictions
-from longbert.evaluation.command import write_predictions
+from longbert.evaluation.evaluate import write_predictions
 from longbert.evaluation.predictions import PredictionRow
 from longbert.evaluation.split_pass import predict_dataset
 from longbert.inference.attribution import decisive_units, excerpt, select_examples

@@ -17,7 +17,7 @@ from helpers import build_model
 from longbert.cli import app
 from longbert.errors import LongbertError
 from longbert.modeling.classifier import LongDocumentClassifier
-from longbert.modeling.reading import confidence
+from longbert.modeling.reads_texts import confidence
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -192,7 +192,7 @@ def test_export_with_no_calibration_writes_settings_without_it(folders, tmp_path
 
 
 def test_evaluate_takes_calibrated_false(folders, monkeypatch):
-    from longbert.evaluation.command import evaluate
+    from longbert.evaluation.evaluate import evaluate
 
     documents = (TEXTS, ["neg", "pos", "pos", "neg"])
     model = load(folders)
@@ -205,7 +205,7 @@ def test_evaluate_takes_calibrated_false(folders, monkeypatch):
         seen.update(options)
         raise LongbertError("stopped here")
 
-    monkeypatch.setattr("longbert.evaluation.command.evaluate", fake)
+    monkeypatch.setattr("longbert.evaluation.evaluate.evaluate", fake)
     assert runner.invoke(app, ["evaluate", str(folders[0]), "--no-calibration"]).exit_code == 2
     assert seen["calibrated"] is False
 

@@ -10,7 +10,7 @@ import torch
 import longbert
 from helpers import build_model
 from longbert.errors import LongbertError
-from longbert.evaluation.command import evaluate
+from longbert.evaluation.evaluate import evaluate
 from longbert.inference.serve import build_app, load_predictor
 from longbert.modeling.card import TrainingFacts
 from longbert.modeling.classifier import LongDocumentClassifier

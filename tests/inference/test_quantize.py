@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import longbert
 from longbert.cli import app
-from longbert.evaluation.command import evaluate
+from longbert.evaluation.evaluate import evaluate
 from longbert.modeling.int8 import RECHECK_GAPS
 
 pytestmark = pytest.mark.heavy  # trains a tiny run

@@ -14,7 +14,7 @@ import pytest
 from longbert.config import LoraConfig
 from longbert.errors import LongbertError
 from longbert.modeling.backbone import load_backbone, load_encoder, load_tokenizer
-from longbert.modeling.folder import wrap_lora
+from longbert.modeling.model_folder import wrap_lora
 from longbert.utils.folders import TRANSFORMERS_CONFIG
 
 

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import longbert
-import longbert.modeling.folder as folder
+import longbert.modeling.model_folder as folder
 from helpers import StopAfterSteps
 from longbert.errors import LongbertError
 from longbert.strategies.base import SpecialTokens

@@ -11,7 +11,7 @@ import pytest
 
 import longbert
 import longbert.modeling.backbone as backbone
-import longbert.modeling.folder as folder_module
+import longbert.modeling.model_folder as folder_module
 import longbert.training.run_inputs as run_inputs
 import longbert.training.trainer as trainer
 

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 import longbert
 from helpers import StopAfterSteps, assert_same_run, build_model, random_documents
 from longbert.config import load_recipe
-from longbert.config.reading import ReadingConfig
+from longbert.config.train_reading import ReadingConfig
 from longbert.errors import LongbertError
 from longbert.strategies.base import Pooled
 from longbert.training.selective import UnitReader, document_key

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from longbert.errors import LongbertError
-from longbert.evaluation.command import evaluation_name, metrics_markdown, write_predictions
+from longbert.evaluation.evaluate import evaluation_name, metrics_markdown, write_predictions
 from longbert.evaluation.metrics import MANY_CLASSES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -217,7 +217,7 @@ def test_a_runs_split_and_its_model_on_the_same_documents_measure_the_same(tiny_
 
 
 def test_the_cli_names_the_page_it_wrote_and_why_it_is_beside_the_runs_own():
-    from longbert.evaluation.command import evaluation_page
+    from longbert.evaluation.evaluate import evaluation_page
     from longbert.evaluation.metrics import headline
 
     run = Path("r")
