@@ -28,7 +28,7 @@ def cache_units(model, dataset, batch_size: int, description: str, stop=None) ->
     """Each document of a tokenized split, run once through the frozen backbone: a list of
     {'unit_vectors': (N_i, H) float32 on the CPU, 'labels': the document's label}, and 'unit_sizes' (N_i,) where the
     strategy weighs its units (`Units.sizes`). `stop`: a stop request, checked after every batch; once set,
-    TrainingInterrupted is raised (nothing of the cache is kept: a resumed run caches again)."""
+    TrainingInterrupted is raised (nothing of the cache is kept: the run, started again, caches again)."""
     was_training = model.training
     model.eval()
     cached = []
