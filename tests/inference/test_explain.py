@@ -46,7 +46,7 @@ def test_rows_are_predicts_rows_with_units_and_the_decisive_one(attention_model)
 
 
 def test_mean_pooling_finds_the_decisive_unit_by_occlusion(tiny_backbone_dir):
-    model = build_model(tiny_backbone_dir, "sliding", ["strategy.unit_weights=equal"])
+    model = build_model(tiny_backbone_dir, "sliding", ["strategy.pooling=mean", "strategy.unit_weights=equal"])
     rows, _ = explain(model, [LONG])
     weights = {u["weight"] for u in rows[0]["units"]}
     assert len(weights) == 1  # mean pooling with equal weights: every window weighs the same

@@ -19,6 +19,7 @@ import longbert
 from helpers import TINY_STRATEGY_SETTINGS, StopAfterSteps, assert_same_run
 from longbert.config import recipe_to_yaml
 from longbert.errors import LongbertError
+from longbert.evaluation.predictions import PROBABILITY_DIGITS
 from longbert.strategies.registry import strategy_names
 from longbert.training.stopping import TrainingInterrupted
 
@@ -438,10 +439,14 @@ def test_multi_label_run_tunes_and_saves_its_thresholds(tiny_recipe, multi_label
     model = longbert.LongDocumentClassifier.from_pretrained(result.folder)
     [answer] = model.predict(["A long, long review of a film."])
     assert answer["labels"] == [n for n, t in zip(model.label_names, thresholds) if answer["probabilities"][n] >= t]
+    # The file keeps PROBABILITY_DIGITS of each probability: a label whose stored probability lies within that
+    # rounding of its threshold (a temperature near 20 puts many at 0.5) was decided on digits the file does not keep.
+    rounding = 0.5 * 10 ** -PROBABILITY_DIGITS
     for line in (result.folder / "predictions-test.jsonl").read_text().splitlines():
         row = json.loads(line)
-        assert row["predicted_label"] == [n for n, p, t in zip(["neg", "pos", "long"], row["probabilities"], thresholds)
-                                          if p >= t]
+        for name, p, t in zip(["neg", "pos", "long"], row["probabilities"], thresholds):
+            if abs(p - t) > rounding:
+                assert (name in row["predicted_label"]) == (p >= t), (name, p, t)
     assert longbert.evaluate(result.folder, "test")["exact_match"] == test["exact_match"]
 
 
